@@ -1,0 +1,100 @@
+// Status and Result<T>: the one error type of bexpress.
+//
+// A Status is cheap when OK (one pointer, null) and otherwise carries a code and a message that
+// says what failed and why (the verbs call, errno, the peer, the QP number). Result<T> holds
+// either a value or a non-OK Status. Both are plain values: thread-compatible, not thread-safe.
+#pragma once
+
+#include <cassert>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+namespace bx {
+
+enum class StatusCode {
+  kOk = 0,
+  kInvalidArgument,   // the caller passed something wrong
+  kNotFound,          // a named thing does not exist (device, key, method)
+  kUnavailable,       // the resource or peer cannot be used now; retrying may help
+  kResourceExhausted, // a queue, pool or budget is full
+  kFailedPrecondition,// the object is in the wrong state for the call
+  kDeadlineExceeded,
+  kAborted,           // the operation was cut short (peer death, QP error, shutdown)
+  kDataLoss,          // a malformed or corrupted message
+  kInternal,          // a bug: an invariant did not hold
+  kUnimplemented,
+};
+
+std::string_view StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message);
+
+  static Status Ok() { return Status(); }
+  // Builds a Status from an errno value, naming the call that failed: "ibv_post_send: ENOMEM ...".
+  static Status FromErrno(int err, std::string_view what);
+
+  bool ok() const { return state_ == nullptr; }
+  StatusCode code() const { return state_ ? state_->code : StatusCode::kOk; }
+  const std::string& message() const;
+  std::string ToString() const;
+
+  // Prefixes context to the message ("connect rdma://host:1: " + original).
+  Status WithContext(std::string_view context) const;
+
+ private:
+  struct State {
+    StatusCode code;
+    std::string message;
+  };
+  std::shared_ptr<const State> state_;
+};
+
+inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status ResourceExhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
+inline Status FailedPrecondition(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
+inline Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
+inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
+inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : v_(std::move(status)) { assert(!std::get<Status>(v_).ok()); }  // NOLINT
+
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<Status>(v_);
+  }
+  T& value() & { return std::get<T>(v_); }
+  const T& value() const& { return std::get<T>(v_); }
+  T&& value() && { return std::get<T>(std::move(v_)); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+}  // namespace bx
+
+// Returns early from the enclosing function when `expr` is a non-OK Status.
+#define BX_RETURN_IF_ERROR(expr)            \
+  do {                                      \
+    ::bx::Status bx_status_ = (expr);       \
+    if (!bx_status_.ok()) return bx_status_; \
+  } while (0)

@@ -1,0 +1,107 @@
+// One simulated RNIC: its identity (name, GUID, GID), its port, and its tables of memory regions
+// and queue pairs. Thread-safe: tables are guarded by shared mutexes (lookups by the hardware
+// thread, changes by application threads), counters are atomics.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "simnic/sim_objects.h"
+
+namespace bx::simnic {
+
+// What the hardware needs of an MR, copied out of the table so no lock is held while copying data.
+struct MrView {
+  uint8_t* host;  // host address of iova
+  uint64_t iova;
+  uint64_t length;
+  int access;
+  SimPd* protection_domain;
+};
+
+struct DeviceCounters {
+  std::atomic<uint64_t> rnr_naks{0}, rnr_retry_exceeded{0}, packets_sent{0}, bytes_sent{0},
+      packets_received{0}, bytes_received{0}, doorbells{0}, cq_overruns{0}, registered_bytes{0},
+      memory_regions{0};
+};
+
+class Device {
+ public:
+  Device(int index, uint32_t pid);
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  int index() const { return index_; }
+  const std::string& name() const { return name_; }
+  ibv_device* ibv() { return &ibv_device_; }
+  const ibv_gid& gid() const { return gid_; }
+  uint64_t guid_be() const { return guid_be_; }
+  DeviceCounters& counters() { return counters_; }
+
+  // Port state, changed by fault injection.
+  bool link_up() const { return link_up_.load(std::memory_order_acquire) && !vanished(); }
+  void set_link_up(bool up) { link_up_.store(up, std::memory_order_release); }
+  bool vanished() const { return vanished_.load(std::memory_order_acquire); }
+  void set_vanished() { vanished_.store(true, std::memory_order_release); }
+
+  // Link model, read by the hardware thread when it stages a WQE.
+  std::atomic<uint64_t> completion_delay_ns{0};
+  std::atomic<double> link_gbps{0.0};
+  std::atomic<uint64_t> link_latency_ns{0};
+  uint64_t port_busy_until_ns = 0;  // hardware thread only
+
+  // Memory regions. Keys are (slot << 8 | generation): a stale key never matches a reused slot.
+  SimMr* RegisterMr(SimPd* pd, void* addr, size_t length, uint64_t iova, int access);
+  void DeregisterMr(SimMr* mr);
+  std::optional<MrView> FindMr(uint32_t key) const;
+  // True when [addr, addr+length) lies within one MR of pd with all of `access`.
+  bool IsRegistered(SimPd* pd, const void* addr, size_t length, int access) const;
+
+  // Queue pairs by number.
+  uint32_t AddQp(SimQp* qp);
+  void RemoveQp(uint32_t qpn);
+  SimQp* FindQp(uint32_t qpn) const;
+  std::vector<SimQp*> AllQps() const;
+
+  // Contexts opened on this device, for port async events.
+  void AddContext(SimContext* c);
+  void RemoveContext(SimContext* c);
+  std::vector<SimContext*> Contexts() const;
+
+ private:
+  const int index_;
+  std::string name_;
+  ibv_device ibv_device_{};
+  ibv_gid gid_{};
+  uint64_t guid_be_ = 0;
+  std::atomic<bool> link_up_{true};
+  std::atomic<bool> vanished_{false};
+  DeviceCounters counters_;
+
+  mutable std::shared_mutex mr_mu_;
+  std::vector<SimMr*> mr_slots_;
+  std::vector<uint8_t> mr_generation_;
+  std::vector<uint32_t> mr_free_;
+
+  mutable std::shared_mutex qp_mu_;
+  std::unordered_map<uint32_t, SimQp*> qps_;
+  uint32_t next_qpn_ = 0x100;
+
+  mutable std::mutex contexts_mu_;
+  std::vector<SimContext*> contexts_;
+};
+
+// GIDs encode where a device lives: fe80::<pid>:<device index>. The fabric routes by them.
+ibv_gid MakeGid(uint32_t pid, uint32_t index);
+bool ParseGid(const ibv_gid& gid, uint32_t* pid, uint32_t* index);
+bool GidEqual(const ibv_gid& a, const ibv_gid& b);
+
+}  // namespace bx::simnic

@@ -1,0 +1,281 @@
+#include "simnic/fabric.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "simnic/ib_timers.h"
+
+namespace bx::simnic {
+namespace {
+
+int EnvInt(const char* name, int fallback, int lo, int hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  int n = std::atoi(v);
+  return std::clamp(n, lo, hi);
+}
+
+inline void CpuRelax() { __builtin_ia32_pause(); }
+
+}  // namespace
+
+Fabric& Fabric::Get() {
+  // Never destroyed: the hardware thread may outlive static destructors at exit.
+  static Fabric* fabric = new Fabric();
+  return *fabric;
+}
+
+Fabric::Fabric() : pid_(uint32_t(getpid())) {
+  int count = EnvInt("BX_SIM_DEVICES", 2, 1, 64);
+  for (int i = 0; i < count; ++i) devices_.push_back(std::make_unique<Device>(i, pid_));
+  // How long the hardware thread keeps polling after its last work before it sleeps. Polling keeps
+  // post-to-completion latency low; sleeping gives the two cores of a small machine back.
+  spin_ns_ = uint64_t(EnvInt("BX_SIM_SPIN_US", 50, 0, 1'000'000)) * 1000;
+}
+
+std::vector<Device*> Fabric::devices() const {
+  std::vector<Device*> out;
+  for (auto& d : devices_) out.push_back(d.get());
+  return out;
+}
+
+Device* Fabric::device(uint32_t index) const {
+  return index < devices_.size() ? devices_[index].get() : nullptr;
+}
+
+void Fabric::Start() {
+  std::call_once(started_, [this] {
+    if (EnvInt("BX_SIM_IPC", 1, 0, 1) == 1) {
+      ipc_ = std::make_unique<IpcLink>(pid_, [this] { WakeHardware(); });
+    }
+    thread_ = std::thread([this] { Run(); });
+    thread_.detach();
+    while (hardware_thread_cpu_clock_.load(std::memory_order_acquire) == 0) std::this_thread::yield();
+  });
+}
+
+Fabric::ControlLock::ControlLock(Fabric& f) : fabric_(f) {
+  fabric_.control_waiting_.fetch_add(1, std::memory_order_acq_rel);
+  fabric_.hw_mu_.lock();
+  fabric_.control_waiting_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+Fabric::ControlLock::~ControlLock() { fabric_.hw_mu_.unlock(); }
+
+void Fabric::Doorbell(SimQp* qp) {
+  qp->device->counters().doorbells.fetch_add(1, std::memory_order_relaxed);
+  if (!qp->queued.exchange(true, std::memory_order_seq_cst)) {
+    std::lock_guard lock(ready_mu_);
+    ready_.push_back(qp);
+    if (sleeping_) ready_cv_.notify_one();
+  }
+  doorbell_seq_.fetch_add(1, std::memory_order_release);
+}
+
+void Fabric::WakeHardware() {
+  std::lock_guard lock(ready_mu_);
+  ipc_wake_ = true;
+  if (sleeping_) ready_cv_.notify_one();
+  doorbell_seq_.fetch_add(1, std::memory_order_release);
+}
+
+void Fabric::FailQp(SimQp* qp, bool fatal_event) {
+  if (qp->state.load() != IBV_QPS_ERR) {
+    qp->state.store(IBV_QPS_ERR, std::memory_order_seq_cst);
+    qp->qp.state = IBV_QPS_ERR;
+    if (fatal_event) PostAsyncEvent(qp->device, IBV_EVENT_QP_FATAL, &qp->qp);
+  }
+  Doorbell(qp);
+}
+
+void Fabric::ForgetQp(SimQp* qp) {
+  qp->destroyed = true;
+  {
+    std::lock_guard lock(ready_mu_);
+    std::erase(ready_, qp);
+  }
+  // Like mlx5's CQ clean on destroy: completions of a destroyed QP are never returned.
+  for (ibv_cq* c : {qp->qp.send_cq, qp->qp.recv_cq}) {
+    SimCq* cq = ToSim(c);
+    while (cq->poll_lock.test_and_set(std::memory_order_acquire)) CpuRelax();
+    for (uint64_t i = cq->head.load(); i < cq->tail; ++i) {
+      CqEntry& e = cq->ring[i % cq->ring.size()];
+      if (e.qp == qp) e.qp = nullptr;
+    }
+    cq->poll_lock.clear(std::memory_order_release);
+  }
+}
+
+void Fabric::PostAsyncEvent(SimContext* context, ibv_event_type type, void* object) {
+  AsyncRecord record{type, object};
+  // The pipe is non-blocking: an application that never reads async events loses the overflow,
+  // as the kernel's async event queue does.
+  ssize_t n = write(context->async_pipe[1], &record, sizeof(record));
+  (void)n;
+}
+
+void Fabric::PostAsyncEvent(Device* device, ibv_event_type type, void* object) {
+  if (type == IBV_EVENT_PORT_ACTIVE || type == IBV_EVENT_PORT_ERR) {
+    for (SimContext* c : device->Contexts()) PostAsyncEvent(c, type, object);
+    return;
+  }
+  // QP and CQ events go to the context that owns the object.
+  ibv_context* owner = nullptr;
+  if (type == IBV_EVENT_CQ_ERR) {
+    owner = static_cast<ibv_cq*>(object)->context;
+  } else {
+    owner = static_cast<ibv_qp*>(object)->context;
+  }
+  PostAsyncEvent(ToSim(owner), type, object);
+}
+
+bool Fabric::PushCompletion(SimCq* cq, const ibv_wc& wc, SimQp* qp, uint64_t retire_up_to,
+                            bool is_send, bool solicited) {
+  if (cq->broken.load(std::memory_order_relaxed)) return false;
+  uint64_t head = cq->head.load(std::memory_order_acquire);
+  if (cq->tail - head >= uint64_t(cq->capacity)) {
+    cq->broken.store(true, std::memory_order_release);
+    qp->device->counters().cq_overruns.fetch_add(1, std::memory_order_relaxed);
+    PostAsyncEvent(ToSim(cq->cq.context), IBV_EVENT_CQ_ERR, &cq->cq);
+    return false;
+  }
+  CqEntry& e = cq->ring[cq->tail % cq->ring.size()];
+  e.wc = wc;
+  e.qp = qp;
+  e.retire_up_to = retire_up_to;
+  e.is_send = is_send;
+  e.sequence.store(cq->tail + 1, std::memory_order_release);
+  ++cq->tail;
+
+  int mode = cq->armed.load(std::memory_order_acquire);
+  if (mode != 0 && (mode == 1 || solicited || wc.status != IBV_WC_SUCCESS) &&
+      cq->armed.exchange(0, std::memory_order_acq_rel) != 0 && cq->cq.channel != nullptr) {
+    {
+      std::lock_guard lock(cq->events_mu);
+      ++cq->events_delivered;
+    }
+    auto* channel = reinterpret_cast<SimChannel*>(cq->cq.channel);
+    SimCq* ptr = cq;
+    ssize_t n = write(channel->write_fd, &ptr, sizeof(ptr));
+    (void)n;
+  }
+  return true;
+}
+
+uint64_t Fabric::HardwareCpuNs() const {
+  uint64_t clock = hardware_thread_cpu_clock_.load(std::memory_order_acquire);
+  uint64_t total = 0;
+  if (clock != 0) {
+    timespec ts;
+    if (clock_gettime(clockid_t(clock - 1), &ts) == 0)
+      total += uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+  }
+  if (ipc_) total += ipc_->ThreadCpuNs();
+  return total;
+}
+
+void Fabric::Run() {
+  pthread_setname_np(pthread_self(), "bxsim-hw");
+  clockid_t clock;
+  pthread_getcpuclockid(pthread_self(), &clock);
+  hardware_thread_cpu_clock_.store(uint64_t(clock) + 1, std::memory_order_release);
+
+  std::unique_lock hw(hw_mu_);
+  uint64_t last_work = NowNs();
+  for (;;) {
+    uint64_t seen = doorbell_seq_.load(std::memory_order_acquire);
+    bool worked = RunOnce();
+    uint64_t now = NowNs();
+    if (worked) last_work = now;
+    if (control_waiting_.load(std::memory_order_acquire) > 0) {
+      hw.unlock();
+      while (control_waiting_.load(std::memory_order_acquire) > 0) std::this_thread::yield();
+      hw.lock();
+      continue;
+    }
+    if (worked) continue;
+    bool timer_soon = !timers_.empty() && timers_.top().at_ns <= now + spin_ns_;
+    if (now - last_work < spin_ns_ || timer_soon) {
+      CpuRelax();
+      continue;
+    }
+    hw.unlock();
+    IdleWait(seen);
+    hw.lock();
+    last_work = NowNs();
+  }
+}
+
+void Fabric::IdleWait(uint64_t seen) {
+  std::unique_lock lock(ready_mu_);
+  auto wake = [&] {
+    return !ready_.empty() || ipc_wake_ ||
+           doorbell_seq_.load(std::memory_order_acquire) != seen;
+  };
+  if (wake()) return;
+  sleeping_ = true;
+  if (timers_.empty()) {
+    ready_cv_.wait(lock, wake);
+  } else {
+    uint64_t now = NowNs();
+    uint64_t at = timers_.top().at_ns;
+    auto until = std::chrono::steady_clock::now() +
+                 std::chrono::nanoseconds(at > now ? at - now : 0);
+    ready_cv_.wait_until(lock, until, wake);
+  }
+  sleeping_ = false;
+}
+
+bool Fabric::RunOnce() {
+  std::vector<SimQp*> batch;
+  bool ipc_pending;
+  {
+    std::lock_guard lock(ready_mu_);
+    batch.swap(ready_);
+    ipc_pending = ipc_wake_;
+    ipc_wake_ = false;
+  }
+  for (SimQp* qp : batch) {
+    qp->queued.store(false, std::memory_order_seq_cst);
+    ServiceQp(qp);
+  }
+  bool worked = !batch.empty();
+  if (ipc_ && (ipc_pending || ipc_->HasInbound())) {
+    std::vector<IpcFrame> frames;
+    std::vector<uint32_t> lost;
+    ipc_->Drain(&frames, &lost);
+    for (IpcFrame& f : frames) OnIpcFrame(f);
+    for (uint32_t pid : lost) OnIpcPeerLost(pid);
+    worked |= !frames.empty() || !lost.empty();
+  }
+  uint64_t now = NowNs();
+  if (!timers_.empty() && timers_.top().at_ns <= now) {
+    RunTimers(now);
+    worked = true;
+  }
+  return worked;
+}
+
+void Fabric::ScheduleTimer(SimQp* qp, uint64_t at_ns) {
+  qp->wake_at_ns = at_ns;
+  timers_.push(Timer{at_ns, uint32_t(qp->device->index()), qp->qp.qp_num});
+}
+
+void Fabric::RunTimers(uint64_t now) {
+  while (!timers_.empty() && timers_.top().at_ns <= now) {
+    Timer t = timers_.top();
+    timers_.pop();
+    Device* d = device(t.device);
+    SimQp* qp = d ? d->FindQp(t.qpn) : nullptr;
+    if (qp == nullptr || qp->destroyed || qp->wake_at_ns != t.at_ns) continue;
+    qp->wake_at_ns = 0;
+    ServiceQp(qp);
+  }
+}
+
+}  // namespace bx::simnic

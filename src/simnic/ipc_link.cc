@@ -1,0 +1,192 @@
+#include "simnic/ipc_link.h"
+
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+
+namespace bx::simnic {
+namespace {
+
+socklen_t AbstractAddress(uint32_t pid, sockaddr_un* addr) {
+  std::memset(addr, 0, sizeof(*addr));
+  addr->sun_family = AF_UNIX;
+  int n = std::snprintf(addr->sun_path + 1, sizeof(addr->sun_path) - 1, "bxsim.%u", pid);
+  return socklen_t(offsetof(sockaddr_un, sun_path) + 1 + n);
+}
+
+bool ReadFull(int fd, void* buf, size_t n) {
+  auto* p = static_cast<uint8_t*>(buf);
+  while (n > 0) {
+    ssize_t r = recv(fd, p, n, MSG_WAITALL);
+    if (r > 0) {
+      p += r;
+      n -= size_t(r);
+    } else if (r < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Socket buffers large enough that a stream of MTU-to-megabyte frames keeps moving.
+constexpr int kSocketBufferBytes = 4 << 20;
+
+}  // namespace
+
+IpcLink::IpcLink(uint32_t pid, std::function<void()> wake) : pid_(pid), wake_(std::move(wake)) {
+  listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr;
+  socklen_t len = AbstractAddress(pid_, &addr);
+  if (listen_fd_ < 0 || bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+      listen(listen_fd_, 128) != 0) {
+    std::fprintf(stderr, "simnic: inter-process fabric disabled: cannot listen on @bxsim.%u: %s\n",
+                 pid_, std::strerror(errno));
+    if (listen_fd_ >= 0) close(listen_fd_);
+    listen_fd_ = -1;
+    return;
+  }
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = listen_fd_;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  reader_ = std::thread([this] { ReadLoop(); });
+  reader_.detach();  // lives as long as the process, like the hardware thread
+}
+
+IpcLink::~IpcLink() = default;
+
+int IpcLink::ConnectTo(uint32_t pid) {
+  auto it = outgoing_.find(pid);
+  if (it != outgoing_.end()) return it->second;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_un addr;
+  socklen_t len = AbstractAddress(pid, &addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    close(fd);
+    return -1;
+  }
+  int size = kSocketBufferBytes;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+  // The first frame on a connection tells the peer who we are even before any request.
+  outgoing_[pid] = fd;
+  return fd;
+}
+
+bool IpcLink::Send(uint32_t pid, const IpcHeader& header, const iovec* payload, int count) {
+  if (listen_fd_ < 0) return false;
+  int fd = ConnectTo(pid);
+  if (fd < 0) return false;
+  iovec iov[1 + 16];
+  iov[0] = iovec{const_cast<IpcHeader*>(&header), sizeof(header)};
+  int n = 1;
+  for (int i = 0; i < count && n < 17; ++i) iov[n++] = payload[i];
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = size_t(n);
+  while (msg.msg_iovlen > 0) {
+    ssize_t w = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      close(fd);
+      outgoing_.erase(pid);
+      return false;
+    }
+    // Advance past what was written.
+    size_t left = size_t(w);
+    while (left > 0 && msg.msg_iovlen > 0) {
+      if (left >= msg.msg_iov->iov_len) {
+        left -= msg.msg_iov->iov_len;
+        ++msg.msg_iov;
+        --msg.msg_iovlen;
+      } else {
+        msg.msg_iov->iov_base = static_cast<uint8_t*>(msg.msg_iov->iov_base) + left;
+        msg.msg_iov->iov_len -= left;
+        left = 0;
+      }
+    }
+  }
+  return true;
+}
+
+void IpcLink::Drain(std::vector<IpcFrame>* frames, std::vector<uint32_t>* lost_peers) {
+  std::lock_guard lock(inbound_mu_);
+  while (!inbound_.empty()) {
+    frames->push_back(std::move(inbound_.front()));
+    inbound_.pop_front();
+  }
+  lost_peers->swap(lost_);
+  lost_.clear();
+  has_inbound_.store(false, std::memory_order_release);
+}
+
+bool IpcLink::HasInbound() const { return has_inbound_.load(std::memory_order_acquire); }
+
+uint64_t IpcLink::ThreadCpuNs() const {
+  uint64_t clock = reader_cpu_clock_.load(std::memory_order_acquire);
+  if (clock == 0) return 0;
+  timespec ts;
+  if (clock_gettime(clockid_t(clock - 1), &ts) != 0) return 0;
+  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+void IpcLink::ReadLoop() {
+  pthread_setname_np(pthread_self(), "bxsim-ipc");
+  clockid_t clock;
+  pthread_getcpuclockid(pthread_self(), &clock);
+  reader_cpu_clock_.store(uint64_t(clock) + 1, std::memory_order_release);
+  epoll_event events[16];
+  for (;;) {
+    int n = epoll_wait(epoll_fd_, events, 16, -1);
+    if (n < 0) continue;
+    for (int i = 0; i < n; ++i) {
+      int fd = events[i].data.fd;
+      if (fd == listen_fd_) {
+        int conn = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (conn < 0) continue;
+        int size = kSocketBufferBytes;
+        setsockopt(conn, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+        incoming_[conn] = 0;
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.fd = conn;
+        epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, conn, &ev);
+        continue;
+      }
+      IpcFrame frame;
+      bool ok = ReadFull(fd, &frame.header, sizeof(frame.header)) &&
+                frame.header.magic == kIpcMagic;
+      if (ok && frame.header.payload_length > 0) {
+        frame.payload.resize(frame.header.payload_length);
+        ok = ReadFull(fd, frame.payload.data(), frame.payload.size());
+      }
+      if (!ok) {
+        uint32_t peer = incoming_[fd];
+        epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+        close(fd);
+        incoming_.erase(fd);
+        std::lock_guard lock(inbound_mu_);
+        if (peer != 0) lost_.push_back(peer);
+        has_inbound_.store(true, std::memory_order_release);
+      } else {
+        incoming_[fd] = frame.header.src_pid;
+        std::lock_guard lock(inbound_mu_);
+        inbound_.push_back(std::move(frame));
+        has_inbound_.store(true, std::memory_order_release);
+      }
+      wake_();
+    }
+  }
+}
+
+}  // namespace bx::simnic

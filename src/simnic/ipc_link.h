@@ -1,0 +1,95 @@
+// Links between simnic fabrics in different processes on one host.
+//
+// Each process listens on the abstract unix socket "@bxsim.<pid>"; a device's GID carries its
+// pid, so a QP's destination GID says where to connect. A process sends everything it has for
+// another (requests as requester, replies as responder) on its own outgoing connection to that
+// process; incoming connections are only read, by one reader thread per process, which queues
+// whole frames for the hardware thread. Stream sockets keep frames in order, as RC needs.
+//
+// Why sockets, not shared memory with process_vm_writev: a socket pair needs no shared memory
+// naming or cleanup, preserves order for free, and detects peer death (EOF) at once; the payload
+// costs one extra copy through the kernel, which lands on the simnic's threads, not the host's.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace bx::simnic {
+
+struct IpcHeader {
+  uint32_t magic;
+  uint8_t kind;  // kRequest or kReply
+  uint8_t opcode;
+  uint8_t reply;
+  uint8_t rnr_timer;
+  uint32_t src_pid;
+  uint32_t dest_device;
+  uint32_t dest_qpn;
+  uint32_t src_device;
+  uint32_t src_qpn;
+  uint32_t psn;
+  uint32_t imm_data;
+  uint32_t rkey;
+  uint32_t solicited;
+  uint64_t remote_addr;
+  uint32_t length;
+  uint32_t payload_length;
+  uint8_t src_gid[16];
+};
+
+inline constexpr uint32_t kIpcMagic = 0xb5e1c0de;
+inline constexpr uint8_t kIpcRequest = 1;
+inline constexpr uint8_t kIpcReply = 2;
+
+struct IpcFrame {
+  IpcHeader header;
+  std::vector<uint8_t> payload;
+};
+
+class IpcLink {
+ public:
+  // Starts listening and the reader thread; `wake` is called after frames are queued.
+  IpcLink(uint32_t pid, std::function<void()> wake);
+  ~IpcLink();
+  IpcLink(const IpcLink&) = delete;
+  IpcLink& operator=(const IpcLink&) = delete;
+
+  // Hardware thread: sends one frame to process `pid`. False when the peer cannot be reached.
+  bool Send(uint32_t pid, const IpcHeader& header, const iovec* payload, int payload_count);
+
+  // Hardware thread: takes the queued frames and the pids whose connections closed.
+  void Drain(std::vector<IpcFrame>* frames, std::vector<uint32_t>* lost_peers);
+  bool HasInbound() const;
+
+  // CPU time of the reader thread, nanoseconds.
+  uint64_t ThreadCpuNs() const;
+
+ private:
+  void ReadLoop();
+  int ConnectTo(uint32_t pid);
+
+  uint32_t pid_;
+  std::function<void()> wake_;
+  int listen_fd_ = -1;
+  int epoll_fd_ = -1;
+  std::thread reader_;
+  std::atomic<uint64_t> reader_cpu_clock_{0};
+
+  std::unordered_map<uint32_t, int> outgoing_;  // hardware thread only
+  std::unordered_map<int, uint32_t> incoming_;  // reader thread only: fd -> peer pid
+
+  mutable std::mutex inbound_mu_;
+  std::deque<IpcFrame> inbound_;
+  std::vector<uint32_t> lost_;
+  std::atomic<bool> has_inbound_{false};
+};
+
+}  // namespace bx::simnic

@@ -1,0 +1,96 @@
+// The responder half of the RC transport: validates an incoming request against the QP's
+// connection, PSN, receive queue and memory keys, places the data and writes receive completions.
+#include <cstring>
+
+#include "simnic/fabric.h"
+#include "simnic/segments.h"
+
+namespace bx::simnic {
+namespace {
+
+bool ConsumesReceive(ibv_wr_opcode op) {
+  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
+}  // namespace
+
+Reply Fabric::Respond(Device* device, const Request& req, uint8_t* rnr_timer) {
+  SimQp* qp = device->FindQp(req.dest_qpn);
+  if (qp == nullptr || qp->destroyed) return Reply::kNoResponse;
+  int state = qp->state.load(std::memory_order_acquire);
+  if (state != IBV_QPS_RTR && state != IBV_QPS_RTS) return Reply::kNoResponse;
+  // An RC QP answers only its connected peer, and only the next PSN in sequence.
+  if (qp->attr.dest_qp_num != req.src_qpn || !GidEqual(qp->attr.ah_attr.grh.dgid, req.src_gid))
+    return Reply::kNoResponse;
+  if (req.psn != qp->expected_psn) return Reply::kNoResponse;
+
+  const bool consumes_receive = ConsumesReceive(req.opcode);
+  if (consumes_receive && qp->rq_consumed == qp->rq_posted.load(std::memory_order_acquire)) {
+    device->counters().rnr_naks.fetch_add(1, std::memory_order_relaxed);
+    *rnr_timer = qp->attr.min_rnr_timer;
+    return Reply::kRnrNak;
+  }
+
+  const bool is_write = req.opcode == IBV_WR_RDMA_WRITE || req.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  const bool is_read = req.opcode == IBV_WR_RDMA_READ;
+  if ((is_write || is_read) && req.length > 0) {
+    int need = is_write ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
+    auto mr = device->FindMr(req.rkey);
+    if (!mr || mr->protection_domain != qp->protection_domain || (mr->access & need) != need ||
+        req.remote_addr < mr->iova || req.remote_addr + req.length > mr->iova + mr->length) {
+      EnterError(qp, IBV_EVENT_QP_ACCESS_ERR);
+      return Reply::kRemoteAccess;
+    }
+    iovec target{mr->host + (req.remote_addr - mr->iova), req.length};
+    if (is_write) {
+      CopySegments(&target, 1, req.source, req.source_count);
+    } else {
+      CopySegments(req.sink, req.sink_count, &target, 1);
+    }
+  }
+
+  if (consumes_receive) {
+    uint64_t slot = qp->rq_consumed;
+    RecvWqe& recv = qp->rq[slot % qp->rq.size()];
+    ibv_wc wc{};
+    wc.wr_id = recv.wr_id;
+    wc.qp_num = qp->qp.qp_num;
+    wc.src_qp = req.src_qpn;
+    wc.byte_len = req.length;
+    wc.wc_flags = IBV_WC_GRH;
+    wc.opcode = req.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+    if (req.opcode != IBV_WR_SEND) {
+      wc.wc_flags |= IBV_WC_WITH_IMM;
+      wc.imm_data = req.imm_data;
+    }
+    Reply reply = Reply::kAck;
+    if (req.opcode != IBV_WR_RDMA_WRITE_WITH_IMM) {
+      iovec place[kMaxSge];
+      int place_count = 0;
+      uint64_t capacity = 0;
+      if (!ResolveSges(*device, qp->protection_domain, recv.sge, recv.num_sge,
+                       IBV_ACCESS_LOCAL_WRITE, place, &place_count, &capacity)) {
+        wc.status = IBV_WC_LOC_PROT_ERR;
+        reply = Reply::kRemoteOp;
+      } else if (capacity < req.length) {
+        wc.status = IBV_WC_LOC_LEN_ERR;
+        reply = Reply::kRemoteInvalid;
+      } else {
+        CopySegments(place, place_count, req.source, req.source_count);
+      }
+    }
+    qp->rq_consumed = slot + 1;
+    PushCompletion(ToSim(qp->qp.recv_cq), wc, qp, slot + 1, false, req.solicited);
+    if (reply != Reply::kAck) {
+      EnterError(qp, IBV_EVENT_QP_REQ_ERR);
+      return reply;
+    }
+  }
+
+  qp->expected_psn = (qp->expected_psn + 1) & 0xffffff;
+  device->counters().packets_received.fetch_add(1, std::memory_order_relaxed);
+  device->counters().bytes_received.fetch_add(req.length, std::memory_order_relaxed);
+  return Reply::kAck;
+}
+
+}  // namespace bx::simnic

@@ -1,0 +1,189 @@
+// The simnic's verbs objects. Each embeds the libibverbs struct it stands for as its first member
+// (or, for the context, as rdma-core's verbs_context layout requires), so that a pointer handed to
+// the application converts back with a static cast.
+//
+// Threads: application threads call the verbs; one "hardware" thread per process (hardware.cc)
+// moves data and produces completions. Which fields each may touch is noted per field.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bx/simnic.h"
+
+namespace bx::simnic {
+
+class Device;
+struct SimQp;
+
+// Limits the simnic reports through ibv_query_device and enforces.
+inline constexpr int kMaxQpWr = 16384;
+inline constexpr int kMaxSge = 16;
+inline constexpr int kMaxCqe = 1 << 20;
+inline constexpr int kMaxInlineData = 256;
+inline constexpr int kMaxQp = 1 << 18;
+inline constexpr int kMaxMr = 1 << 20;
+inline constexpr uint64_t kMaxMrSize = 1ull << 40;
+inline constexpr uint32_t kMaxMsgSize = 1u << 31;  // RC: 2 GB
+
+inline constexpr uint32_t kContextMagic = 0xb5c0a7e1;
+
+struct SimContext {
+  uint32_t magic = kContextMagic;
+  Device* device;
+  int async_pipe[2];  // [0] is context.async_fd; the hardware thread writes AsyncRecord to [1]
+  verbs_context vctx;  // must be last: verbs_get_ctx() finds it before the ibv_context
+};
+
+inline SimContext* ToSim(ibv_context* c) {
+  return reinterpret_cast<SimContext*>(reinterpret_cast<char*>(c) -
+                                       offsetof(SimContext, vctx) -
+                                       offsetof(verbs_context, context));
+}
+
+// A protection domain, or a parent domain (which names a protection domain and a thread domain).
+struct SimPd {
+  ibv_pd pd;
+  SimPd* protection_domain;  // itself for a plain PD; the underlying PD for a parent domain
+  ibv_td* td = nullptr;      // the thread domain of a parent domain
+  bool is_parent_domain = false;
+  std::atomic<int> users{0};  // MRs, QPs and parent domains using it: dealloc fails while > 0
+};
+inline SimPd* ToSim(ibv_pd* p) { return reinterpret_cast<SimPd*>(p); }
+// The protection domain a PD or parent domain stands for.
+inline SimPd* Protection(ibv_pd* p) { return ToSim(p)->protection_domain; }
+
+struct SimTd {
+  ibv_td td;
+  std::atomic<int> users{0};
+};
+
+struct SimMr {
+  ibv_mr mr;
+  SimPd* protection_domain;
+  uint64_t iova;  // the address remote peers use; equals mr.addr unless registered with an iova
+  int access;
+};
+
+struct SimChannel {
+  ibv_comp_channel channel;
+  int write_fd;  // the hardware thread writes the SimCq pointer of each event here
+};
+
+// One completion queue entry as the hardware writes it. `sequence` is the ownership bit of a real
+// CQE: the entry at position i is valid once sequence == i + 1.
+struct CqEntry {
+  std::atomic<uint64_t> sequence{0};
+  ibv_wc wc;
+  SimQp* qp;              // null once the QP is destroyed (its CQEs are cleaned, as mlx5 does)
+  uint64_t retire_up_to;  // the work-queue index this CQE frees slots up to (exclusive)
+  bool is_send;
+};
+
+struct SimCq {
+  ibv_cq cq;
+  int capacity;
+  std::vector<CqEntry> ring;
+  // Producer (hardware thread only).
+  uint64_t tail = 0;
+  bool overrun = false;
+  // Consumer (application threads; serialised by poll_lock).
+  std::atomic<uint64_t> head{0};
+  std::atomic_flag poll_lock = ATOMIC_FLAG_INIT;
+  // Notification: req_notify_cq arms (1 = any, 2 = solicited only); the hardware disarms on event.
+  std::atomic<int> armed{0};
+  // Events written to the channel and events acknowledged, for destroy_cq's wait.
+  std::mutex events_mu;
+  std::condition_variable events_cv;
+  uint64_t events_delivered = 0;
+  uint64_t events_acked = 0;
+  std::atomic<bool> broken{false};  // set on overrun: polls fail from then on
+  std::atomic<int> users{0};        // QPs using it
+};
+inline SimCq* ToSim(ibv_cq* c) { return reinterpret_cast<SimCq*>(c); }
+
+// A send work request as the NIC holds it: copied at post time, data gathered at transmit time
+// (except inline data, copied at post time as a real NIC's WQE holds it).
+struct SendWqe {
+  uint64_t wr_id;
+  ibv_wr_opcode opcode;
+  bool signaled;
+  bool solicited;
+  bool inlined;
+  uint32_t imm_data;  // network byte order, as the application gave it
+  uint64_t remote_addr;
+  uint32_t rkey;
+  uint32_t length;  // total bytes
+  int num_sge;
+  ibv_sge sge[kMaxSge];
+  uint8_t inline_data[kMaxInlineData];
+  // Requester progress (hardware thread only).
+  uint32_t psn;
+  uint8_t rnr_retries_left;
+  uint8_t retries_left;
+  uint64_t ready_at_ns;  // link model: the time the WQE has crossed the wire
+};
+
+struct RecvWqe {
+  uint64_t wr_id;
+  int num_sge;
+  ibv_sge sge[kMaxSge];
+};
+
+struct SimQp {
+  ibv_qp qp;
+  Device* device;
+  SimPd* protection_domain;
+  ibv_td* td;
+  bool sq_sig_all;
+  uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;
+
+  // Attributes set by modify_qp (application, under the device's hardware lock).
+  std::atomic<int> state{IBV_QPS_RESET};
+  ibv_qp_attr attr{};
+  bool error_is_local_fatal = false;
+
+  // Send queue ring. posted: application (under send_mu); hw_next/hw_done: hardware thread;
+  // retired: the polling thread, when it consumes a CQE that frees slots.
+  std::mutex send_mu;
+  std::vector<SendWqe> sq;
+  std::atomic<uint64_t> sq_posted{0};
+  uint64_t sq_hw_next = 0;  // next WQE to transmit
+  uint64_t sq_hw_done = 0;  // WQEs completed by the hardware
+  uint64_t sq_hw_staged = 0;  // WQEs given a PSN and a wire time
+  uint32_t next_send_psn = 0;
+  std::atomic<uint64_t> sq_retired{0};
+
+  // Receive queue ring, with the same roles.
+  std::mutex recv_mu;
+  std::vector<RecvWqe> rq;
+  std::atomic<uint64_t> rq_posted{0};
+  uint64_t rq_consumed = 0;  // hardware thread (responder)
+  std::atomic<uint64_t> rq_retired{0};
+
+  // Responder state (hardware thread only).
+  uint32_t expected_psn = 0;
+
+  // Scheduling (hardware thread; `queued` also set by doorbells).
+  std::atomic<bool> queued{false};
+  uint64_t wake_at_ns = 0;  // nonzero while waiting on a timer
+  uint64_t inflight_remote = 0;  // WQEs transmitted to another process, awaiting a response
+  bool destroyed = false;
+};
+inline SimQp* ToSim(ibv_qp* q) { return reinterpret_cast<SimQp*>(q); }
+
+// What the hardware thread writes to a context's async pipe; ibv_get_async_event reads it.
+struct AsyncRecord {
+  ibv_event_type type;
+  void* object;  // ibv_qp*, ibv_cq*, or port number cast to a pointer
+};
+
+}  // namespace bx::simnic

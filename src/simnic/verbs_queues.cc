@@ -1,0 +1,373 @@
+// libibverbs entry points for completion queues and queue pairs, and the data path that the
+// header's inline verbs reach through context->ops: post_send, post_recv, poll_cq,
+// req_notify_cq. Posting costs the caller an enqueue and a doorbell; polling a ring read.
+#include <cerrno>
+#include <cstring>
+
+#include "simnic/fabric.h"
+#include "simnic/verbs_internal.h"
+
+using namespace bx::simnic;
+
+namespace bx::simnic {
+namespace {
+
+inline void CpuRelax() { __builtin_ia32_pause(); }
+
+bool SupportedOpcode(ibv_wr_opcode op) {
+  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
+         op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ;
+}
+
+int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  SimQp* qp = ToSim(ibqp);
+  std::lock_guard lock(qp->send_mu);
+  int state = qp->state.load(std::memory_order_acquire);
+  // Sends are processed in RTS; a QP in error accepts them and flushes them.
+  if (state != IBV_QPS_RTS && state != IBV_QPS_ERR) {
+    *bad_wr = wr;
+    return EINVAL;
+  }
+  int rc = 0;
+  bool posted_any = false;
+  for (; wr != nullptr; wr = wr->next) {
+    uint64_t posted = qp->sq_posted.load(std::memory_order_relaxed);
+    if (posted - qp->sq_retired.load(std::memory_order_acquire) >= qp->max_send_wr) {
+      rc = ENOMEM;
+      break;
+    }
+    if (!SupportedOpcode(wr->opcode) || wr->num_sge < 0 || uint32_t(wr->num_sge) > qp->max_send_sge) {
+      rc = EINVAL;
+      break;
+    }
+    uint64_t total = 0;
+    for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
+    bool inlined = (wr->send_flags & IBV_SEND_INLINE) && wr->opcode != IBV_WR_RDMA_READ;
+    if (total > kMaxMsgSize || (inlined && total > qp->max_inline_data)) {
+      rc = EINVAL;
+      break;
+    }
+    SendWqe& wqe = qp->sq[posted % qp->sq.size()];
+    wqe.wr_id = wr->wr_id;
+    wqe.opcode = wr->opcode;
+    wqe.signaled = (wr->send_flags & IBV_SEND_SIGNALED) != 0;
+    wqe.solicited = (wr->send_flags & IBV_SEND_SOLICITED) != 0;
+    wqe.inlined = inlined;
+    wqe.imm_data = wr->imm_data;
+    wqe.remote_addr = wr->wr.rdma.remote_addr;
+    wqe.rkey = wr->wr.rdma.rkey;
+    wqe.length = uint32_t(total);
+    wqe.num_sge = wr->num_sge;
+    if (inlined) {
+      // The NIC's WQE holds inline data: the buffer may be reused as soon as post returns.
+      size_t off = 0;
+      for (int i = 0; i < wr->num_sge; ++i) {
+        std::memcpy(wqe.inline_data + off,
+                    reinterpret_cast<const void*>(uintptr_t(wr->sg_list[i].addr)),
+                    wr->sg_list[i].length);
+        off += wr->sg_list[i].length;
+      }
+    } else {
+      std::memcpy(wqe.sge, wr->sg_list, sizeof(ibv_sge) * size_t(wr->num_sge));
+    }
+    qp->sq_posted.store(posted + 1, std::memory_order_seq_cst);
+    posted_any = true;
+  }
+  if (rc != 0) *bad_wr = wr;
+  if (posted_any) Fabric::Get().Doorbell(qp);
+  return rc;
+}
+
+int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  SimQp* qp = ToSim(ibqp);
+  std::lock_guard lock(qp->recv_mu);
+  int state = qp->state.load(std::memory_order_acquire);
+  if (state == IBV_QPS_RESET) {
+    *bad_wr = wr;
+    return EINVAL;
+  }
+  int rc = 0;
+  bool posted_any = false;
+  for (; wr != nullptr; wr = wr->next) {
+    uint64_t posted = qp->rq_posted.load(std::memory_order_relaxed);
+    if (posted - qp->rq_retired.load(std::memory_order_acquire) >= qp->max_recv_wr) {
+      rc = ENOMEM;
+      break;
+    }
+    if (wr->num_sge < 0 || uint32_t(wr->num_sge) > qp->max_recv_sge) {
+      rc = EINVAL;
+      break;
+    }
+    RecvWqe& wqe = qp->rq[posted % qp->rq.size()];
+    wqe.wr_id = wr->wr_id;
+    wqe.num_sge = wr->num_sge;
+    std::memcpy(wqe.sge, wr->sg_list, sizeof(ibv_sge) * size_t(wr->num_sge));
+    qp->rq_posted.store(posted + 1, std::memory_order_release);
+    posted_any = true;
+  }
+  if (rc != 0) *bad_wr = wr;
+  qp->device->counters().doorbells.fetch_add(1, std::memory_order_relaxed);
+  // The responder reads the receive queue when a request arrives, so only a QP in error (whose
+  // new receives must be flushed) needs the hardware's attention.
+  if (posted_any && state == IBV_QPS_ERR) Fabric::Get().Doorbell(qp);
+  return rc;
+}
+
+int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
+  SimCq* cq = ToSim(ibcq);
+  if (cq->broken.load(std::memory_order_acquire)) return -1;
+  while (cq->poll_lock.test_and_set(std::memory_order_acquire)) CpuRelax();
+  uint64_t head = cq->head.load(std::memory_order_relaxed);
+  int got = 0;
+  const uint64_t mask = cq->ring.size() - 1;
+  while (got < num_entries) {
+    CqEntry& e = cq->ring[head & mask];
+    if (e.sequence.load(std::memory_order_acquire) != head + 1) break;
+    ++head;
+    if (e.qp == nullptr) continue;  // its QP was destroyed or reset
+    wc[got++] = e.wc;
+    // Polling a completion frees the work-queue slots it covers, as in the provider drivers.
+    if (e.is_send) {
+      e.qp->sq_retired.store(e.retire_up_to, std::memory_order_release);
+    } else {
+      e.qp->rq_retired.store(e.retire_up_to, std::memory_order_release);
+    }
+  }
+  cq->head.store(head, std::memory_order_release);
+  cq->poll_lock.clear(std::memory_order_release);
+  return got;
+}
+
+int ReqNotifyCq(ibv_cq* ibcq, int solicited_only) {
+  ToSim(ibcq)->armed.store(solicited_only ? 2 : 1, std::memory_order_release);
+  return 0;
+}
+
+uint64_t RoundUpPow2(uint64_t n) {
+  uint64_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+// Which attributes each transition requires (IBA 11.2.5, table 91, for RC).
+constexpr int kResetToInit = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+constexpr int kInitToRtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                           IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+constexpr int kRtrToRts = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+
+int CheckTransition(int from, int to, int mask) {
+  if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) return 0;
+  if (from == IBV_QPS_RESET && to == IBV_QPS_INIT) return (mask & kResetToInit) == kResetToInit ? 0 : EINVAL;
+  if (from == IBV_QPS_INIT && to == IBV_QPS_INIT) return 0;
+  if (from == IBV_QPS_INIT && to == IBV_QPS_RTR) return (mask & kInitToRtr) == kInitToRtr ? 0 : EINVAL;
+  if (from == IBV_QPS_RTR && to == IBV_QPS_RTS) return (mask & kRtrToRts) == kRtrToRts ? 0 : EINVAL;
+  if (from == IBV_QPS_RTS && to == IBV_QPS_RTS) return 0;
+  return EINVAL;
+}
+
+void ResetQueues(SimQp* qp) {
+  qp->sq_posted.store(0);
+  qp->sq_retired.store(0);
+  qp->sq_hw_next = qp->sq_hw_done = qp->sq_hw_staged = 0;
+  qp->rq_posted.store(0);
+  qp->rq_retired.store(0);
+  qp->rq_consumed = 0;
+  qp->inflight_remote = 0;
+  qp->wake_at_ns = 0;
+}
+
+}  // namespace
+
+void InitContextOps(SimContext* c) {
+  ibv_context_ops& ops = c->vctx.context.ops;
+  ops.post_send = PostSend;
+  ops.post_recv = PostRecv;
+  ops.poll_cq = PollCq;
+  ops.req_notify_cq = ReqNotifyCq;
+}
+
+}  // namespace bx::simnic
+
+extern "C" {
+
+ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                      int comp_vector) {
+  if (cqe < 1 || cqe > kMaxCqe || comp_vector < 0 || comp_vector >= context->num_comp_vectors) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* cq = new SimCq{};
+  cq->cq.context = context;
+  cq->cq.channel = channel;
+  cq->cq.cq_context = cq_context;
+  cq->cq.cqe = cqe;
+  cq->capacity = cqe;
+  cq->ring = std::vector<CqEntry>(RoundUpPow2(uint64_t(cqe)));
+  pthread_mutex_init(&cq->cq.mutex, nullptr);
+  pthread_cond_init(&cq->cq.cond, nullptr);
+  if (channel != nullptr) ++channel->refcnt;
+  return &cq->cq;
+}
+
+int ibv_destroy_cq(ibv_cq* ibcq) {
+  SimCq* cq = ToSim(ibcq);
+  if (cq->users.load() > 0) return EBUSY;
+  {
+    // As libibverbs does: wait until every event taken from the channel is acknowledged.
+    std::unique_lock lock(cq->events_mu);
+    cq->events_cv.wait(lock, [cq] { return cq->events_acked >= cq->events_delivered; });
+  }
+  if (ibcq->channel != nullptr) --ibcq->channel->refcnt;
+  pthread_mutex_destroy(&ibcq->mutex);
+  pthread_cond_destroy(&ibcq->cond);
+  delete cq;
+  return 0;
+}
+
+int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
+
+ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
+  if (pd == nullptr || init == nullptr || init->send_cq == nullptr || init->recv_cq == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (init->qp_type != IBV_QPT_RC || init->srq != nullptr) {
+    errno = EOPNOTSUPP;  // the simnic implements RC without SRQ
+    return nullptr;
+  }
+  ibv_qp_cap& cap = init->cap;
+  if (cap.max_send_wr < 1 || cap.max_send_wr > uint32_t(kMaxQpWr) ||
+      cap.max_recv_wr > uint32_t(kMaxQpWr) || cap.max_send_sge > uint32_t(kMaxSge) ||
+      cap.max_recv_sge > uint32_t(kMaxSge) || cap.max_inline_data > uint32_t(kMaxInlineData)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  SimContext* context = ToSim(pd->context);
+  auto* qp = new SimQp{};
+  qp->device = context->device;
+  qp->protection_domain = Protection(pd);
+  qp->td = ToSim(pd)->td;
+  qp->sq_sig_all = init->sq_sig_all != 0;
+  qp->max_send_wr = cap.max_send_wr;
+  qp->max_recv_wr = cap.max_recv_wr;
+  qp->max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
+  qp->max_recv_sge = std::max<uint32_t>(cap.max_recv_sge, 1);
+  qp->max_inline_data = cap.max_inline_data;
+  qp->sq.resize(cap.max_send_wr);
+  qp->rq.resize(std::max<uint32_t>(cap.max_recv_wr, 1));
+  // Report what was granted, as providers do.
+  cap.max_send_sge = qp->max_send_sge;
+  cap.max_recv_sge = qp->max_recv_sge;
+
+  ibv_qp& q = qp->qp;
+  q.context = pd->context;
+  q.qp_context = init->qp_context;
+  q.pd = pd;
+  q.send_cq = init->send_cq;
+  q.recv_cq = init->recv_cq;
+  q.qp_type = IBV_QPT_RC;
+  q.state = IBV_QPS_RESET;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  q.qp_num = context->device->AddQp(qp);
+  q.handle = q.qp_num;
+  qp->protection_domain->users.fetch_add(1);
+  ToSim(init->send_cq)->users.fetch_add(1);
+  ToSim(init->recv_cq)->users.fetch_add(1);
+  return &q;
+}
+
+int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
+  SimQp* qp = ToSim(ibqp);
+  Fabric& fabric = Fabric::Get();
+  Fabric::ControlLock lock(fabric);
+  int from = qp->state.load();
+  if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != from) return EINVAL;
+  int to = (mask & IBV_QP_STATE) ? attr->qp_state : from;
+  if (int rc = CheckTransition(from, to, mask); rc != 0) return rc;
+  if ((mask & IBV_QP_PORT) && attr->port_num != 1) return EINVAL;
+  if (mask & IBV_QP_AV) {
+    // RoCE carries a GRH on every packet: the address vector must be global, on port 1.
+    if (!attr->ah_attr.is_global || (attr->ah_attr.port_num != 0 && attr->ah_attr.port_num != 1))
+      return EINVAL;
+  }
+  if ((mask & IBV_QP_RETRY_CNT) && attr->retry_cnt > 7) return EINVAL;
+  if ((mask & IBV_QP_RNR_RETRY) && attr->rnr_retry > 7) return EINVAL;
+  if ((mask & IBV_QP_MIN_RNR_TIMER) && attr->min_rnr_timer > 31) return EINVAL;
+  if ((mask & IBV_QP_TIMEOUT) && attr->timeout > 31) return EINVAL;
+
+  ibv_qp_attr& a = qp->attr;
+  if (mask & IBV_QP_PKEY_INDEX) a.pkey_index = attr->pkey_index;
+  if (mask & IBV_QP_PORT) a.port_num = attr->port_num;
+  if (mask & IBV_QP_ACCESS_FLAGS) a.qp_access_flags = attr->qp_access_flags;
+  if (mask & IBV_QP_AV) a.ah_attr = attr->ah_attr;
+  if (mask & IBV_QP_PATH_MTU) a.path_mtu = attr->path_mtu;
+  if (mask & IBV_QP_DEST_QPN) a.dest_qp_num = attr->dest_qp_num;
+  if (mask & IBV_QP_RQ_PSN) a.rq_psn = attr->rq_psn & 0xffffff;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) a.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+  if (mask & IBV_QP_MIN_RNR_TIMER) a.min_rnr_timer = attr->min_rnr_timer;
+  if (mask & IBV_QP_TIMEOUT) a.timeout = attr->timeout;
+  if (mask & IBV_QP_RETRY_CNT) a.retry_cnt = attr->retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) a.rnr_retry = attr->rnr_retry;
+  if (mask & IBV_QP_SQ_PSN) a.sq_psn = attr->sq_psn & 0xffffff;
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) a.max_rd_atomic = attr->max_rd_atomic;
+
+  if (to == IBV_QPS_ERR) {
+    fabric.FailQp(qp, false);
+    return 0;
+  }
+  if (to == IBV_QPS_RESET) {
+    // Work requests are discarded without completions; completions not yet polled vanish too.
+    fabric.ForgetQp(qp);
+    qp->destroyed = false;
+    ResetQueues(qp);
+  }
+  if (to == IBV_QPS_RTR && from != IBV_QPS_RTR) qp->expected_psn = a.rq_psn;
+  if (to == IBV_QPS_RTS && from != IBV_QPS_RTS) qp->next_send_psn = a.sq_psn;
+  a.qp_state = ibv_qp_state(to);
+  qp->qp.state = ibv_qp_state(to);
+  qp->state.store(to, std::memory_order_seq_cst);
+  return 0;
+}
+
+int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
+  SimQp* qp = ToSim(ibqp);
+  Fabric::ControlLock lock(Fabric::Get());
+  *attr = qp->attr;
+  attr->qp_state = ibv_qp_state(qp->state.load());
+  attr->cur_qp_state = attr->qp_state;
+  attr->cap.max_send_wr = qp->max_send_wr;
+  attr->cap.max_recv_wr = qp->max_recv_wr;
+  attr->cap.max_send_sge = qp->max_send_sge;
+  attr->cap.max_recv_sge = qp->max_recv_sge;
+  attr->cap.max_inline_data = qp->max_inline_data;
+  if (init != nullptr) {
+    std::memset(init, 0, sizeof(*init));
+    init->qp_context = ibqp->qp_context;
+    init->send_cq = ibqp->send_cq;
+    init->recv_cq = ibqp->recv_cq;
+    init->cap = attr->cap;
+    init->qp_type = IBV_QPT_RC;
+    init->sq_sig_all = qp->sq_sig_all;
+  }
+  return 0;
+}
+
+int ibv_destroy_qp(ibv_qp* ibqp) {
+  SimQp* qp = ToSim(ibqp);
+  {
+    Fabric::ControlLock lock(Fabric::Get());
+    Fabric::Get().ForgetQp(qp);
+    qp->device->RemoveQp(ibqp->qp_num);
+  }
+  qp->protection_domain->users.fetch_sub(1);
+  ToSim(ibqp->send_cq)->users.fetch_sub(1);
+  ToSim(ibqp->recv_cq)->users.fetch_sub(1);
+  pthread_mutex_destroy(&ibqp->mutex);
+  pthread_cond_destroy(&ibqp->cond);
+  delete qp;
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages bexpress builds and tests with, only when some are missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libibverbs-dev ibverbs-utils       # verbs.h for the loader and the ABI test; real libibverbs
+  libjemalloc-dev                    # bemalloc's base allocator
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev libfmt-dev nlohmann-json3-dev
+  libgoogle-perftools-dev libmimalloc-dev   # allocators compared by `bx bench alloc`
+  clang-format
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
