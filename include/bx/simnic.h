@@ -48,7 +48,9 @@ int bxsim_force_qp_error(struct ibv_qp* qp);
 int bxsim_set_link(struct ibv_context* context, int up);
 
 // Makes the device vanish from the fabric as if its host died: every QP on it goes to error
-// without telling peers; peers find out through their transport retries (IBV_WC_RETRY_EXC_ERR).
+// without telling peers (no async event), and its link goes down; peers find out through their
+// transport retries (IBV_WC_RETRY_EXC_ERR). bxsim_set_link(context, 1) brings the device back
+// (its old QPs stay in error), as a rebooted host would come back.
 int bxsim_vanish(struct ibv_context* context);
 
 // Adds a fixed delay to every completion the device generates (both requester and responder).

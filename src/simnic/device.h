@@ -47,10 +47,8 @@ class Device {
   DeviceCounters& counters() { return counters_; }
 
   // Port state, changed by fault injection.
-  bool link_up() const { return link_up_.load(std::memory_order_acquire) && !vanished(); }
+  bool link_up() const { return link_up_.load(std::memory_order_acquire); }
   void set_link_up(bool up) { link_up_.store(up, std::memory_order_release); }
-  bool vanished() const { return vanished_.load(std::memory_order_acquire); }
-  void set_vanished() { vanished_.store(true, std::memory_order_release); }
 
   // Link model, read by the hardware thread when it stages a WQE.
   std::atomic<uint64_t> completion_delay_ns{0};
@@ -83,7 +81,6 @@ class Device {
   ibv_gid gid_{};
   uint64_t guid_be_ = 0;
   std::atomic<bool> link_up_{true};
-  std::atomic<bool> vanished_{false};
   DeviceCounters counters_;
 
   mutable std::shared_mutex mr_mu_;

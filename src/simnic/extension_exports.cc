@@ -72,7 +72,7 @@ int bxsim_vanish(ibv_context* context) {
   if (dev == nullptr) return EINVAL;
   Fabric& fabric = Fabric::Get();
   Fabric::ControlLock lock(fabric);
-  dev->set_vanished();
+  dev->set_link_up(false);
   for (SimQp* qp : dev->AllQps()) {
     if (qp->destroyed) continue;
     qp->state.store(IBV_QPS_ERR);

@@ -207,10 +207,6 @@ ibv_context* ibv_open_device(ibv_device* device) {
     errno = ENODEV;
     return nullptr;
   }
-  if (dev->vanished()) {
-    errno = ENODEV;
-    return nullptr;
-  }
   Fabric::Get().Start();
   auto* c = new SimContext{};
   c->device = dev;

@@ -1,0 +1,138 @@
+// Completion semantics: unsignalled work retired by a later signalled completion, sq_sig_all,
+// completion channels with real file descriptors, solicited-only notification.
+#include <poll.h>
+
+#include "simnic_fixture.h"
+
+namespace bx::simnic::testing {
+namespace {
+
+using CompletionTest = SimPairTest;
+
+TEST_F(CompletionTest, UnsignalledWorkIsRetiredByTheNextSignalledCompletion) {
+  QpOptions o;
+  o.send_wr = 8;
+  Connect(o, o);
+  auto src = Register(a_.pd, 64);
+  auto dst = Register(b_.pd, 64);
+  ibv_sge s{src->addr(), 8, src->mr->lkey};
+  constexpr int kRounds = 500;
+  const uint64_t sent_before = Counters(a_.ctx).packets_sent;
+  for (int round = 0; round < kRounds; ++round) {
+    // A full queue of 7 unsignalled writes and 1 signalled: possible only if the previous round's
+    // signalled completion freed all 8 slots.
+    for (int i = 0; i < 7; ++i)
+      ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(i), &s, 1, 0, dst->addr(), dst->mr->rkey), 0)
+          << "round " << round;
+    ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, 1000 + uint64_t(round), &s, 1, IBV_SEND_SIGNALED,
+                       dst->addr(), dst->mr->rkey),
+              0);
+    auto wc = PollN(a_.send_cq, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    ASSERT_EQ(wc[0].wr_id, 1000 + uint64_t(round)) << "only signalled work completes: " << ibv_wc_status_str(wc[0].status);
+    ASSERT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  }
+  EXPECT_TRUE(Drain(a_.send_cq).empty());
+  EXPECT_EQ(Counters(a_.ctx).packets_sent - sent_before, uint64_t(kRounds) * 8);
+}
+
+TEST_F(CompletionTest, SqSigAllSignalsEveryRequest) {
+  QpOptions o;
+  o.sq_sig_all = 1;
+  Connect(o, o);
+  auto src = Register(a_.pd, 64);
+  auto dst = Register(b_.pd, 64);
+  ibv_sge s{src->addr(), 8, src->mr->lkey};
+  for (int i = 0; i < 10; ++i)
+    ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(i), &s, 1, 0, dst->addr(), dst->mr->rkey), 0);
+  auto wc = PollN(a_.send_cq, 10);
+  ASSERT_EQ(wc.size(), 10u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(wc[size_t(i)].wr_id, uint64_t(i));
+}
+
+TEST_F(CompletionTest, CompletionChannelDeliversOneEventPerArm) {
+  Connect();
+  ibv_comp_channel* channel = ibv_create_comp_channel(b_.ctx);
+  ASSERT_NE(channel, nullptr);
+  ASSERT_GE(channel->fd, 0);
+  ibv_cq* cq = ibv_create_cq(b_.ctx, 16, reinterpret_cast<void*>(0x1234), channel, 0);
+  ASSERT_NE(cq, nullptr);
+  EXPECT_EQ(ibv_destroy_comp_channel(channel), EBUSY) << "a CQ still uses it";
+
+  // A second QP pair whose receive CQ is the one with the channel.
+  Endpoint c, d;
+  c.ctx = a_.ctx;
+  d.ctx = b_.ctx;
+  QpOptions o;
+  CreateQp(c, o);
+  d.pd = ibv_alloc_pd(d.ctx);
+  d.qp_pd = d.pd;
+  d.send_cq = ibv_create_cq(d.ctx, 16, nullptr, nullptr, 0);
+  d.recv_cq = cq;
+  ibv_qp_init_attr init{};
+  init.send_cq = d.send_cq;
+  init.recv_cq = cq;
+  init.qp_type = IBV_QPT_RC;
+  init.cap = {8, 8, 1, 1, 0};
+  d.qp = ibv_create_qp(d.pd, &init);
+  ASSERT_NE(d.qp, nullptr);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  ASSERT_EQ(ibv_modify_qp(d.qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  ASSERT_EQ(ibv_query_gid(d.ctx, 1, 0, &d.gid), 0);
+  ConnectQp(c, d.qp->qp_num, d.gid, o);
+  ConnectQp(d, c.qp->qp_num, c.gid, o);
+
+  auto src = Register(c.pd, 64);
+  auto dst = Register(d.pd, 64);
+  ibv_sge r{dst->addr(), 64, dst->mr->lkey};
+  ibv_sge s{src->addr(), 8, src->mr->lkey};
+  ASSERT_EQ(ibv_req_notify_cq(cq, 0), 0);
+  pollfd pfd{channel->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&pfd, 1, 0), 0) << "no event before a completion";
+  ASSERT_EQ(PostRecv(d.qp, 1, &r, 1), 0);
+  ASSERT_EQ(PostRecv(d.qp, 2, &r, 1), 0);
+  ASSERT_EQ(PostSend(c.qp, IBV_WR_SEND, 1, &s, 1, 0), 0);
+  ASSERT_EQ(poll(&pfd, 1, 5000), 1) << "the channel fd became readable";
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(channel, &ev_cq, &ev_ctx), 0);
+  EXPECT_EQ(ev_cq, cq);
+  EXPECT_EQ(ev_ctx, reinterpret_cast<void*>(0x1234));
+  EXPECT_EQ(PollN(cq, 1).size(), 1u);
+  // Not re-armed: the next completion raises no event.
+  ASSERT_EQ(PostSend(c.qp, IBV_WR_SEND, 2, &s, 1, 0), 0);
+  EXPECT_EQ(PollN(cq, 1).size(), 1u);
+  EXPECT_EQ(poll(&pfd, 1, 20), 0);
+  ibv_ack_cq_events(cq, 1);
+
+  src.reset();
+  dst.reset();
+  c.ctx = nullptr;
+  DestroyEndpoint(c);
+  EXPECT_EQ(ibv_destroy_qp(d.qp), 0);
+  EXPECT_EQ(ibv_destroy_cq(d.send_cq), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_dealloc_pd(d.pd), 0);
+  EXPECT_EQ(ibv_destroy_comp_channel(channel), 0);
+}
+
+TEST_F(CompletionTest, DestroyedQpCompletionsAreNeverReturned) {
+  QpOptions o;
+  o.sq_sig_all = 1;
+  Connect(o, o);
+  auto src = Register(a_.pd, 64);
+  auto dst = Register(b_.pd, 64);
+  ibv_sge s{src->addr(), 8, src->mr->lkey};
+  for (int i = 0; i < 4; ++i)
+    ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(i), &s, 1, 0, dst->addr(), dst->mr->rkey), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(ibv_destroy_qp(a_.qp), 0);
+  a_.qp = nullptr;
+  ibv_wc wc[8];
+  EXPECT_EQ(ibv_poll_cq(a_.send_cq, 8, wc), 0);
+}
+
+}  // namespace
+}  // namespace bx::simnic::testing

@@ -1,0 +1,124 @@
+// Devices, ports, GIDs, memory registration rules, thread and parent domains, link model.
+#include <sys/mman.h>
+
+#include "simnic_fixture.h"
+
+namespace bx::simnic::testing {
+namespace {
+
+TEST(DeviceTest, ListsSimDevicesWithRoceV2Ports) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ASSERT_NE(list, nullptr);
+  ASSERT_GE(n, 2);
+  EXPECT_STREQ(ibv_get_device_name(list[0]), "bxsim0");
+  EXPECT_STREQ(ibv_get_device_name(list[1]), "bxsim1");
+  EXPECT_EQ(list[n], nullptr);
+  EXPECT_NE(ibv_get_device_guid(list[0]), ibv_get_device_guid(list[1]));
+  ibv_context* ctx = ibv_open_device(list[0]);
+  ASSERT_NE(ctx, nullptr);
+  ibv_device_attr attr{};
+  ASSERT_EQ(ibv_query_device(ctx, &attr), 0);
+  EXPECT_EQ(attr.phys_port_cnt, 1);
+  EXPECT_GE(attr.max_qp_wr, 1024);
+  ibv_port_attr port{};
+  ASSERT_EQ(ibv_query_port(ctx, 1, &port), 0);
+  EXPECT_EQ(port.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(port.link_layer, IBV_LINK_LAYER_ETHERNET);
+  EXPECT_NE(ibv_query_port(ctx, 2, &port), 0) << "one port only";
+  ibv_gid gid{};
+  ASSERT_EQ(ibv_query_gid(ctx, 1, 0, &gid), 0);
+  EXPECT_EQ(gid.raw[0], 0xfe);
+  EXPECT_NE(ibv_query_gid(ctx, 1, 1, &gid), 0);
+  ibv_device_attr_ex ex{};
+  ASSERT_EQ(ibv_query_device_ex(ctx, nullptr, &ex), 0);
+  EXPECT_EQ(ex.orig_attr.max_qp_wr, attr.max_qp_wr);
+  EXPECT_EQ(ibv_close_device(ctx), 0);
+  ibv_free_device_list(list);
+}
+
+TEST(DeviceTest, RegistrationFollowsTheManPage) {
+  ibv_context* ctx = OpenDevice("bxsim0");
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  std::vector<uint8_t> buf(8192);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_REMOTE_WRITE), nullptr)
+      << "remote write needs local write";
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(ibv_reg_mr(pd, buf.data(), 0, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  // Unmapped memory cannot be pinned.
+  void* hole = mmap(nullptr, 1 << 20, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(hole, MAP_FAILED);
+  munmap(hole, 1 << 20);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, hole, 1 << 20, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EFAULT);
+
+  auto before = Counters(ctx);
+  ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(),
+                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_RELAXED_ORDERING);
+  ASSERT_NE(mr, nullptr);
+  EXPECT_EQ(mr->addr, buf.data());
+  EXPECT_EQ(mr->length, buf.size());
+  EXPECT_EQ(Counters(ctx).registered_bytes - before.registered_bytes, buf.size());
+  EXPECT_EQ(bxsim_is_registered(pd, buf.data() + 100, 200, IBV_ACCESS_REMOTE_READ), 1);
+  EXPECT_EQ(bxsim_is_registered(pd, buf.data() + 8000, 200, 0), 0) << "runs past the MR";
+  EXPECT_EQ(bxsim_is_registered(pd, buf.data(), 10, IBV_ACCESS_REMOTE_WRITE), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY) << "an MR still uses the PD";
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(Counters(ctx).registered_bytes, before.registered_bytes);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+  ibv_close_device(ctx);
+}
+
+using DomainTest = SimPairTest;
+
+TEST_F(DomainTest, ThreadAndParentDomainsCarryTraffic) {
+  QpOptions o;
+  o.use_parent_domain = true;
+  Connect(o, o);
+  EXPECT_EQ(ibv_dealloc_td(a_.td), EBUSY) << "a parent domain uses it";
+  // Memory registered on the plain PD is usable by a QP created on the parent domain over it.
+  auto src = Register(a_.pd, 4096);
+  auto dst = Register(b_.pd, 4096);
+  FillRandom(src->data(), 4096, 2);
+  ibv_sge s{src->addr(), 4096, src->mr->lkey};
+  ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, 1, &s, 1, IBV_SEND_SIGNALED, dst->addr(), dst->mr->rkey), 0);
+  auto wc = PollN(a_.send_cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(src->data(), dst->data(), 4096));
+  // A parent domain needs a protection domain.
+  ibv_parent_domain_init_attr bad{};
+  errno = 0;
+  EXPECT_EQ(ibv_alloc_parent_domain(a_.ctx, &bad), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+TEST_F(DomainTest, LinkModelDelaysCompletionsByWireTime) {
+  Connect();
+  // 1 Gbps: 1 MB takes 8.4 ms on the wire, so the completion cannot come sooner.
+  ASSERT_EQ(bxsim_set_link_model(a_.ctx, 1.0, 10'000), 0);
+  auto src = Register(a_.pd, 1 << 20);
+  auto dst = Register(b_.pd, 1 << 20);
+  ibv_sge s{src->addr(), 1 << 20, src->mr->lkey};
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, 1, &s, 1, IBV_SEND_SIGNALED, dst->addr(), dst->mr->rkey), 0);
+  auto wc = PollN(a_.send_cq, 1);
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_GE(elapsed, std::chrono::microseconds(8388 + 10));
+  ASSERT_EQ(bxsim_set_link_model(a_.ctx, 0, 0), 0);
+}
+
+TEST(HardwareThreadTest, CpuTimeIsReportedApart) {
+  ibv_context* ctx = OpenDevice("bxsim0");  // opening a device starts the hardware thread
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  uint64_t first = bxsim_hardware_cpu_ns();
+  EXPECT_GT(first, 0u);
+  ibv_close_device(ctx);
+}
+
+}  // namespace
+}  // namespace bx::simnic::testing
