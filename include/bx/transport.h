@@ -1,0 +1,108 @@
+// The socket-like interface of bexpress (paper section 4): a Socket is one logical connection
+// carrying whole messages, zero-copy, in both directions. Two transports implement it: `rdma://`
+// (engines over RC QPs) and `tcp://` (the kernel stack, baseline and fallback). Code above the
+// transport layer cannot tell them apart except by asking scheme().
+//
+// Ownership: Send() takes a Buffer and keeps it until the message has left (the NIC or the
+// kernel has it); the callback then runs and the buffer is freed. A received message is a Buffer
+// the application owns: it may keep it, move it to another thread and free it there.
+//
+// Threads: every transport runs I/O threads. Handlers (on_message, on_close, accept and send
+// callbacks) run on the socket's I/O thread and must not block; hand heavy work to another thread.
+// All Socket and Listener methods may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "bx/buffer.h"
+#include "bx/status.h"
+
+namespace bx {
+
+class Socket;
+
+// A parsed `scheme://host:port`.
+struct Url {
+  std::string scheme;
+  std::string host;
+  uint16_t port = 0;
+  std::string ToString() const;
+};
+// Parses "rdma://10.0.0.1:7000" or "tcp://localhost:0"; port 0 asks Listen for any free port.
+Result<Url> ParseUrl(std::string_view url);
+
+struct SocketHandlers {
+  // One call per message, in the order the peer sent them. When empty, messages queue inside the
+  // socket for Socket::Receive().
+  std::function<void(Socket&, Buffer)> on_message;
+  // Exactly once, when the socket ends: OK after Close(), the reason otherwise (peer gone, QP
+  // error, malformed frame). Sends still pending then complete with that error first.
+  std::function<void(Socket&, const Status&)> on_close;
+};
+
+// Called on an I/O thread for each accepted socket; returns the handlers for it.
+using AcceptHandler = std::function<SocketHandlers(const std::shared_ptr<Socket>&)>;
+using SendCallback = std::function<void(const Status&)>;
+
+class Socket {
+ public:
+  virtual ~Socket() = default;
+
+  // Queues `message` (boundaries kept, order kept per socket). `done` runs once with OK when the
+  // message has left and the buffer was released, or with the error that ended the socket.
+  // Back-pressure: when the socket already holds TransportOptions::max_queued_bytes of unsent
+  // messages, `done` runs at once with ResourceExhausted and the message is dropped unsent.
+  virtual void Send(Buffer message, SendCallback done = {}) = 0;
+
+  // Takes the next queued message (sockets without on_message), waiting up to `timeout`.
+  // DeadlineExceeded on timeout; the close status once the socket has ended and the queue is empty.
+  virtual Result<Buffer> Receive(std::chrono::milliseconds timeout) = 0;
+
+  // Ends the socket: pending sends fail with Aborted, on_close runs with OK. Idempotent.
+  virtual void Close() = 0;
+
+  // OK while the socket is open; afterwards the reason it ended.
+  virtual Status status() const = 0;
+  virtual std::string_view scheme() const = 0;  // "rdma" or "tcp"
+  virtual std::string peer() const = 0;         // the remote url
+  // Counters: messages_sent, bytes_sent, messages_received, bytes_received, and what the
+  // transport adds (credit stalls, rendezvous exchanges, ...).
+  virtual std::map<std::string, uint64_t> counters() const = 0;
+};
+
+class Listener {
+ public:
+  virtual ~Listener() = default;
+  // The bound url, with the real port when 0 was asked for.
+  virtual std::string url() const = 0;
+  // Stops accepting; sockets already accepted stay open.
+  virtual void Close() = 0;
+};
+
+struct TransportOptions {
+  int io_threads = 1;
+  // Messages larger than this are refused (Send fails, a peer announcing one is disconnected).
+  size_t max_message_bytes = size_t{1} << 30;
+  // Unsent bytes a socket may hold before Send pushes back (see Socket::Send).
+  size_t max_queued_bytes = size_t{256} << 20;
+  // Device for rdma:// (empty: BX_DEVICE or the first device).
+  std::string device;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string_view scheme() const = 0;
+  virtual Result<std::unique_ptr<Listener>> Listen(std::string_view url,
+                                                   AcceptHandler on_accept) = 0;
+  virtual Result<std::shared_ptr<Socket>> Connect(std::string_view url, SocketHandlers handlers,
+                                                  std::chrono::milliseconds timeout) = 0;
+};
+
+}  // namespace bx
