@@ -25,10 +25,10 @@ struct bxsim_device_counters {
   uint64_t bytes_sent;
   uint64_t packets_received;
   uint64_t bytes_received;
-  uint64_t doorbells;           // post_send / post_recv calls that reached the device
+  uint64_t doorbells;  // post_send / post_recv calls that reached the device
   uint64_t cq_overruns;
-  uint64_t registered_bytes;    // bytes currently covered by MRs on this device
-  uint64_t memory_regions;      // MRs currently registered on this device
+  uint64_t registered_bytes;  // bytes currently covered by MRs on this device
+  uint64_t memory_regions;    // MRs currently registered on this device
 };
 
 // Reads the device's counters.

@@ -16,15 +16,15 @@ namespace bx {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,   // the caller passed something wrong
-  kNotFound,          // a named thing does not exist (device, key, method)
-  kUnavailable,       // the resource or peer cannot be used now; retrying may help
-  kResourceExhausted, // a queue, pool or budget is full
-  kFailedPrecondition,// the object is in the wrong state for the call
+  kInvalidArgument,     // the caller passed something wrong
+  kNotFound,            // a named thing does not exist (device, key, method)
+  kUnavailable,         // the resource or peer cannot be used now; retrying may help
+  kResourceExhausted,   // a queue, pool or budget is full
+  kFailedPrecondition,  // the object is in the wrong state for the call
   kDeadlineExceeded,
-  kAborted,           // the operation was cut short (peer death, QP error, shutdown)
-  kDataLoss,          // a malformed or corrupted message
-  kInternal,          // a bug: an invariant did not hold
+  kAborted,   // the operation was cut short (peer death, QP error, shutdown)
+  kDataLoss,  // a malformed or corrupted message
+  kInternal,  // a bug: an invariant did not hold
   kUnimplemented,
 };
 
@@ -55,18 +55,30 @@ class [[nodiscard]] Status {
   std::shared_ptr<const State> state_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
-inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
+inline Status NotFound(std::string m) {
+  return {StatusCode::kNotFound, std::move(m)};
+}
+inline Status Unavailable(std::string m) {
+  return {StatusCode::kUnavailable, std::move(m)};
+}
 inline Status ResourceExhausted(std::string m) {
   return {StatusCode::kResourceExhausted, std::move(m)};
 }
 inline Status FailedPrecondition(std::string m) {
   return {StatusCode::kFailedPrecondition, std::move(m)};
 }
-inline Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
-inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
-inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status Aborted(std::string m) {
+  return {StatusCode::kAborted, std::move(m)};
+}
+inline Status DataLoss(std::string m) {
+  return {StatusCode::kDataLoss, std::move(m)};
+}
+inline Status Internal(std::string m) {
+  return {StatusCode::kInternal, std::move(m)};
+}
 
 template <typename T>
 class [[nodiscard]] Result {
@@ -93,8 +105,8 @@ class [[nodiscard]] Result {
 }  // namespace bx
 
 // Returns early from the enclosing function when `expr` is a non-OK Status.
-#define BX_RETURN_IF_ERROR(expr)            \
-  do {                                      \
-    ::bx::Status bx_status_ = (expr);       \
+#define BX_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::bx::Status bx_status_ = (expr);        \
     if (!bx_status_.ok()) return bx_status_; \
   } while (0)

@@ -1,0 +1,20 @@
+// bx: the bexpress command. Subcommands are registered from tools/bx/commands.h.
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"bx: bexpress, a communication layer over RDMA"};
+  app.require_subcommand(1);
+
+  bx::tools::AddDevicesCommand(&app);
+  bx::tools::AddSelfCheckCommand(&app);
+
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks (each prints --json on request)");
+  bench->require_subcommand(1);
+  AddBenchAllocCommand(bench);
+  AddBenchMsgCommand(bench);
+
+  CLI11_PARSE(app, argc, argv);
+  return 0;
+}
