@@ -1,0 +1,69 @@
+#include "alloc/tests/test_backend.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "alloc/tests/fake_registrar.h"
+#include "bx/bemalloc.h"
+#ifdef BX_ALLOC_HAS_VERBS
+#include "alloc/verbs_registrar.h"
+#include "verbs/verbs.h"
+#endif
+
+namespace bx::bemalloc::testing {
+namespace {
+
+std::string g_backend_name;
+#ifdef BX_ALLOC_HAS_VERBS
+verbs::Device* g_device = nullptr;  // leaked: bemalloc needs it until exit
+#else
+FakeRegistrar* g_fake = nullptr;
+#endif
+
+[[noreturn]] void Fail(const Status& status) {
+  std::fprintf(stderr, "bx_alloc_test: cannot initialise bemalloc: %s\n",
+               status.ToString().c_str());
+  std::exit(1);
+}
+
+}  // namespace
+
+void InitTestPool() {
+  // Small regions and a small empty-region reserve make growth and release visible with little
+  // memory; decay stays jemalloc's (10 s), longer than any test, so only Trim() releases.
+  Options options;
+  options.min_region_bytes = size_t{4} << 20;
+  options.keep_empty_bytes = size_t{16} << 20;
+#ifdef BX_ALLOC_HAS_VERBS
+  setenv("BX_VERBS", "sim", /*overwrite=*/0);
+  Result<verbs::Device> device = verbs::Device::Open();
+  if (!device.ok()) Fail(device.status());
+  g_device = new verbs::Device(std::move(device).value());
+  if (g_device->lib().sim().is_registered == nullptr) {
+    Fail(FailedPrecondition("the verbs library is not the simnic (no bxsim_is_registered)"));
+  }
+  Status status = Init(*g_device, options);
+  g_backend_name = "simnic";
+#else
+  auto fake = std::make_unique<FakeRegistrar>();
+  g_fake = fake.get();
+  Status status = Init(std::move(fake), options);
+  g_backend_name = "fake";
+#endif
+  if (!status.ok()) Fail(status);
+}
+
+const std::string& BackendName() {
+  return g_backend_name;
+}
+
+bool NicHasRegistered(const void* p, size_t n) {
+#ifdef BX_ALLOC_HAS_VERBS
+  return g_device->lib().sim().is_registered(g_device->pd(), p, n, kRegionAccess) == 1;
+#else
+  return g_fake->IsRegistered(p, n);
+#endif
+}
+
+}  // namespace bx::bemalloc::testing

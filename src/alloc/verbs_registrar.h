@@ -1,0 +1,28 @@
+// VerbsRegistrar: registers bemalloc regions in a verbs device's protection domain.
+//
+// Access is LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ, plus IBV_ACCESS_RELAXED_ORDERING, an
+// optional flag: the loader registers through ibv_reg_mr_iova2 when the library has it, and a
+// device that does not support relaxed ordering ignores the flag, as libibverbs specifies.
+//
+// Threads: bemalloc serialises the calls; the device must outlive the registrar.
+#pragma once
+
+#include "bx/bemalloc.h"
+#include "verbs/verbs.h"
+
+namespace bx::bemalloc {
+
+inline constexpr unsigned kRegionAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+
+class VerbsRegistrar : public Registrar {
+ public:
+  explicit VerbsRegistrar(verbs::Device& device) : device_(device) {}
+  Result<RegionKeys> Register(void* addr, size_t length) override;
+  Status Deregister(const RegionKeys& keys) override;
+
+ private:
+  verbs::Device& device_;
+};
+
+}  // namespace bx::bemalloc

@@ -1,0 +1,197 @@
+#include "workload.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace bx::alloc_bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Live blocks per thread: about 16 MiB of small and 20 MiB of large blocks each, enough that
+// the working set is well beyond any per-thread cache.
+constexpr size_t kSmallSlots = 2048;
+constexpr size_t kLargeSlots = 64;
+constexpr size_t kSizeTable = 4096;  // pre-drawn sizes, so the random draw is not measured
+constexpr int kHandOverPercent = 10;
+constexpr int kInboxDrainEvery = 64;
+
+std::vector<size_t> DrawSizes(bool large, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<size_t> sizes(kSizeTable);
+  if (large) {
+    // Exponential with mean 256 KiB above 64 KiB, redrawn above 1 MiB.
+    std::exponential_distribution<double> exp(1.0 / (192.0 * 1024));
+    for (size_t& s : sizes) {
+      double v;
+      do v = 64.0 * 1024 + exp(rng);
+      while (v > 1024.0 * 1024);
+      s = static_cast<size_t>(v);
+    }
+  } else {
+    std::uniform_int_distribution<size_t> uniform(16, 16 * 1024);
+    for (size_t& s : sizes) s = uniform(rng);
+  }
+  return sizes;
+}
+
+uint64_t ResidentBytes() {
+  long pages_total = 0, pages_resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  if (std::fscanf(f, "%ld %ld", &pages_total, &pages_resident) != 2) pages_resident = 0;
+  std::fclose(f);
+  return static_cast<uint64_t>(pages_resident) * sysconf(_SC_PAGESIZE);
+}
+
+uint64_t PeakResidentBytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+}
+
+struct Inbox {
+  std::mutex mu;
+  std::vector<void*> blocks;
+};
+
+void Touch(void* p, size_t size) {
+  auto* bytes = static_cast<volatile char*>(p);
+  for (size_t i = 0; i < size; i += 4096) bytes[i] = static_cast<char>(i);
+  bytes[size - 1] = 1;
+}
+
+}  // namespace
+
+RunResult RunThroughput(const Allocator& allocator, bool large, int threads, double seconds) {
+  const size_t slots = large ? kLargeSlots : kSmallSlots;
+  std::vector<Inbox> inboxes(threads);
+  std::atomic<bool> stop{false};
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<uint64_t> operations(threads, 0);
+  const uint64_t resident_before = ResidentBytes();
+
+  auto worker = [&](int index) {
+    std::vector<size_t> sizes = DrawSizes(large, 1000 + index);
+    std::vector<void*> live(slots, nullptr);
+    uint64_t x = 0x9e3779b97f4a7c15ull * (index + 1);
+    size_t next_size = 0;
+    uint64_t ops = 0;
+    ready++;
+    while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+    for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
+      size_t slot = x % slots;
+      if (void* old = live[slot]) {
+        if (threads > 1 && (x >> 32) % 100 < kHandOverPercent) {
+          Inbox& next = inboxes[(index + 1) % threads];
+          std::lock_guard<std::mutex> lock(next.mu);
+          next.blocks.push_back(old);
+        } else {
+          allocator.deallocate(old);
+          ++ops;
+        }
+      }
+      size_t size = sizes[next_size++ % kSizeTable];
+      void* p = allocator.allocate(size);
+      if (p == nullptr) std::abort();
+      Touch(p, size);
+      live[slot] = p;
+      ++ops;
+      if (i % kInboxDrainEvery == 0) {
+        std::vector<void*> mine;
+        {
+          std::lock_guard<std::mutex> lock(inboxes[index].mu);
+          mine.swap(inboxes[index].blocks);
+        }
+        for (void* q : mine) allocator.deallocate(q);
+        ops += mine.size();
+      }
+    }
+    operations[index] = ops;
+    for (void* p : live) {
+      if (p != nullptr) allocator.deallocate(p);
+    }
+  };
+
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(worker, t);
+  while (ready.load() < threads) std::this_thread::yield();
+  RunResult result;
+  const uint64_t registrations_before = allocator.registrations ? allocator.registrations() : 0;
+  const auto start = Clock::now();
+  go.store(true, std::memory_order_release);
+  const auto end =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  while (Clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (allocator.registered_bytes) {
+      result.peak_registered_bytes =
+          std::max(result.peak_registered_bytes, allocator.registered_bytes());
+    }
+  }
+  stop.store(true);
+  for (std::thread& t : pool) t.join();
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (Inbox& inbox : inboxes) {
+    for (void* p : inbox.blocks) allocator.deallocate(p);
+  }
+  for (uint64_t ops : operations) result.operations += ops;
+  const uint64_t peak = PeakResidentBytes();
+  result.peak_bytes = peak > resident_before ? peak - resident_before : 0;
+  if (allocator.registrations) {
+    result.registrations = allocator.registrations() - registrations_before;
+  }
+  return result;
+}
+
+int WorkerMain(int argc, char** argv, const Allocator& allocator) {
+  std::string sizes = "small";
+  int threads = 1;
+  double seconds = 0.5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    if (flag == "--sizes") {
+      sizes = argv[i + 1];
+    } else if (flag == "--threads") {
+      threads = std::atoi(argv[i + 1]);
+    } else if (flag == "--seconds") {
+      seconds = std::atof(argv[i + 1]);
+    } else {
+      std::fprintf(stderr, "%s: unknown flag %s\n", argv[0], flag.c_str());
+      return 2;
+    }
+  }
+  if ((sizes != "small" && sizes != "large") || threads < 1 || threads > 256 || seconds <= 0) {
+    std::fprintf(stderr, "usage: %s --sizes small|large --threads N --seconds S\n", argv[0]);
+    return 2;
+  }
+  RunResult r = RunThroughput(allocator, sizes == "large", threads, seconds);
+  std::printf(
+      "{\"allocator\":\"%s\",\"sizes\":\"%s\",\"threads\":%d,\"ops_per_sec\":%.0f,"
+      "\"peak_bytes\":%llu,\"seconds\":%.3f",
+      allocator.name.c_str(), sizes.c_str(), threads, r.operations / r.seconds,
+      static_cast<unsigned long long>(r.peak_bytes), r.seconds);
+  if (allocator.registered_bytes) {
+    std::printf(",\"peak_registered_bytes\":%llu,\"registrations\":%llu",
+                static_cast<unsigned long long>(r.peak_registered_bytes),
+                static_cast<unsigned long long>(r.registrations));
+  }
+  std::printf("}\n");
+  return 0;
+}
+
+}  // namespace bx::alloc_bench
