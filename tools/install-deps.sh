@@ -10,6 +10,7 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev
   libgoogle-perftools-dev libmimalloc-dev   # allocators compared by `bx bench alloc`
   clang-format
+  sockperf iperf3                           # peers measured beside `bx bench msg`
 )
 
 missing=()

@@ -1,0 +1,40 @@
+// TcpListener: a bx::Listener on a listening kernel socket. Its I/O thread accepts connections
+// and hands each new socket to an I/O thread of the transport, round-robin; the AcceptHandler
+// runs on that socket's I/O thread, before the socket reads anything.
+//
+// Threads: url() and Close() may be called from any thread. Close() from a thread that is not an
+// I/O thread returns after the listening socket is closed (new connections are refused).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bx/transport.h"
+#include "transport/tcp/io_thread.h"
+
+namespace bx::tcp {
+
+class TcpListener final : public Listener {
+ public:
+  // Takes ownership of `fd` (bound, listening, non-blocking) and starts accepting on the first
+  // of `io_threads`.
+  static Result<std::unique_ptr<TcpListener>> Start(
+      int fd, std::string url, std::vector<std::shared_ptr<IoThread>> io_threads,
+      const TransportOptions& options, AcceptHandler on_accept);
+  ~TcpListener() override;
+
+  std::string url() const override { return url_; }
+  void Close() override;
+
+ private:
+  class Acceptor;
+  TcpListener(std::string url, std::shared_ptr<Acceptor> acceptor)
+      : url_(std::move(url)), acceptor_(std::move(acceptor)) {}
+
+  const std::string url_;
+  const std::shared_ptr<Acceptor> acceptor_;
+};
+
+}  // namespace bx::tcp

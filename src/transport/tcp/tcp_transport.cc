@@ -1,0 +1,158 @@
+#include "transport/tcp/tcp_transport.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "transport/tcp/io_thread.h"
+#include "transport/tcp/socket_util.h"
+#include "transport/tcp/tcp_listener.h"
+#include "transport/tcp/tcp_socket.h"
+#include "transport/transport_registry.h"
+
+namespace bx::tcp {
+namespace {
+
+// Connections the kernel queues for accept(): many clients connect at once under incast.
+constexpr int kListenBacklog = 4096;
+
+Result<Url> ParseTcpUrl(std::string_view text) {
+  Result<Url> url = ParseUrl(text);
+  if (!url.ok()) return url.status();
+  if (url->scheme != "tcp") {
+    return InvalidArgument("the tcp transport cannot use '" + std::string(text) + "'");
+  }
+  return url;
+}
+
+// Connects a non-blocking socket to `address`, waiting until `deadline`. Returns the fd.
+Result<int> ConnectOne(const addrinfo& address, std::chrono::steady_clock::time_point deadline,
+                       const std::string& url) {
+  int fd = ::socket(address.ai_family, address.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    address.ai_protocol);
+  if (fd < 0) return Status::FromErrno(errno, "socket");
+  auto fail = [&](Status status) {
+    ::close(fd);
+    return status.WithContext("connect " + url);
+  };
+  if (::connect(fd, address.ai_addr, address.ai_addrlen) != 0) {
+    if (errno != EINPROGRESS) return fail(Status::FromErrno(errno, "connect"));
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd waiting{fd, POLLOUT, 0};
+      int ready = ::poll(&waiting, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready < 0) return fail(Status::FromErrno(errno, "poll"));
+      if (ready == 0) return fail(Status(StatusCode::kDeadlineExceeded, "timed out"));
+      break;
+    }
+    int error = 0;
+    socklen_t length = sizeof(error);
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
+    if (error != 0) return fail(Status::FromErrno(error, "connect"));
+  }
+  (void)SetNoDelay(fd);  // a failure only costs latency
+  return fd;
+}
+
+class TcpTransport final : public Transport {
+ public:
+  TcpTransport(const TransportOptions& options, std::vector<std::shared_ptr<IoThread>> io_threads)
+      : options_(options), io_threads_(std::move(io_threads)) {}
+
+  ~TcpTransport() override {
+    for (const std::shared_ptr<IoThread>& io_thread : io_threads_) {
+      io_thread->Stop(Aborted("tcp transport shut down"));
+    }
+  }
+
+  std::string_view scheme() const override { return "tcp"; }
+
+  Result<std::unique_ptr<Listener>> Listen(std::string_view url_text,
+                                           AcceptHandler on_accept) override {
+    Result<Url> url = ParseTcpUrl(url_text);
+    if (!url.ok()) return url.status();
+    Result<AddressList> addresses = Resolve(*url, /*passive=*/true);
+    if (!addresses.ok()) return addresses.status();
+    const addrinfo& address = *addresses->get();
+    int fd = ::socket(address.ai_family, address.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                      address.ai_protocol);
+    if (fd < 0) return Status::FromErrno(errno, "socket");
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_storage bound{};
+    socklen_t length = sizeof(bound);
+    if (::bind(fd, address.ai_addr, address.ai_addrlen) != 0 || ::listen(fd, kListenBacklog) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
+      Status status = Status::FromErrno(errno, "listen on " + url->ToString());
+      ::close(fd);
+      return status;
+    }
+    Url listening = *url;
+    listening.port =
+        ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                          : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    auto listener =
+        TcpListener::Start(fd, listening.ToString(), io_threads_, options_, std::move(on_accept));
+    if (!listener.ok()) return listener.status();
+    return std::unique_ptr<Listener>(std::move(listener).value());
+  }
+
+  Result<std::shared_ptr<Socket>> Connect(std::string_view url_text, SocketHandlers handlers,
+                                          std::chrono::milliseconds timeout) override {
+    Result<Url> url = ParseTcpUrl(url_text);
+    if (!url.ok()) return url.status();
+    Result<AddressList> addresses = Resolve(*url, /*passive=*/false);
+    if (!addresses.ok()) return addresses.status();
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    Status last_error = Unavailable("connect " + url->ToString() + ": no address");
+    for (const addrinfo* address = addresses->get(); address; address = address->ai_next) {
+      Result<int> fd = ConnectOne(*address, deadline, url->ToString());
+      if (!fd.ok()) {
+        last_error = fd.status();
+        continue;
+      }
+      std::shared_ptr<IoThread> io_thread =
+          io_threads_[next_thread_.fetch_add(1, std::memory_order_relaxed) % io_threads_.size()];
+      std::shared_ptr<TcpSocket> socket = TcpSocket::Create(
+          *fd, io_thread, options_, FormatAddress(address->ai_addr, address->ai_addrlen));
+      BX_RETURN_IF_ERROR(socket->Start(std::move(handlers)));
+      return std::shared_ptr<Socket>(std::move(socket));
+    }
+    return last_error;
+  }
+
+ private:
+  const TransportOptions options_;
+  const std::vector<std::shared_ptr<IoThread>> io_threads_;
+  std::atomic<size_t> next_thread_{0};
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> CreateTcpTransport(const TransportOptions& options) {
+  if (options.io_threads < 1) {
+    return InvalidArgument(
+        fmt::format("tcp transport: io_threads is {}, needs at least 1", options.io_threads));
+  }
+  std::vector<std::shared_ptr<IoThread>> io_threads;
+  for (int i = 0; i < options.io_threads; ++i) {
+    Result<std::shared_ptr<IoThread>> io_thread = IoThread::Start(fmt::format("bx-tcp-io{}", i));
+    if (!io_thread.ok()) return io_thread.status();
+    io_threads.push_back(std::move(io_thread).value());
+  }
+  return std::unique_ptr<Transport>(new TcpTransport(options, std::move(io_threads)));
+}
+
+void RegisterTcpTransport() {
+  transport::RegisterTransport("tcp", &CreateTcpTransport);
+}
+
+}  // namespace bx::tcp

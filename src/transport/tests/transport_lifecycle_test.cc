@@ -1,0 +1,174 @@
+// How sockets end, for every transport: Close, a peer that goes away, back-pressure, refused
+// sends. The rule throughout: every send callback runs exactly once and on_close exactly once.
+#include "transport/tests/transport_fixture.h"
+
+namespace bx::transport::testing {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+TEST_P(TransportTest, CloseEndsTheSocketOnceAndTellsThePeer) {
+  auto listener = ListenEcho();
+  CloseLog closes;
+  auto socket = Connect(*listener, closes.Handlers());
+  ASSERT_TRUE(socket);
+  socket->Send(PatternMessage(10, 1));
+  ASSERT_TRUE(socket->Receive(std::chrono::seconds(5)).ok());
+
+  socket->Close();
+  socket->Close();  // idempotent
+  ASSERT_TRUE(closes.WaitClosed());
+  EXPECT_TRUE(closes.last().ok()) << "on_close after Close() carries OK";
+  EXPECT_FALSE(socket->status().ok());
+
+  SendLog late(1);
+  socket->Send(PatternMessage(10, 2), late.For(0));
+  ASSERT_TRUE(late.WaitAll());
+  EXPECT_EQ(late.failed(), 1u);
+
+  ASSERT_TRUE(log_.waiter.WaitFor([&] { return log_.closes.size() == 1; }));
+  EXPECT_FALSE(log_.closes[0].ok()) << "the peer learns the socket ended";
+  client_.reset();
+  server_.reset();
+  EXPECT_EQ(closes.count(), 1);
+  EXPECT_EQ(late.repeated(), 0u);
+}
+
+TEST_P(TransportTest, CloseFailsPendingSendsWithAbortedOnce) {
+  auto listener = ListenStalled();
+  CloseLog closes;
+  auto socket = Connect(*listener, closes.Handlers());
+  ASSERT_TRUE(socket);
+  constexpr size_t kMessages = 48;  // 48 MiB: far beyond what the kernel or NIC buffers hold
+  SendLog sends(kMessages);
+  for (size_t i = 0; i < kMessages; ++i) socket->Send(PatternMessage(kMiB, i), sends.For(i));
+  ASSERT_TRUE(WaitServerStalled());
+  socket->Close();
+  ASSERT_TRUE(sends.WaitAll());
+  ASSERT_TRUE(closes.WaitClosed());
+  EXPECT_TRUE(closes.last().ok());
+  EXPECT_GE(sends.failed(), 1u);
+  EXPECT_EQ(sends.last_error().code(), StatusCode::kAborted) << sends.last_error().ToString();
+  gate_.Open();
+  client_.reset();
+  server_.reset();
+  EXPECT_EQ(sends.ok() + sends.failed(), kMessages);
+  EXPECT_EQ(sends.repeated(), 0u);
+  EXPECT_EQ(closes.count(), 1);
+}
+
+TEST_P(TransportTest, PeerDeathFailsOutstandingSendsOnce) {
+  auto listener = ListenStalled();
+  CloseLog closes;
+  auto socket = Connect(*listener, closes.Handlers());
+  ASSERT_TRUE(socket);
+  constexpr size_t kMessages = 48;
+  SendLog sends(kMessages);
+  for (size_t i = 0; i < kMessages; ++i) socket->Send(PatternMessage(kMiB, i), sends.For(i));
+  ASSERT_TRUE(WaitServerStalled());
+  ASSERT_TRUE(log_.waiter.WaitFor([&] { return log_.sockets.size() == 1; }));
+  log_.sockets[0]->Close();  // the peer goes away with most of the data unread
+  gate_.Open();
+  ASSERT_TRUE(closes.WaitClosed());
+  EXPECT_FALSE(closes.last().ok());
+  ASSERT_TRUE(sends.WaitAll());
+  EXPECT_GE(sends.failed(), 1u);
+  EXPECT_FALSE(socket->status().ok());
+  client_.reset();
+  server_.reset();
+  EXPECT_EQ(sends.ok() + sends.failed(), kMessages);
+  EXPECT_EQ(sends.repeated(), 0u);
+  EXPECT_EQ(closes.count(), 1);
+}
+
+TEST_P(TransportTest, ServerTransportGoneEndsClientSocket) {
+  auto listener = ListenEcho();
+  CloseLog closes;
+  auto socket = Connect(*listener, closes.Handlers());
+  ASSERT_TRUE(socket);
+  socket->Send(PatternMessage(100, 1));
+  ASSERT_TRUE(socket->Receive(std::chrono::seconds(5)).ok());
+  listener.reset();
+  server_.reset();  // the whole listening side dies
+  ASSERT_TRUE(closes.WaitClosed());
+  EXPECT_FALSE(closes.last().ok());
+  Result<Buffer> after = socket->Receive(std::chrono::seconds(5));
+  EXPECT_FALSE(after.ok());
+  SendLog late(1);
+  socket->Send(PatternMessage(10, 2), late.For(0));
+  ASSERT_TRUE(late.WaitAll());
+  EXPECT_EQ(late.failed(), 1u);
+  client_.reset();
+  EXPECT_EQ(closes.count(), 1);
+}
+
+TEST_P(TransportTest, FullSendQueuePushesBackWithResourceExhausted) {
+  TransportOptions options;
+  options.max_queued_bytes = kMiB;
+  CreateTransports(options);
+  auto listener = ListenStalled();
+  CloseLog closes;
+  auto socket = Connect(*listener, closes.Handlers());
+  ASSERT_TRUE(socket);
+  constexpr size_t kMessages = 200;  // 50 MiB of 256 KiB messages against a 1 MiB queue
+  SendLog sends(kMessages);
+  for (size_t i = 0; i < kMessages; ++i) {
+    socket->Send(PatternMessage(kMiB / 4, i), sends.For(i));
+  }
+  EXPECT_GE(sends.refused(), 1u) << "a stalled peer must push back";
+  ASSERT_TRUE(WaitServerStalled());
+  gate_.Open();
+  ASSERT_TRUE(sends.WaitAll());
+  EXPECT_EQ(sends.failed(), sends.refused()) << sends.last_error().ToString();
+  EXPECT_TRUE(socket->status().ok()) << "back-pressure does not end the socket";
+  socket->Close();
+  client_.reset();
+  server_.reset();
+  EXPECT_EQ(sends.ok() + sends.failed(), kMessages);
+  EXPECT_EQ(sends.repeated(), 0u);
+}
+
+TEST_P(TransportTest, OversizedSendIsRefused) {
+  TransportOptions options;
+  options.max_message_bytes = 4096;
+  CreateTransports(options);
+  auto listener = ListenEcho();
+  CloseLog closes;
+  auto socket = Connect(*listener, closes.Handlers());
+  ASSERT_TRUE(socket);
+  SendLog sends(1);
+  socket->Send(PatternMessage(4097, 1), sends.For(0));
+  ASSERT_TRUE(sends.WaitAll());
+  EXPECT_EQ(sends.failed(), 1u);
+  socket->Send(PatternMessage(4096, 2));
+  Result<Buffer> echoed = socket->Receive(std::chrono::seconds(5));
+  ASSERT_TRUE(echoed.ok()) << echoed.status().ToString();
+  EXPECT_TRUE(HasPattern(*echoed, 4096, 2));
+}
+
+TEST_P(TransportTest, ClosedListenerRefusesNewSocketsButKeepsOldOnes) {
+  auto listener = ListenEcho();
+  std::string url = listener->url();
+  CloseLog closes;
+  auto socket = Connect(*listener, closes.Handlers());
+  ASSERT_TRUE(socket);
+  listener->Close();
+  auto refused = client_->Connect(url, {}, std::chrono::milliseconds(500));
+  EXPECT_FALSE(refused.ok());
+  socket->Send(PatternMessage(1000, 7));
+  Result<Buffer> echoed = socket->Receive(std::chrono::seconds(5));
+  ASSERT_TRUE(echoed.ok()) << echoed.status().ToString();
+  EXPECT_TRUE(HasPattern(*echoed, 1000, 7));
+}
+
+TEST_P(TransportTest, ListenerReportsItsPortAndSchemeChecked) {
+  auto listener = ListenEcho();
+  Result<Url> url = ParseUrl(listener->url());
+  ASSERT_TRUE(url.ok()) << listener->url();
+  EXPECT_EQ(url->scheme, GetParam());
+  EXPECT_NE(url->port, 0);
+  EXPECT_FALSE(client_->Connect("nope://127.0.0.1:1", {}, std::chrono::seconds(1)).ok());
+}
+
+}  // namespace
+}  // namespace bx::transport::testing

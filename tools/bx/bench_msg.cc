@@ -1,0 +1,390 @@
+// `bx bench msg`: message round-trip latency, one-way throughput and host CPU per message, per
+// transport, in one process (a server and a client transport, each with its own I/O threads, as
+// two processes would have).
+//
+// Latency: one message in flight, echoed by the server; the client's on_message handler sends the
+// next one at once, so the time is the transport's alone (no application thread hand-off), as in
+// `sockperf ping-pong`. Throughput: the main thread sends as fast as the transport takes messages,
+// with a bounded window of unacknowledged sends, and the clock stops when the server has them all.
+// Host CPU per message: the process's CPU time over the throughput run, minus the simnic's
+// "hardware" threads (bxsim_hardware_cpu_ns), divided by the messages; it covers both ends.
+#include <time.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <nlohmann/json.hpp>
+
+#include "bx/bemalloc.h"
+#include "bx/buffer.h"
+#include "bx/transport.h"
+#include "commands.h"
+#include "transport/tcp/tcp_transport.h"
+#include "transport/transport_registry.h"
+#include "verbs/verbs.h"
+
+namespace bx::tools {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct BenchMsgOptions {
+  std::string transport = "tcp";
+  std::vector<size_t> sizes;  // empty: kDefaultSizes
+  bool json = false;
+  int iterations = 0;  // round trips per size; 0: chosen by size
+  int messages = 0;    // one-way messages per size; 0: chosen by size
+  int io_threads = 1;
+  std::string device;
+};
+
+const std::vector<size_t> kDefaultSizes = {8, 4096, 64 << 10, 1 << 20};
+
+// Every transport this bx was built with. The RDMA transport adds its registration line here.
+void RegisterTransports() {
+  tcp::RegisterTcpTransport();
+}
+
+// Round trips: 20000 for small messages (p999 from 20 samples), fewer as they grow so that a
+// size takes well under a second, never fewer than 1000 (p999 needs them).
+int LatencyIterations(const BenchMsgOptions& options, size_t size) {
+  if (options.iterations > 0) return options.iterations;
+  return static_cast<int>(
+      std::clamp<size_t>((size_t{256} << 20) / std::max<size_t>(size, 1), 1000, 20000));
+}
+// One-way messages: 2 GiB worth, between 2000 and 500000.
+int ThroughputMessages(const BenchMsgOptions& options, size_t size) {
+  if (options.messages > 0) return options.messages;
+  return static_cast<int>(
+      std::clamp<size_t>((size_t{2} << 30) / std::max<size_t>(size, 1), 2000, 500000));
+}
+
+uint64_t ProcessCpuNs() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return uint64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
+// CPU spent by the simnic's hardware threads (0 on a real NIC or without the simnic).
+uint64_t HardwareCpuNs() {
+  Result<verbs::Library*> library = verbs::Library::Get();
+  if (!library.ok() || (*library)->sim().hardware_cpu_ns == nullptr) return 0;
+  return (*library)->sim().hardware_cpu_ns();
+}
+
+Status EnsureMemoryPool(const std::string& device_name) {
+  if (bemalloc::IsInitialized()) return Status::Ok();
+  Result<verbs::Device> device = verbs::Device::Open(device_name);
+  if (!device.ok()) return device.status().WithContext("bemalloc needs a device");
+  // Leaked on purpose: bemalloc uses the device until the process exits.
+  auto* kept = new verbs::Device(std::move(device).value());
+  return bemalloc::Init(*kept);
+}
+
+struct MsgResult {
+  std::string transport;
+  size_t size = 0;
+  double p50_us = 0, p99_us = 0, p999_us = 0;
+  double msgs_per_sec = 0, gbytes_per_sec = 0;
+  double host_cpu_ns_per_msg = 0;
+  std::map<std::string, uint64_t> counters;
+};
+
+// A server transport with a listener and a client transport, torn down together.
+struct Pair {
+  std::unique_ptr<Transport> server;
+  std::unique_ptr<Transport> client;
+  std::unique_ptr<Listener> listener;
+  std::mutex mutex;
+  std::shared_ptr<Socket> server_socket;  // guarded by mutex
+  ~Pair() {
+    listener.reset();
+    client.reset();
+    server.reset();
+  }
+};
+
+Result<std::unique_ptr<Pair>> MakePair(const std::string& scheme, const BenchMsgOptions& options,
+                                       std::function<void(Socket&, Buffer)> server_on_message) {
+  TransportOptions transport_options;
+  transport_options.io_threads = options.io_threads;
+  transport_options.device = options.device;
+  auto pair = std::make_unique<Pair>();
+  auto server = transport::CreateTransport(scheme, transport_options);
+  if (!server.ok()) return server.status();
+  auto client = transport::CreateTransport(scheme, transport_options);
+  if (!client.ok()) return client.status();
+  pair->server = std::move(server).value();
+  pair->client = std::move(client).value();
+  Pair* raw = pair.get();
+  auto listener = pair->server->Listen(
+      scheme + "://127.0.0.1:0", [raw, server_on_message](const std::shared_ptr<Socket>& socket) {
+        std::lock_guard<std::mutex> lock(raw->mutex);
+        raw->server_socket = socket;
+        return SocketHandlers{server_on_message, {}};
+      });
+  if (!listener.ok()) return listener.status();
+  pair->listener = std::move(listener).value();
+  return pair;
+}
+
+double Percentile(std::vector<double>& sorted, double fraction) {
+  size_t index = std::min(sorted.size() - 1, static_cast<size_t>(fraction * sorted.size()));
+  return sorted[index];
+}
+
+Status MeasureLatency(const std::string& scheme, size_t size, const BenchMsgOptions& options,
+                      MsgResult* result) {
+  auto pair = MakePair(scheme, options, [](Socket& socket, Buffer message) {
+    socket.Send(std::move(message));  // echo: the same buffer goes back, no copy
+  });
+  if (!pair.ok()) return pair.status();
+  const int measured = LatencyIterations(options, size);
+  const int warmup = std::max(100, measured / 10);
+  const int total = warmup + measured;
+
+  std::vector<double> rtt_us;
+  rtt_us.reserve(total);
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;
+  Clock::time_point sent_at;
+  // Runs on the client's I/O thread: one message in flight, resent as soon as it comes back.
+  auto on_echo = [&](Socket& socket, Buffer message) {
+    Clock::time_point now = Clock::now();
+    rtt_us.push_back(std::chrono::duration<double, std::micro>(now - sent_at).count());
+    if (static_cast<int>(rtt_us.size()) < total) {
+      sent_at = Clock::now();
+      socket.Send(std::move(message));
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    done = true;
+    finished.notify_all();
+  };
+  auto socket =
+      (*pair)->client->Connect((*pair)->listener->url(), {on_echo, {}}, std::chrono::seconds(5));
+  if (!socket.ok()) return socket.status();
+  Result<Buffer> first = Buffer::Allocate(size);
+  if (!first.ok()) return first.status();
+  sent_at = Clock::now();
+  (*socket)->Send(std::move(first).value());
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (!finished.wait_for(lock, std::chrono::seconds(120), [&] { return done; })) {
+      return Status(StatusCode::kDeadlineExceeded,
+                    fmt::format("{} latency at {} B: {} of {} round trips after 120 s", scheme,
+                                size, rtt_us.size(), total));
+    }
+  }
+  (*socket)->Close();
+  std::vector<double> sorted(rtt_us.begin() + warmup, rtt_us.end());
+  std::sort(sorted.begin(), sorted.end());
+  result->p50_us = Percentile(sorted, 0.50);
+  result->p99_us = Percentile(sorted, 0.99);
+  result->p999_us = Percentile(sorted, 0.999);
+  return Status::Ok();
+}
+
+Status MeasureThroughput(const std::string& scheme, size_t size, const BenchMsgOptions& options,
+                         MsgResult* result) {
+  const uint64_t total = ThroughputMessages(options, size);
+  std::mutex mutex;
+  std::condition_variable changed;
+  uint64_t received = 0;  // guarded by mutex
+  auto pair = MakePair(scheme, options, [&](Socket&, Buffer) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (++received == total) changed.notify_all();
+  });
+  if (!pair.ok()) return pair.status();
+  auto socket = (*pair)->client->Connect((*pair)->listener->url(), {}, std::chrono::seconds(5));
+  if (!socket.ok()) return socket.status();
+
+  // Completions come in send order, so a callback on every kSignalEvery-th message acknowledges
+  // all before it (as selective signalling does on a QP); the window bounds unacknowledged
+  // batches to 32 MiB, well under max_queued_bytes, so no send is ever refused.
+  constexpr uint64_t kSignalEvery = 16;
+  const uint64_t window_batches =
+      std::clamp<uint64_t>((size_t{32} << 20) / (size * kSignalEvery), 2, 256);
+  uint64_t acknowledged_batches = 0;  // guarded by mutex
+  Status send_error;                  // guarded by mutex
+  auto on_batch_sent = [&](const Status& status) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++acknowledged_batches;
+    if (!status.ok() && send_error.ok()) send_error = status;
+    changed.notify_all();
+  };
+
+  uint64_t cpu_before = ProcessCpuNs();
+  uint64_t hardware_before = HardwareCpuNs();
+  Clock::time_point start = Clock::now();
+  for (uint64_t i = 0; i < total; ++i) {
+    bool signalled = (i + 1) % kSignalEvery == 0 || i + 1 == total;
+    if (signalled) {
+      uint64_t batch = i / kSignalEvery;
+      std::unique_lock<std::mutex> lock(mutex);
+      changed.wait(lock, [&] { return batch < acknowledged_batches + window_batches; });
+      if (!send_error.ok()) return send_error;
+    }
+    Result<Buffer> message = Buffer::Allocate(size);
+    if (!message.ok()) return message.status();
+    (*socket)->Send(std::move(message).value(), signalled ? SendCallback(on_batch_sent) : nullptr);
+  }
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (!changed.wait_for(lock, std::chrono::seconds(120), [&] { return received == total; })) {
+      return Status(StatusCode::kDeadlineExceeded,
+                    fmt::format("{} throughput at {} B: {} of {} messages after 120 s", scheme,
+                                size, received, total));
+    }
+    if (!send_error.ok()) return send_error;
+  }
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  uint64_t cpu_ns = ProcessCpuNs() - cpu_before;
+  uint64_t hardware_ns = HardwareCpuNs() - hardware_before;
+  result->msgs_per_sec = total / seconds;
+  result->gbytes_per_sec = total * static_cast<double>(size) / seconds / 1e9;
+  result->host_cpu_ns_per_msg =
+      static_cast<double>(cpu_ns - std::min(cpu_ns, hardware_ns)) / static_cast<double>(total);
+  result->counters = (*socket)->counters();
+  std::lock_guard<std::mutex> lock((*pair)->mutex);
+  if ((*pair)->server_socket) {
+    for (auto& [name, value] : (*pair)->server_socket->counters()) {
+      result->counters["receiver_" + name] = value;
+    }
+  }
+  (*socket)->Close();
+  return Status::Ok();
+}
+
+json ToJson(const MsgResult& r) {
+  return {{"transport", r.transport},
+          {"size", r.size},
+          {"p50_us", r.p50_us},
+          {"p99_us", r.p99_us},
+          {"p999_us", r.p999_us},
+          {"msgs_per_sec", r.msgs_per_sec},
+          {"gbytes_per_sec", r.gbytes_per_sec},
+          {"host_cpu_ns_per_msg", r.host_cpu_ns_per_msg},
+          {"counters", r.counters}};
+}
+
+void PrintTable(const std::vector<MsgResult>& results) {
+  fmt::print("{:<10} {:>9} {:>9} {:>9} {:>9} {:>12} {:>8} {:>12}\n", "transport", "size", "p50_us",
+             "p99_us", "p999_us", "msgs/s", "GB/s", "host_ns/msg");
+  for (const MsgResult& r : results) {
+    fmt::print("{:<10} {:>9} {:>9.1f} {:>9.1f} {:>9.1f} {:>12.0f} {:>8.3f} {:>12.0f}\n",
+               r.transport, r.size, r.p50_us, r.p99_us, r.p999_us, r.msgs_per_sec, r.gbytes_per_sec,
+               r.host_cpu_ns_per_msg);
+  }
+}
+
+// RDMA/TCP for each size both ran at: below 1 is better for latency and CPU, above 1 for rates.
+json Ratios(const std::vector<MsgResult>& results) {
+  json ratios = json::array();
+  for (const MsgResult& rdma : results) {
+    if (rdma.transport != "rdma") continue;
+    for (const MsgResult& tcp : results) {
+      if (tcp.transport != "tcp" || tcp.size != rdma.size) continue;
+      auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+      ratios.push_back(
+          {{"size", rdma.size},
+           {"p50", ratio(rdma.p50_us, tcp.p50_us)},
+           {"p99", ratio(rdma.p99_us, tcp.p99_us)},
+           {"p999", ratio(rdma.p999_us, tcp.p999_us)},
+           {"msgs_per_sec", ratio(rdma.msgs_per_sec, tcp.msgs_per_sec)},
+           {"host_cpu_ns_per_msg", ratio(rdma.host_cpu_ns_per_msg, tcp.host_cpu_ns_per_msg)}});
+    }
+  }
+  return ratios;
+}
+
+void RunBenchMsg(const BenchMsgOptions& options) {
+  RegisterTransports();
+  std::vector<std::string> schemes;
+  if (options.transport == "all") {
+    schemes = transport::RegisteredTransports();
+  } else {
+    schemes = {options.transport};
+  }
+  Status pool = EnsureMemoryPool(options.device);
+  if (!pool.ok()) {
+    fmt::print(stderr, "bx bench msg: {}\n", pool.ToString());
+    throw CLI::RuntimeError(1);
+  }
+  const std::vector<size_t>& sizes = options.sizes.empty() ? kDefaultSizes : options.sizes;
+  std::vector<MsgResult> results;
+  for (const std::string& scheme : schemes) {
+    for (size_t size : sizes) {
+      MsgResult result;
+      result.transport = scheme;
+      result.size = size;
+      Status status = MeasureLatency(scheme, size, options, &result);
+      if (status.ok()) status = MeasureThroughput(scheme, size, options, &result);
+      if (!status.ok()) {
+        fmt::print(stderr, "bx bench msg: {} at {} B: {}\n", scheme, size, status.ToString());
+        throw CLI::RuntimeError(1);
+      }
+      results.push_back(std::move(result));
+    }
+  }
+  json ratios = Ratios(results);
+  if (options.json) {
+    json out = {{"results", json::array()}};
+    for (const MsgResult& r : results) out["results"].push_back(ToJson(r));
+    if (!ratios.empty()) out["ratios_rdma_over_tcp"] = ratios;
+    fmt::print("{}\n", out.dump(2));
+    return;
+  }
+  PrintTable(results);
+  if (options.transport == "all" && ratios.empty()) {
+    fmt::print("\n(no ratios: this bx has only {})\n", fmt::join(schemes, ", "));
+  }
+  if (!ratios.empty()) {
+    fmt::print("\nRDMA/TCP  {:>9} {:>9} {:>9} {:>9} {:>12} {:>12}\n", "size", "p50", "p99", "p999",
+               "msgs/s", "host_ns/msg");
+    for (const json& r : ratios) {
+      fmt::print("          {:>9} {:>9.2f} {:>9.2f} {:>9.2f} {:>12.2f} {:>12.2f}\n",
+                 r["size"].get<size_t>(), r["p50"].get<double>(), r["p99"].get<double>(),
+                 r["p999"].get<double>(), r["msgs_per_sec"].get<double>(),
+                 r["host_cpu_ns_per_msg"].get<double>());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace bx::tools
+
+void AddBenchMsgCommand(CLI::App* bench) {
+  auto options = std::make_shared<bx::tools::BenchMsgOptions>();
+  CLI::App* command = bench->add_subcommand(
+      "msg", "Round-trip latency, one-way throughput and host CPU per message, per transport");
+  command->add_option("--transport", options->transport, "tcp, rdma or all (side by side)")
+      ->check(CLI::IsMember({"tcp", "rdma", "all"}));
+  command
+      ->add_option("--size", options->sizes,
+                   "Message size, repeatable, e.g. 8 4KB 64KB 1MB (default: all four)")
+      ->transform(CLI::AsSizeValue(/*kb_is_1000=*/false));
+  command->add_option("--iterations", options->iterations,
+                      "Round trips per size (default: 1000-20000 by size)");
+  command->add_option("--messages", options->messages,
+                      "One-way messages per size (default: 2 GiB worth, 2000-500000)");
+  command->add_option("--io-threads", options->io_threads, "I/O threads per transport");
+  command->add_option("--device", options->device,
+                      "RDMA device (default: BX_DEVICE or the first); bemalloc registers with it");
+  command->add_flag("--json", options->json, "Print JSON instead of the table");
+  command->callback([options] { bx::tools::RunBenchMsg(*options); });
+}
