@@ -1,0 +1,252 @@
+#include "engine/io_thread.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
+
+namespace bx::engine {
+namespace {
+
+constexpr int kPollBatch = 64;
+// Watched descriptors are checked every this many idle polls while busy polling (a syscall).
+constexpr int kWatchCheckInterval = 1024;
+
+uint64_t NowNs() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<IoThread>> IoThread::Create(verbs::Library& lib, ibv_context* context,
+                                                   const IoThreadOptions& options) {
+  std::unique_ptr<IoThread> t(new IoThread(lib, options));
+  t->channel_ = lib.create_comp_channel(context);
+  if (t->channel_ == nullptr) return Status::FromErrno(errno, "ibv_create_comp_channel");
+  t->cq_ = lib.create_cq(context, options.cq_entries, t.get(), t->channel_, 0);
+  if (t->cq_ == nullptr) return Status::FromErrno(errno, "ibv_create_cq");
+  // A thread domain tells the provider that one thread drives these QPs, so it may skip locks.
+  ibv_td_init_attr td_attr{};
+  t->td_ = verbs::Library::AllocTd(context, &td_attr);  // optional: null where unsupported
+  t->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  t->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (t->epoll_fd_ < 0 || t->wake_fd_ < 0) return Status::FromErrno(errno, "epoll/eventfd");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = t->wake_fd_;
+  epoll_ctl(t->epoll_fd_, EPOLL_CTL_ADD, t->wake_fd_, &ev);
+  ev.data.fd = t->channel_->fd;
+  epoll_ctl(t->epoll_fd_, EPOLL_CTL_ADD, t->channel_->fd, &ev);
+  IoThread* raw = t.get();
+  t->thread_ = std::thread([raw] { raw->Loop(); });
+  return t;
+}
+
+IoThread::~IoThread() {
+  Stop();
+  if (cq_) {
+    // ibv_destroy_cq waits until every event delivered on the channel is acknowledged: take and
+    // ack any the thread did not get to before it stopped.
+    int flags = fcntl(channel_->fd, F_GETFL);
+    fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK);
+    ibv_cq* cq = nullptr;
+    void* ctx = nullptr;
+    while (lib_.get_cq_event(channel_, &cq, &ctx) == 0) lib_.ack_cq_events(cq, 1);
+    lib_.destroy_cq(cq_);
+  }
+  if (td_) verbs::Library::DeallocTd(td_);
+  if (channel_) lib_.destroy_comp_channel(channel_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+}
+
+void IoThread::Stop() {
+  if (stop_.exchange(true)) return;
+  uint64_t one = 1;
+  ssize_t n = write(wake_fd_, &one, sizeof(one));
+  (void)n;
+  if (thread_.joinable()) thread_.join();
+}
+
+void IoThread::Post(std::function<void()> task) {
+  {
+    std::lock_guard lock(tasks_mu_);
+    tasks_.push_back(std::move(task));
+  }
+  // Only a sleeping thread needs the syscall; a polling one sees the task on its next pass.
+  if (sleeping_.load(std::memory_order_seq_cst)) {
+    uint64_t one = 1;
+    ssize_t n = write(wake_fd_, &one, sizeof(one));
+    (void)n;
+  }
+}
+
+void IoThread::Run(std::function<void()> task) {
+  std::promise<void> done;
+  Post([&] {
+    task();
+    done.set_value();
+  });
+  done.get_future().wait();
+}
+
+void IoThread::AddEngine(Engine* engine) { engines_[engine->qp_num()] = engine; }
+
+void IoThread::RemoveEngine(Engine* engine) {
+  engines_.erase(engine->qp_num());
+  std::erase(dirty_, engine);
+}
+
+void IoThread::MarkDirty(Engine* engine) {
+  if (!engine->dirty) {
+    engine->dirty = true;
+  }
+  if (std::find(dirty_.begin(), dirty_.end(), engine) == dirty_.end()) dirty_.push_back(engine);
+}
+
+void IoThread::Watch(int fd, std::function<void()> on_readable) {
+  watched_[fd] = std::move(on_readable);
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.fd = fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void IoThread::Unwatch(int fd) {
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  watched_.erase(fd);
+}
+
+uint64_t IoThread::CpuNs() const {
+  uint64_t clock = cpu_clock_.load(std::memory_order_acquire);
+  if (clock == 0) return 0;
+  timespec ts;
+  if (clock_gettime(clockid_t(clock - 1), &ts) != 0) return 0;
+  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+bool IoThread::RunTasks() {
+  std::vector<std::function<void()>> tasks;
+  {
+    std::lock_guard lock(tasks_mu_);
+    tasks.swap(tasks_);
+  }
+  for (auto& task : tasks) task();
+  return !tasks.empty();
+}
+
+bool IoThread::PollOnce() {
+  ibv_wc wc[kPollBatch];
+  int n = verbs::Library::PollCq(cq_, kPollBatch, wc);
+  for (int i = 0; i < n; ++i) {
+    auto it = engines_.find(wc[i].qp_num);
+    if (it == engines_.end()) continue;  // a completion of an engine already removed
+    Engine* engine = it->second;
+    engine->OnCompletion(wc[i]);
+    if (engine->dirty) MarkDirty(engine);
+  }
+  bool worked = n > 0;
+  worked |= RunTasks();
+  // Pump after the whole batch, so the work it freed goes out in one doorbell per engine.
+  while (!dirty_.empty()) {
+    std::vector<Engine*> dirty;
+    dirty.swap(dirty_);
+    for (Engine* e : dirty) e->Pump();
+    worked = true;
+  }
+  return worked;
+}
+
+void IoThread::Sleep() {
+  sleeping_.store(true, std::memory_order_seq_cst);
+  verbs::Library::ReqNotifyCq(cq_, 0);
+  // Anything that arrived before the CQ was armed raises no event: look once more.
+  {
+    std::lock_guard lock(tasks_mu_);
+    if (!tasks_.empty()) {
+      sleeping_.store(false);
+      return;
+    }
+  }
+  epoll_event events[16];
+  int n = 0;
+  bool cq_ready = false;
+  {
+    // A completion that slipped in between the last poll and the arm: handle it now.
+    ibv_wc wc[kPollBatch];
+    int got = verbs::Library::PollCq(cq_, kPollBatch, wc);
+    for (int i = 0; i < got; ++i) {
+      auto it = engines_.find(wc[i].qp_num);
+      if (it == engines_.end()) continue;
+      it->second->OnCompletion(wc[i]);
+      if (it->second->dirty) MarkDirty(it->second);
+    }
+    if (got > 0 || stop_.load()) {
+      sleeping_.store(false);
+      return;
+    }
+  }
+  n = epoll_wait(epoll_fd_, events, 16, -1);
+  sleeping_.store(false, std::memory_order_seq_cst);
+  for (int i = 0; i < n; ++i) {
+    int fd = events[i].data.fd;
+    if (fd == wake_fd_) {
+      uint64_t v;
+      ssize_t r = read(wake_fd_, &v, sizeof(v));
+      (void)r;
+    } else if (fd == channel_->fd) {
+      cq_ready = true;
+    } else {
+      auto it = watched_.find(fd);
+      if (it != watched_.end()) {
+        auto cb = it->second;  // the callback may unwatch itself
+        cb();
+      }
+    }
+  }
+  if (cq_ready) {
+    ibv_cq* cq = nullptr;
+    void* ctx = nullptr;
+    if (lib_.get_cq_event(channel_, &cq, &ctx) == 0) lib_.ack_cq_events(cq, 1);
+  }
+}
+
+void IoThread::Loop() {
+  pthread_setname_np(pthread_self(), options_.name.substr(0, 15).c_str());
+  clockid_t clock;
+  pthread_getcpuclockid(pthread_self(), &clock);
+  cpu_clock_.store(uint64_t(clock) + 1, std::memory_order_release);
+  const uint64_t busy_ns = uint64_t(options_.busy_poll_us) * 1000;
+  uint64_t last_work = NowNs();
+  int idle_polls = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    if (PollOnce()) {
+      last_work = NowNs();
+      idle_polls = 0;
+      continue;
+    }
+    if (++idle_polls % kWatchCheckInterval == 0 && !watched_.empty()) {
+      epoll_event events[16];
+      int n = epoll_wait(epoll_fd_, events, 16, 0);
+      for (int i = 0; i < n; ++i) {
+        auto it = watched_.find(events[i].data.fd);
+        if (it != watched_.end()) {
+          auto cb = it->second;
+          cb();
+        }
+      }
+    }
+    if (NowNs() - last_work < busy_ns) continue;
+    Sleep();
+    last_work = NowNs();
+  }
+  RunTasks();
+}
+
+}  // namespace bx::engine
