@@ -110,6 +110,9 @@ Status Init(std::unique_ptr<Registrar> registrar, const Options& options = {});
 // of bemalloc; the transport must use the same device so that the keys are valid on its QPs.
 Status Init(verbs::Device& device, const Options& options = {});
 bool IsInitialized();
+// The device passed to Init(verbs::Device&), or nullptr (another registrar, or not initialised).
+// The RDMA transport posts from its protection domain, where bemalloc's keys are valid.
+verbs::Device* RegisteredDevice();
 
 // Returns at least `size` bytes (1 when size is 0) of registered memory aligned to 16 bytes, or
 // nullptr when the pool cannot grow (out of memory, registration failed) or Init was not called.

@@ -1,3 +1,5 @@
+#include <atomic>
+
 #include "alloc/verbs_registrar.h"
 
 #include <cerrno>
@@ -21,8 +23,16 @@ Status VerbsRegistrar::Deregister(const RegionKeys& keys) {
   return err == 0 ? Status::Ok() : Status::FromErrno(err, "ibv_dereg_mr on " + device_.name());
 }
 
+namespace {
+std::atomic<verbs::Device*> g_registered_device{nullptr};
+}  // namespace
+
 Status Init(verbs::Device& device, const Options& options) {
-  return Init(std::make_unique<VerbsRegistrar>(device), options);
+  BX_RETURN_IF_ERROR(Init(std::make_unique<VerbsRegistrar>(device), options));
+  g_registered_device.store(&device, std::memory_order_release);
+  return Status::Ok();
 }
+
+verbs::Device* RegisteredDevice() { return g_registered_device.load(std::memory_order_acquire); }
 
 }  // namespace bx::bemalloc

@@ -120,9 +120,14 @@ void Engine::PrepareImm(WorkRequestChain::Slot& slot, Kind kind, uint16_t id) {
   credits_.Spend();
 }
 
+void Engine::Start() {
+  started_ = true;
+  dirty = true;
+}
+
 void Engine::Pump() {
   dirty = false;
-  if (failed_) return;
+  if (failed_ || !started_) return;
   while (chain_.free_slots() > 0) {
     // Rendezvous replies first: the peer's transfer waits on them.
     if (!replies_.empty()) {

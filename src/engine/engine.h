@@ -87,8 +87,11 @@ class Engine {
 
   // Posts the initial receives (before the peer may send: between INIT and the peer's RTS).
   Status PostInitialReceives();
-  // The peer's limits, from the connection handshake; must precede any send.
+  // The peer's limits, from the connection handshake; must precede Start.
   void SetPeer(const PeerLimits& peer);
+  // The peer's QP is ready to receive: requests may go out from now on. Until then sends queue.
+  void Start();
+  bool started() const { return started_; }
 
   // I/O thread from here on.
   void Enqueue(OutgoingMessage message);
@@ -147,6 +150,7 @@ class Engine {
   // Destinations allocated for the peer's rendezvous messages, by id.
   std::unordered_map<uint16_t, Buffer> incoming_;
 
+  bool started_ = false;
   bool failed_ = false;
   Status failure_;
   EngineCounters counters_;

@@ -141,17 +141,37 @@ bool IoThread::RunTasks() {
   return !tasks.empty();
 }
 
-bool IoThread::PollOnce() {
+int IoThread::DrainCompletions() {
   ibv_wc wc[kPollBatch];
-  int n = verbs::Library::PollCq(cq_, kPollBatch, wc);
-  for (int i = 0; i < n; ++i) {
-    auto it = engines_.find(wc[i].qp_num);
-    if (it == engines_.end()) continue;  // a completion of an engine already removed
-    Engine* engine = it->second;
-    engine->OnCompletion(wc[i]);
-    if (engine->dirty) MarkDirty(engine);
+  int total = 0;
+  for (;;) {
+    int n = verbs::Library::PollCq(cq_, kPollBatch, wc);
+    for (int i = 0; i < n; ++i) {
+      auto it = engines_.find(wc[i].qp_num);
+      if (it == engines_.end()) continue;  // a completion of an engine already removed
+      Engine* engine = it->second;
+      engine->OnCompletion(wc[i]);
+      if (engine->dirty) MarkDirty(engine);
+    }
+    total += n > 0 ? n : 0;
+    if (n < kPollBatch) return total;
   }
-  bool worked = n > 0;
+}
+
+void IoThread::RunWatched(const epoll_event* events, int n) {
+  // Completions first: data the peer's NIC delivered before its process closed the bootstrap
+  // connection is already in our CQ, and must reach the application before the close does.
+  DrainCompletions();
+  for (int i = 0; i < n; ++i) {
+    auto it = watched_.find(events[i].data.fd);
+    if (it == watched_.end()) continue;
+    auto cb = it->second;  // the callback may unwatch itself
+    cb();
+  }
+}
+
+bool IoThread::PollOnce() {
+  bool worked = DrainCompletions() > 0;
   worked |= RunTasks();
   // Pump after the whole batch, so the work it freed goes out in one doorbell per engine.
   while (!dirty_.empty()) {
@@ -177,23 +197,15 @@ void IoThread::Sleep() {
   epoll_event events[16];
   int n = 0;
   bool cq_ready = false;
-  {
-    // A completion that slipped in between the last poll and the arm: handle it now.
-    ibv_wc wc[kPollBatch];
-    int got = verbs::Library::PollCq(cq_, kPollBatch, wc);
-    for (int i = 0; i < got; ++i) {
-      auto it = engines_.find(wc[i].qp_num);
-      if (it == engines_.end()) continue;
-      it->second->OnCompletion(wc[i]);
-      if (it->second->dirty) MarkDirty(it->second);
-    }
-    if (got > 0 || stop_.load()) {
-      sleeping_.store(false);
-      return;
-    }
+  // A completion that slipped in between the last poll and the arm raises no event: take it now.
+  if (DrainCompletions() > 0 || stop_.load()) {
+    sleeping_.store(false);
+    return;
   }
   n = epoll_wait(epoll_fd_, events, 16, -1);
   sleeping_.store(false, std::memory_order_seq_cst);
+  epoll_event watched[16];
+  int watched_count = 0;
   for (int i = 0; i < n; ++i) {
     int fd = events[i].data.fd;
     if (fd == wake_fd_) {
@@ -203,11 +215,7 @@ void IoThread::Sleep() {
     } else if (fd == channel_->fd) {
       cq_ready = true;
     } else {
-      auto it = watched_.find(fd);
-      if (it != watched_.end()) {
-        auto cb = it->second;  // the callback may unwatch itself
-        cb();
-      }
+      watched[watched_count++] = events[i];
     }
   }
   if (cq_ready) {
@@ -215,6 +223,7 @@ void IoThread::Sleep() {
     void* ctx = nullptr;
     if (lib_.get_cq_event(channel_, &cq, &ctx) == 0) lib_.ack_cq_events(cq, 1);
   }
+  if (watched_count > 0) RunWatched(watched, watched_count);
 }
 
 void IoThread::Loop() {
@@ -234,13 +243,7 @@ void IoThread::Loop() {
     if (++idle_polls % kWatchCheckInterval == 0 && !watched_.empty()) {
       epoll_event events[16];
       int n = epoll_wait(epoll_fd_, events, 16, 0);
-      for (int i = 0; i < n; ++i) {
-        auto it = watched_.find(events[i].data.fd);
-        if (it != watched_.end()) {
-          auto cb = it->second;
-          cb();
-        }
-      }
+      if (n > 0) RunWatched(events, n);
     }
     if (NowNs() - last_work < busy_ns) continue;
     Sleep();

@@ -8,6 +8,7 @@
 // Threads: Post() and Stop() from any thread; everything else on the I/O thread itself.
 #pragma once
 
+#include <sys/epoll.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -63,6 +64,8 @@ class IoThread {
   IoThread(verbs::Library& lib, const IoThreadOptions& options) : lib_(lib), options_(options) {}
   void Loop();
   bool PollOnce();
+  int DrainCompletions();
+  void RunWatched(const epoll_event* events, int n);
   void Sleep();
   bool RunTasks();
 

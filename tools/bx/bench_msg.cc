@@ -31,6 +31,7 @@
 #include "bx/buffer.h"
 #include "bx/transport.h"
 #include "commands.h"
+#include "transport/rdma/rdma_transport.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/transport_registry.h"
 #include "verbs/verbs.h"
@@ -56,6 +57,7 @@ const std::vector<size_t> kDefaultSizes = {8, 4096, 64 << 10, 1 << 20};
 // Every transport this bx was built with. The RDMA transport adds its registration line here.
 void RegisterTransports() {
   tcp::RegisterTcpTransport();
+  rdma::RegisterRdmaTransport();
 }
 
 // Round trips: 20000 for small messages (p999 from 20 samples), fewer as they grow so that a

@@ -120,7 +120,13 @@ class EngineTest : public ::testing::Test {
     ibv_gid gid = g_device->gid();
     ASSERT_TRUE(verbs::MoveRcToRts(lib, a_.qp->qp(), 1, b_.qp->qp_num(), gid, rc).ok());
     ASSERT_TRUE(verbs::MoveRcToRts(lib, b_.qp->qp(), 1, a_.qp->qp_num(), gid, rc).ok());
-    for (Side* s : {&a_, &b_}) s->io->Run([s] { s->io->AddEngine(s->engine.get()); });
+    for (Side* s : {&a_, &b_}) {
+      s->io->Run([s] {
+        s->io->AddEngine(s->engine.get());
+        s->engine->Start();
+        s->io->MarkDirty(s->engine.get());
+      });
+    }
   }
 
   void TearDown() override {

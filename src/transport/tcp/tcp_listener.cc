@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <utility>
 
-#include "transport/tcp/socket_util.h"
+#include "transport/socket_util.h"
 #include "transport/tcp/tcp_socket.h"
 
 namespace bx::tcp {
@@ -41,10 +41,10 @@ class TcpListener::Acceptor final : public IoThread::Handler,
         // backlog and epoll reports it again; nothing better to do than try later.
         return;
       }
-      (void)SetNoDelay(fd);  // a failure only costs latency
+      (void)transport::SetNoDelay(fd);  // a failure only costs latency
       std::shared_ptr<IoThread> io_thread = io_threads_[next_thread_++ % io_threads_.size()];
       std::shared_ptr<TcpSocket> socket = TcpSocket::Create(
-          fd, io_thread, options_, FormatAddress(reinterpret_cast<sockaddr*>(&address), length));
+          fd, io_thread, options_, transport::FormatAddress("tcp", reinterpret_cast<sockaddr*>(&address), length));
       io_thread->Post(
           [socket, self = shared_from_this()] { (void)socket->Start(self->on_accept_(socket)); });
     }

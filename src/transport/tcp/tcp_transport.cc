@@ -11,7 +11,7 @@
 #include <fmt/core.h>
 
 #include "transport/tcp/io_thread.h"
-#include "transport/tcp/socket_util.h"
+#include "transport/socket_util.h"
 #include "transport/tcp/tcp_listener.h"
 #include "transport/tcp/tcp_socket.h"
 #include "transport/transport_registry.h"
@@ -31,37 +31,6 @@ Result<Url> ParseTcpUrl(std::string_view text) {
   return url;
 }
 
-// Connects a non-blocking socket to `address`, waiting until `deadline`. Returns the fd.
-Result<int> ConnectOne(const addrinfo& address, std::chrono::steady_clock::time_point deadline,
-                       const std::string& url) {
-  int fd = ::socket(address.ai_family, address.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    address.ai_protocol);
-  if (fd < 0) return Status::FromErrno(errno, "socket");
-  auto fail = [&](Status status) {
-    ::close(fd);
-    return status.WithContext("connect " + url);
-  };
-  if (::connect(fd, address.ai_addr, address.ai_addrlen) != 0) {
-    if (errno != EINPROGRESS) return fail(Status::FromErrno(errno, "connect"));
-    for (;;) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      pollfd waiting{fd, POLLOUT, 0};
-      int ready = ::poll(&waiting, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready < 0) return fail(Status::FromErrno(errno, "poll"));
-      if (ready == 0) return fail(Status(StatusCode::kDeadlineExceeded, "timed out"));
-      break;
-    }
-    int error = 0;
-    socklen_t length = sizeof(error);
-    getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
-    if (error != 0) return fail(Status::FromErrno(error, "connect"));
-  }
-  (void)SetNoDelay(fd);  // a failure only costs latency
-  return fd;
-}
-
 class TcpTransport final : public Transport {
  public:
   TcpTransport(const TransportOptions& options, std::vector<std::shared_ptr<IoThread>> io_threads)
@@ -79,28 +48,10 @@ class TcpTransport final : public Transport {
                                            AcceptHandler on_accept) override {
     Result<Url> url = ParseTcpUrl(url_text);
     if (!url.ok()) return url.status();
-    Result<AddressList> addresses = Resolve(*url, /*passive=*/true);
-    if (!addresses.ok()) return addresses.status();
-    const addrinfo& address = *addresses->get();
-    int fd = ::socket(address.ai_family, address.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                      address.ai_protocol);
-    if (fd < 0) return Status::FromErrno(errno, "socket");
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_storage bound{};
-    socklen_t length = sizeof(bound);
-    if (::bind(fd, address.ai_addr, address.ai_addrlen) != 0 || ::listen(fd, kListenBacklog) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
-      Status status = Status::FromErrno(errno, "listen on " + url->ToString());
-      ::close(fd);
-      return status;
-    }
-    Url listening = *url;
-    listening.port =
-        ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                          : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    Result<transport::ListeningSocket> listening = transport::ListenOn(*url, kListenBacklog);
+    if (!listening.ok()) return listening.status();
     auto listener =
-        TcpListener::Start(fd, listening.ToString(), io_threads_, options_, std::move(on_accept));
+        TcpListener::Start(listening->fd, listening->url.ToString(), io_threads_, options_, std::move(on_accept));
     if (!listener.ok()) return listener.status();
     return std::unique_ptr<Listener>(std::move(listener).value());
   }
@@ -109,12 +60,12 @@ class TcpTransport final : public Transport {
                                           std::chrono::milliseconds timeout) override {
     Result<Url> url = ParseTcpUrl(url_text);
     if (!url.ok()) return url.status();
-    Result<AddressList> addresses = Resolve(*url, /*passive=*/false);
+    Result<transport::AddressList> addresses = transport::Resolve(*url, /*passive=*/false);
     if (!addresses.ok()) return addresses.status();
     auto deadline = std::chrono::steady_clock::now() + timeout;
     Status last_error = Unavailable("connect " + url->ToString() + ": no address");
     for (const addrinfo* address = addresses->get(); address; address = address->ai_next) {
-      Result<int> fd = ConnectOne(*address, deadline, url->ToString());
+      Result<int> fd = transport::ConnectOne(*address, deadline, url->ToString());
       if (!fd.ok()) {
         last_error = fd.status();
         continue;
@@ -122,7 +73,7 @@ class TcpTransport final : public Transport {
       std::shared_ptr<IoThread> io_thread =
           io_threads_[next_thread_.fetch_add(1, std::memory_order_relaxed) % io_threads_.size()];
       std::shared_ptr<TcpSocket> socket = TcpSocket::Create(
-          *fd, io_thread, options_, FormatAddress(address->ai_addr, address->ai_addrlen));
+          *fd, io_thread, options_, transport::FormatAddress("tcp", address->ai_addr, address->ai_addrlen));
       BX_RETURN_IF_ERROR(socket->Start(std::move(handlers)));
       return std::shared_ptr<Socket>(std::move(socket));
     }

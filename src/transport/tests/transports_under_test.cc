@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "bx/bemalloc.h"
+#include "transport/rdma/rdma_transport.h"
 #include "transport/tcp/tcp_transport.h"
 #ifdef BX_ALLOC_HAS_VERBS
 #include "verbs/verbs.h"
@@ -15,7 +16,7 @@ namespace bx::transport::testing {
 const std::vector<TransportUnderTest>& TransportsUnderTest() {
   static const std::vector<TransportUnderTest> transports = {
       {"tcp", &tcp::CreateTcpTransport},
-      // The RDMA transport joins with one line here, e.g. {"rdma", &rdma::CreateRdmaTransport}.
+      {"rdma", [](const TransportOptions& o) { return rdma::CreateRdmaTransport(o); }},
   };
   return transports;
 }

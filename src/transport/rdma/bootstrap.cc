@@ -1,0 +1,148 @@
+#include "transport/rdma/bootstrap.h"
+
+#include <endian.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace bx::rdma {
+namespace {
+
+// Layout of the 64-byte Hello:
+//   0 magic u32 | 4 version u16 | 6 reserved u16 | 8 qp_num u32 | 12 psn u32 | 16 gid[16]
+//   32 recv_queue_depth u32 | 36 eager_limit u32 | 40 max_message_bytes u64 | 48 reserved[16]
+constexpr size_t kHelloBytes = 64;
+
+void Put32(uint8_t* p, uint32_t v) {
+  v = htole32(v);
+  std::memcpy(p, &v, 4);
+}
+void Put64(uint8_t* p, uint64_t v) {
+  v = htole64(v);
+  std::memcpy(p, &v, 8);
+}
+uint32_t Get32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return le32toh(v);
+}
+uint64_t Get64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return le64toh(v);
+}
+
+// Reads exactly `n` bytes within `timeout`; a clear error on EOF, timeout or socket error.
+Status ReadExactly(int fd, uint8_t* buf, size_t n, std::chrono::milliseconds timeout,
+                   const char* what) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  size_t got = 0;
+  while (got < n) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return Status(StatusCode::kDeadlineExceeded, std::string("timed out waiting for ") + what);
+    pollfd p{fd, POLLIN, 0};
+    int r = poll(&p, 1, int(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return Status::FromErrno(errno, "poll");
+    if (r == 0) continue;
+    ssize_t k = recv(fd, buf + got, n - got, 0);
+    if (k == 0)
+      return Aborted(std::string("peer closed the bootstrap connection before sending ") + what +
+                     " (" + std::to_string(got) + " of " + std::to_string(n) + " bytes)");
+    if (k < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return Status::FromErrno(errno, std::string("receiving ") + what);
+    }
+    got += size_t(k);
+  }
+  return Status::Ok();
+}
+
+Status WriteAll(int fd, const uint8_t* buf, size_t n, const char* what) {
+  size_t sent = 0;
+  while (sent < n) {
+    ssize_t k = send(fd, buf + sent, n - sent, MSG_NOSIGNAL);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, std::string("sending ") + what);
+    }
+    sent += size_t(k);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void EncodeHello(const Hello& h, uint8_t out[64]) {
+  std::memset(out, 0, kHelloBytes);
+  Put32(out + 0, kHelloMagic);
+  uint16_t version = htole16(kProtocolVersion);
+  std::memcpy(out + 4, &version, 2);
+  Put32(out + 8, h.qp_num);
+  Put32(out + 12, h.psn);
+  std::memcpy(out + 16, h.gid.raw, 16);
+  Put32(out + 32, h.recv_queue_depth);
+  Put32(out + 36, h.eager_limit);
+  Put64(out + 40, h.max_message_bytes);
+}
+
+Result<Hello> DecodeHello(const uint8_t in[64]) {
+  uint32_t magic = Get32(in);
+  if (magic != kHelloMagic)
+    return DataLoss("bootstrap: not a bexpress RDMA peer (magic " + std::to_string(magic) + ")");
+  uint16_t version;
+  std::memcpy(&version, in + 4, 2);
+  version = le16toh(version);
+  if (version != kProtocolVersion)
+    return FailedPrecondition("bootstrap: peer speaks protocol version " +
+                              std::to_string(version) + ", this build speaks " +
+                              std::to_string(kProtocolVersion));
+  Hello h;
+  h.qp_num = Get32(in + 8);
+  h.psn = Get32(in + 12) & 0xffffff;
+  std::memcpy(h.gid.raw, in + 16, 16);
+  h.recv_queue_depth = Get32(in + 32);
+  h.eager_limit = Get32(in + 36);
+  h.max_message_bytes = Get64(in + 40);
+  if (h.qp_num == 0 || h.qp_num > 0xffffff)
+    return DataLoss("bootstrap: invalid QP number " + std::to_string(h.qp_num));
+  if (h.recv_queue_depth < 2 || h.recv_queue_depth > kMaxRecvQueueDepth)
+    return DataLoss("bootstrap: receive queue depth " + std::to_string(h.recv_queue_depth) +
+                    " outside 2.." + std::to_string(kMaxRecvQueueDepth));
+  if (h.eager_limit < kMinEagerLimit || h.eager_limit > kMaxEagerLimit)
+    return DataLoss("bootstrap: eager limit " + std::to_string(h.eager_limit) + " outside " +
+                    std::to_string(kMinEagerLimit) + ".." + std::to_string(kMaxEagerLimit));
+  if (h.max_message_bytes == 0)
+    return DataLoss("bootstrap: peer accepts no messages (max_message_bytes = 0)");
+  return h;
+}
+
+Status SendHello(int fd, const Hello& hello) {
+  uint8_t buf[kHelloBytes];
+  EncodeHello(hello, buf);
+  return WriteAll(fd, buf, sizeof(buf), "hello");
+}
+
+Result<Hello> ReceiveHello(int fd, std::chrono::milliseconds timeout) {
+  uint8_t buf[kHelloBytes];
+  BX_RETURN_IF_ERROR(ReadExactly(fd, buf, sizeof(buf), timeout, "hello"));
+  return DecodeHello(buf);
+}
+
+Status SendReady(int fd) {
+  uint8_t b = kReady;
+  return WriteAll(fd, &b, 1, "ready");
+}
+
+Status ReceiveReady(int fd, std::chrono::milliseconds timeout) {
+  uint8_t b = 0;
+  BX_RETURN_IF_ERROR(ReadExactly(fd, &b, 1, timeout, "ready"));
+  if (b != kReady) return DataLoss("bootstrap: expected ready, got byte " + std::to_string(b));
+  return Status::Ok();
+}
+
+}  // namespace bx::rdma

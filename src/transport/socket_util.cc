@@ -1,0 +1,100 @@
+#include "transport/socket_util.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
+namespace bx::transport {
+
+Result<AddressList> Resolve(const Url& url, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  addrinfo* found = nullptr;
+  std::string port = std::to_string(url.port);
+  int error = getaddrinfo(url.host.c_str(), port.c_str(), &hints, &found);
+  if (error != 0) {
+    return Unavailable("cannot resolve " + url.ToString() + ": " + gai_strerror(error));
+  }
+  return AddressList(found, &freeaddrinfo);
+}
+
+std::string FormatAddress(std::string_view scheme, const sockaddr* address, socklen_t length) {
+  char host[NI_MAXHOST];
+  char port[NI_MAXSERV];
+  if (getnameinfo(address, length, host, sizeof(host), port, sizeof(port),
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return std::string(scheme) + "://?";
+  }
+  return Url{std::string(scheme), host, static_cast<uint16_t>(std::atoi(port))}.ToString();
+}
+
+Status SetNoDelay(int fd) {
+  int one = 1;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
+    return Status::FromErrno(errno, "setsockopt(TCP_NODELAY)");
+  }
+  return Status::Ok();
+}
+
+Result<int> ConnectOne(const addrinfo& address, std::chrono::steady_clock::time_point deadline,
+                       const std::string& url) {
+  int fd = ::socket(address.ai_family, address.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    address.ai_protocol);
+  if (fd < 0) return Status::FromErrno(errno, "socket");
+  auto fail = [&](Status status) {
+    ::close(fd);
+    return status.WithContext("connect " + url);
+  };
+  if (::connect(fd, address.ai_addr, address.ai_addrlen) != 0) {
+    if (errno != EINPROGRESS) return fail(Status::FromErrno(errno, "connect"));
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd waiting{fd, POLLOUT, 0};
+      int ready = ::poll(&waiting, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready < 0) return fail(Status::FromErrno(errno, "poll"));
+      if (ready == 0) return fail(Status(StatusCode::kDeadlineExceeded, "timed out"));
+      break;
+    }
+    int error = 0;
+    socklen_t length = sizeof(error);
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
+    if (error != 0) return fail(Status::FromErrno(error, "connect"));
+  }
+  (void)SetNoDelay(fd);  // a failure only costs latency
+  return fd;
+}
+
+Result<ListeningSocket> ListenOn(const Url& url, int backlog) {
+  Result<AddressList> addresses = Resolve(url, /*passive=*/true);
+  if (!addresses.ok()) return addresses.status();
+  const addrinfo& address = *addresses->get();
+  int fd = ::socket(address.ai_family, address.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    address.ai_protocol);
+  if (fd < 0) return Status::FromErrno(errno, "socket");
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  if (::bind(fd, address.ai_addr, address.ai_addrlen) != 0 || ::listen(fd, backlog) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
+    Status status = Status::FromErrno(errno, "listen on " + url.ToString());
+    ::close(fd);
+    return status;
+  }
+  Url listening = url;
+  listening.port =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return ListeningSocket{fd, listening};
+}
+
+}  // namespace bx::transport
