@@ -245,7 +245,12 @@ void IoThread::Loop() {
       int n = epoll_wait(epoll_fd_, events, 16, 0);
       if (n > 0) RunWatched(events, n);
     }
-    if (NowNs() - last_work < busy_ns) continue;
+    if (NowNs() - last_work < busy_ns) {
+      // Busy polling that yields: free when the core is ours alone, and it does not starve the
+      // thread (application, peer, NIC) whose work we are waiting for when cores are scarce.
+      std::this_thread::yield();
+      continue;
+    }
     Sleep();
     last_work = NowNs();
   }

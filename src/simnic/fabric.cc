@@ -201,7 +201,11 @@ void Fabric::Run() {
     if (worked) continue;
     bool timer_soon = !timers_.empty() && timers_.top().at_ns <= now + spin_ns_;
     if (now - last_work < spin_ns_ || timer_soon) {
-      CpuRelax();
+      // Poll, but give the core away when another thread wants it: on a small machine the
+      // thread that will ring the next doorbell may be waiting for this very core.
+      hw.unlock();
+      std::this_thread::yield();
+      hw.lock();
       continue;
     }
     hw.unlock();

@@ -21,3 +21,4 @@ void AddBenchAllocCommand(CLI::App* bench);
 
 // `bx bench msg ...`: message latency, throughput and host CPU per transport (bench_msg.cc).
 void AddBenchMsgCommand(CLI::App* bench);
+void AddBenchVerbsCommand(CLI::App* bench);

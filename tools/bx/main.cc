@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   AddBenchAllocCommand(bench);
   AddBenchMsgCommand(bench);
+  AddBenchVerbsCommand(bench);
 
   CLI11_PARSE(app, argc, argv);
   return 0;
