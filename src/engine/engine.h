@@ -55,6 +55,13 @@ struct PeerLimits {
   uint64_t max_message_bytes;
 };
 
+// A buffer the peer registered and described to us out of band (a statically allocated tensor,
+// say): writes into it need no rendezvous.
+struct RemoteBuffer {
+  uint64_t addr;
+  uint32_t rkey;
+};
+
 // An application buffer with a "released" callback; the engine owns it until then.
 struct OutgoingMessage {
   Buffer data;
@@ -63,8 +70,9 @@ struct OutgoingMessage {
 
 struct EngineCounters {
   uint64_t messages_sent = 0, bytes_sent = 0, messages_received = 0, bytes_received = 0;
-  uint64_t eager_sent = 0, rendezvous_sent = 0, fragments = 0;
+  uint64_t eager_sent = 0, rendezvous_sent = 0, remote_writes = 0, fragments = 0;
   uint64_t credit_stalls = 0, credit_updates_sent = 0, credits_received = 0;
+  uint64_t rnr_events = 0;  // RNR-retry-exceeded completions: credits should make it stay 0
   uint64_t signalled_completions = 0, receive_batches_posted = 0;
   uint64_t batches = 0, requests_posted = 0;  // from the chain
   std::map<std::string, uint64_t> ToMap() const;
@@ -76,6 +84,8 @@ class Engine {
     std::function<void(Buffer)> on_message;
     // Once, when the engine dies (QP error completion, protocol violation, allocation failure).
     std::function<void(const Status&)> on_failure;
+    // A write into one of our known buffers (EnqueueWrite at the peer) has landed entirely.
+    std::function<void(uint16_t tag)> on_remote_write;
   };
 
   // `qp` is an RC QP in INIT (or later) whose both queues complete to the I/O thread's CQ; the
@@ -95,6 +105,9 @@ class Engine {
 
   // I/O thread from here on.
   void Enqueue(OutgoingMessage message);
+  // Writes `message` straight into `target` (skipping the rendezvous exchange), in fragments, the
+  // last a WRITE_WITH_IMM carrying `tag`; ordered with the other messages of this engine.
+  void EnqueueWrite(OutgoingMessage message, RemoteBuffer target, uint16_t tag);
   void OnCompletion(const ibv_wc& wc);
   // Moves queued work into the chain and posts it with one doorbell.
   void Pump();

@@ -18,6 +18,7 @@ enum class Kind : uint8_t {
   kRendezvousReply = 3,    // SEND_WITH_IMM: payload RendezvousReply
   kRendezvousDone = 4,     // WRITE_WITH_IMM: the last fragment of message `id` has landed
   kCredit = 5,             // SEND_WITH_IMM, no payload: credits only
+  kRemoteWriteDone = 6,    // WRITE_WITH_IMM: a write into a buffer known in advance, tag `id`
 };
 
 inline constexpr uint32_t kMaxCreditsPerImm = 0xfff;

@@ -34,7 +34,10 @@ int WorkRequestChain::PostPending(ibv_qp* qp, PostFn post) {
   at(head_ - 1).wr.send_flags |= IBV_SEND_SIGNALED;
   ibv_send_wr* bad = nullptr;
   int rc = post(qp, &at(posted_).wr, &bad);
-  if (rc != 0) return rc;
+  if (rc != 0) {
+    while (posted_ < head_ && &at(posted_).wr != bad) ++posted_;
+    return rc;
+  }
   ++batches_;
   requests_posted_ += head_ - posted_;
   posted_ = head_;

@@ -45,7 +45,8 @@ class WorkRequestChain {
   Slot& Prepare();
 
   // Posts all pending requests with one call through `post` (ibv_post_send's signature). On
-  // failure nothing moves and the error number is returned.
+  // failure the requests before the rejected one were accepted by the NIC and count as in
+  // flight; the rest stay pending; the error number is returned.
   using PostFn = int (*)(ibv_qp*, ibv_send_wr*, ibv_send_wr**);
   int PostPending(ibv_qp* qp, PostFn post);
 

@@ -2,7 +2,7 @@
 // (or, for the context, as rdma-core's verbs_context layout requires), so that a pointer handed to
 // the application converts back with a static cast.
 //
-// Threads: application threads call the verbs; one "hardware" thread per process (hardware.cc)
+// Threads: application threads call the verbs; one "hardware" thread per process (fabric.cc, rc_*.cc)
 // moves data and produces completions. Which fields each may touch is noted per field.
 #pragma once
 

@@ -169,7 +169,7 @@ ibv_mr* RegisterMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigne
 
 }  // namespace
 
-void InitContextOps(SimContext* c);  // verbs_data_path.cc
+void InitContextOps(SimContext* c);  // verbs_queues.cc
 
 }  // namespace bx::simnic
 

@@ -91,7 +91,7 @@ class Library {
   decltype(&::ibv_destroy_qp) destroy_qp = nullptr;
   decltype(&::ibv_get_async_event) get_async_event = nullptr;  // optional
   decltype(&::ibv_ack_async_event) ack_async_event = nullptr;  // optional
-  // Never null: when the library lacks them, local versions that print the number stand in.
+  // Never null: when the library lacks them, local versions with fixed texts stand in.
   decltype(&::ibv_wc_status_str) wc_status_str = nullptr;
   decltype(&::ibv_port_state_str) port_state_str = nullptr;
   decltype(&::ibv_event_type_str) event_type_str = nullptr;

@@ -54,7 +54,7 @@ struct BenchMsgOptions {
 
 const std::vector<size_t> kDefaultSizes = {8, 4096, 64 << 10, 1 << 20};
 
-// Every transport this bx was built with. The RDMA transport adds its registration line here.
+// Every transport this bx was built with.
 void RegisterTransports() {
   tcp::RegisterTcpTransport();
   rdma::RegisterRdmaTransport();

@@ -49,6 +49,7 @@ struct Side {
   uint64_t received_count = 0;
   bool keep = true;  // keep received buffers (integrity tests) or only count them (stress)
   std::optional<Status> failure;
+  std::vector<uint16_t> remote_write_tags;
   std::atomic<uint64_t> sends_done{0};
   std::atomic<uint64_t> send_errors{0};
 
@@ -103,6 +104,12 @@ class EngineTest : public ::testing::Test {
         std::lock_guard lock(s->mu);
         ++s->received_count;
         if (s->keep) s->received.push_back(std::move(m));
+        s->cv.notify_all();
+      };
+      cb.on_remote_write = [s](uint16_t tag) {
+        std::lock_guard lock(s->mu);
+        s->remote_write_tags.push_back(tag);
+        ++s->received_count;
         s->cv.notify_all();
       };
       cb.on_failure = [s](const Status& why) {
@@ -248,6 +255,30 @@ TEST_F(EngineTest, MillionMessagesBothWaysWithoutRnr) {
       EXPECT_LE(s->engine->send_credits().available(), s->engine->send_credits().limit());
     });
   }
+}
+
+TEST_F(EngineTest, WritesIntoAKnownRemoteBufferSkipTheExchange) {
+  EngineConfig config;
+  config.eager_limit = 4096;
+  config.fragment_bytes = 64 << 10;
+  Build(config);
+  // b's "tensor": registered memory whose address and rkey a knows in advance.
+  Buffer tensor = std::move(Buffer::Allocate(1 << 20)).value();
+  std::memset(tensor.data(), 0, tensor.size());
+  RemoteBuffer target{reinterpret_cast<uint64_t>(tensor.data()), tensor.rkey()};
+  Buffer update = MakeMessage(1 << 20, 77);
+  a_.io->Run([&] {
+    a_.engine->EnqueueWrite(OutgoingMessage{std::move(update), {}}, target, 42);
+    a_.io->MarkDirty(a_.engine.get());
+  });
+  ASSERT_TRUE(b_.WaitFor(1));
+  ASSERT_EQ(b_.remote_write_tags.size(), 1u);
+  EXPECT_EQ(b_.remote_write_tags[0], 42);
+  EXPECT_TRUE(SameAs(tensor, 1 << 20, 77)) << "the bytes are in place when the tag arrives";
+  auto ca = CountersOf(a_);
+  EXPECT_EQ(ca.rendezvous_sent, 0u) << "no metadata exchange";
+  EXPECT_EQ(ca.remote_writes, 1u);
+  EXPECT_EQ(ca.fragments, 16u);
 }
 
 TEST_F(EngineTest, QpErrorFailsQueuedSendsOnceAndReportsIt) {

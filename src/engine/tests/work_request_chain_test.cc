@@ -11,8 +11,11 @@ namespace {
 std::vector<std::vector<ibv_send_wr>> g_posts;
 int g_fail_with = 0;
 
+int g_accept_before_failing = 0;
+
 int FakePost(ibv_qp*, ibv_send_wr* wr, ibv_send_wr** bad) {
   if (g_fail_with != 0) {
+    for (int i = 0; i < g_accept_before_failing && wr != nullptr; ++i) wr = wr->next;
     *bad = wr;
     return g_fail_with;
   }
@@ -66,13 +69,17 @@ TEST(WorkRequestChainTest, FailedPostLeavesRequestsPendingAndDropAllReturnsThem)
   WorkRequestChain chain(4);
   chain.Prepare();
   chain.Prepare();
+  chain.Prepare();
   g_fail_with = ENOMEM;
+  g_accept_before_failing = 1;  // the NIC took the first request, rejected the second
   EXPECT_EQ(chain.PostPending(nullptr, FakePost), ENOMEM);
   g_fail_with = 0;
+  g_accept_before_failing = 0;
+  EXPECT_EQ(chain.in_flight(), 1u);
   EXPECT_EQ(chain.pending(), 2u);
   int dropped = 0;
   chain.DropAll([&](WorkRequestChain::Slot&) { ++dropped; });
-  EXPECT_EQ(dropped, 2);
+  EXPECT_EQ(dropped, 3);
   EXPECT_EQ(chain.free_slots(), 4u);
 }
 

@@ -33,6 +33,29 @@ void RdmaSocket::Attach(verbs::RcQueuePair qp, std::unique_ptr<engine::Engine> e
 }
 
 void RdmaSocket::Send(Buffer message, SendCallback done) {
+  Submit(std::move(message), std::nullopt, 0, std::move(done));
+}
+
+void RdmaSocket::WriteTo(Buffer message, engine::RemoteBuffer target, uint16_t tag,
+                         SendCallback done) {
+  Submit(std::move(message), target, tag, std::move(done));
+}
+
+void RdmaSocket::SetRemoteWriteHandler(std::function<void(uint16_t)> handler) {
+  // Often called from on_accept, which already runs on the I/O thread.
+  if (io_.InThread()) {
+    remote_write_handler_ = std::move(handler);
+  } else {
+    io_.Run([&] { remote_write_handler_ = std::move(handler); });
+  }
+}
+
+void RdmaSocket::OnRemoteWrite(uint16_t tag) {
+  if (remote_write_handler_) remote_write_handler_(tag);
+}
+
+void RdmaSocket::Submit(Buffer message, std::optional<engine::RemoteBuffer> target, uint16_t tag,
+                        SendCallback done) {
   if (Status s = status(); !s.ok()) {
     if (done) done(s);
     return;
@@ -59,13 +82,17 @@ void RdmaSocket::Send(Buffer message, SendCallback done) {
         self->queued_bytes_.fetch_sub(size, std::memory_order_acq_rel);
         if (done) done(s);
       }};
-  io_.Post([self, out] {
+  io_.Post([self, out, target, tag] {
     std::unique_ptr<engine::OutgoingMessage> m(out);
     if (self->torn_down_ || !self->engine_) {
       m->done(self->status());
       return;
     }
-    self->engine_->Enqueue(std::move(*m));
+    if (target) {
+      self->engine_->EnqueueWrite(std::move(*m), *target, tag);
+    } else {
+      self->engine_->Enqueue(std::move(*m));
+    }
     self->io_.MarkDirty(self->engine_.get());
   });
 }

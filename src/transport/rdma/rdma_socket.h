@@ -36,6 +36,13 @@ class RdmaSocket : public Socket, public std::enable_shared_from_this<RdmaSocket
   std::string peer() const override { return peer_; }
   std::map<std::string, uint64_t> counters() const override;
 
+  // rdma:// only: writes `message` into a buffer the peer registered and described out of band
+  // (address and rkey), skipping the rendezvous exchange. The peer's remote-write handler runs
+  // with `tag` once every byte has landed; `done` as for Send.
+  void WriteTo(Buffer message, engine::RemoteBuffer target, uint16_t tag, SendCallback done);
+  // Any thread: what runs (on the I/O thread) when the peer's WriteTo into our memory lands.
+  void SetRemoteWriteHandler(std::function<void(uint16_t tag)> handler);
+
   // Set-up (the connecting or accepting thread, before Activate).
   void Attach(verbs::RcQueuePair qp, std::unique_ptr<engine::Engine> engine, int bootstrap_fd);
   engine::Engine& engine() { return *engine_; }
@@ -43,6 +50,7 @@ class RdmaSocket : public Socket, public std::enable_shared_from_this<RdmaSocket
   ibv_qp* qp() { return qp_->qp(); }
   // I/O thread: the engine delivered a message.
   void OnMessageFromEngine(Buffer message);
+  void OnRemoteWrite(uint16_t tag);
 
   // I/O thread: install handlers and register the engine for completions. Messages that
   // arrive from then on go to the handlers (or the queue).
@@ -54,6 +62,8 @@ class RdmaSocket : public Socket, public std::enable_shared_from_this<RdmaSocket
 
  private:
   void OnBootstrapReadable();
+  void Submit(Buffer message, std::optional<engine::RemoteBuffer> target, uint16_t tag,
+              SendCallback done);
 
   RdmaTransportImpl& transport_;
   engine::IoThread& io_;
@@ -65,6 +75,7 @@ class RdmaSocket : public Socket, public std::enable_shared_from_this<RdmaSocket
   std::unique_ptr<engine::Engine> engine_;
   int bootstrap_fd_ = -1;
   SocketHandlers handlers_;
+  std::function<void(uint16_t)> remote_write_handler_;
   transport::MessageQueue queue_;
   std::atomic<size_t> queued_bytes_{0};
   bool registered_ = false;

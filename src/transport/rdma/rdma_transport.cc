@@ -247,6 +247,7 @@ Result<std::shared_ptr<RdmaSocket>> RdmaTransportImpl::Establish(
   RdmaSocket* raw = socket.get();
   engine::Engine::Callbacks callbacks;
   callbacks.on_message = [raw](Buffer message) { raw->OnMessageFromEngine(std::move(message)); };
+  callbacks.on_remote_write = [raw](uint16_t tag) { raw->OnRemoteWrite(tag); };
   callbacks.on_failure = [raw](const Status& why) {
     // Not from inside the engine's own call stack: tear down on the next turn of the loop.
     auto self = raw->shared_from_this();

@@ -1,0 +1,201 @@
+// rdma:// specifics: the bootstrap handshake refuses malformed peers on either side with a clear
+// error, and writes into a buffer known in advance skip the rendezvous.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "bx/bemalloc.h"
+#include "transport/rdma/bootstrap.h"
+#include "transport/rdma/rdma_socket.h"
+#include "transport/rdma/rdma_transport.h"
+#include "transport/tests/transports_under_test.h"
+
+namespace bx::rdma {
+namespace {
+
+using namespace std::chrono_literals;
+
+Hello ValidHello() {
+  Hello h;
+  h.qp_num = 0x123;
+  h.recv_queue_depth = 64;
+  h.eager_limit = 16384;
+  h.max_message_bytes = 1 << 20;
+  return h;
+}
+
+TEST(RdmaBootstrapTest, DecodeRefusesMalformedHellosSayingWhy) {
+  uint8_t bytes[64];
+  EncodeHello(ValidHello(), bytes);
+  ASSERT_TRUE(DecodeHello(bytes).ok());
+  struct Case {
+    size_t offset;
+    uint8_t value;
+    const char* expect;
+  } cases[] = {{0, 0x00, "magic"},           {4, 0x09, "version"},
+               {32, 0x00, "receive queue"},  {39, 0xff, "eager limit"}};
+  for (const Case& c : cases) {
+    uint8_t bad[64];
+    std::memcpy(bad, bytes, 64);
+    bad[c.offset] = c.value;
+    if (c.offset == 32) std::memset(bad + 32, 0, 4);
+    auto r = DecodeHello(bad);
+    ASSERT_FALSE(r.ok()) << c.expect;
+    EXPECT_NE(r.status().ToString().find(c.expect), std::string::npos) << r.status().ToString();
+  }
+}
+
+// A TCP server on loopback that answers each connection with `reply` and then waits.
+class FakeServer {
+ public:
+  explicit FakeServer(std::vector<uint8_t> reply) : reply_(std::move(reply)) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    listen(fd_, 4);
+    socklen_t len = sizeof(a);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 5000) != 1) return;
+      int c = accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      if (!reply_.empty()) {
+        ssize_t n = send(c, reply_.data(), reply_.size(), MSG_NOSIGNAL);
+        (void)n;
+      }
+      shutdown(c, SHUT_WR);
+      char sink[256];
+      while (recv(c, sink, sizeof(sink), 0) > 0) {
+      }
+      close(c);
+    });
+  }
+  ~FakeServer() {
+    thread_.join();
+    close(fd_);
+  }
+  std::string url() const { return "rdma://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  std::vector<uint8_t> reply_;
+  int fd_;
+  uint16_t port_;
+  std::thread thread_;
+};
+
+std::unique_ptr<Transport> MakeRdma() {
+  auto t = CreateRdmaTransport(TransportOptions{});
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return std::move(t).value();
+}
+
+TEST(RdmaBootstrapTest, ConnectRefusesAServerThatIsNotABexpressPeer) {
+  auto transport = MakeRdma();
+  {
+    FakeServer server(std::vector<uint8_t>(64, 0x41));  // 64 bytes of 'A'
+    auto s = transport->Connect(server.url(), {}, 2000ms);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(s.status().message().find("not a bexpress RDMA peer"), std::string::npos)
+        << s.status().ToString();
+  }
+  {
+    FakeServer server({});  // closes without a word
+    auto s = transport->Connect(server.url(), {}, 2000ms);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.status().message().find("closed the bootstrap connection"), std::string::npos)
+        << s.status().ToString();
+  }
+  {
+    std::vector<uint8_t> truncated(20, 0);
+    FakeServer server(truncated);  // a hello cut short
+    auto s = transport->Connect(server.url(), {}, 2000ms);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.status().message().find("20 of 64 bytes"), std::string::npos)
+        << s.status().ToString();
+  }
+}
+
+TEST(RdmaBootstrapTest, ListenerDropsGarbageAndKeepsServing) {
+  auto transport = MakeRdma();
+  std::atomic<int> accepted{0};
+  auto listener = transport->Listen("rdma://127.0.0.1:0", [&](const std::shared_ptr<Socket>&) {
+    accepted.fetch_add(1);
+    return SocketHandlers{};
+  });
+  ASSERT_TRUE(listener.ok());
+  auto url = ParseUrl((*listener)->url());
+  ASSERT_TRUE(url.ok());
+  auto before = bemalloc::GetCounters();
+  for (int i = 0; i < 3; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(url->port);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    uint8_t garbage[64];
+    std::memset(garbage, 0xee, sizeof(garbage));  // claims absurd sizes everywhere
+    ASSERT_EQ(send(fd, garbage, sizeof(garbage), 0), 64);
+    char c;
+    EXPECT_EQ(recv(fd, &c, 1, 0), 0) << "the listener closes the connection";
+    close(fd);
+  }
+  EXPECT_EQ(accepted.load(), 0);
+  EXPECT_EQ(bemalloc::GetCounters().registrations, before.registrations)
+      << "nothing was allocated for a refused peer";
+  // And a real peer still gets through.
+  auto client = MakeRdma();
+  auto s = client->Connect((*listener)->url(), {}, 5000ms);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  for (int i = 0; i < 100 && accepted.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(accepted.load(), 1);
+}
+
+TEST(RdmaSocketTest, WriteToAKnownBufferSkipsTheRendezvous) {
+  auto server = MakeRdma();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<uint16_t> tags;
+  auto listener = server->Listen("rdma://127.0.0.1:0", [&](const std::shared_ptr<Socket>& s) {
+    static_cast<RdmaSocket&>(*s).SetRemoteWriteHandler([&](uint16_t tag) {
+      std::lock_guard lock(mu);
+      tags.push_back(tag);
+      cv.notify_all();
+    });
+    return SocketHandlers{};
+  });
+  ASSERT_TRUE(listener.ok());
+  // The server's "tensor", whose address and rkey the client learnt out of band.
+  Buffer tensor = std::move(Buffer::Allocate(256 << 10)).value();
+  std::memset(tensor.data(), 0, tensor.size());
+  auto client = MakeRdma();
+  auto socket = client->Connect((*listener)->url(), {}, 5000ms);
+  ASSERT_TRUE(socket.ok());
+  auto& rdma = static_cast<RdmaSocket&>(**socket);
+  std::atomic<bool> sent{false};
+  rdma.WriteTo(transport::testing::PatternMessage(256 << 10, 9),
+               {reinterpret_cast<uint64_t>(tensor.data()), tensor.rkey()}, 7,
+               [&](const Status& s) { sent = s.ok(); });
+  std::unique_lock lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, 5s, [&] { return !tags.empty(); }));
+  EXPECT_EQ(tags[0], 7);
+  EXPECT_TRUE(transport::testing::HasPattern(tensor, 256 << 10, 9));
+  auto counters = rdma.counters();
+  EXPECT_EQ(counters["rendezvous_exchanges"], 0u);
+  EXPECT_EQ(counters["remote_writes"], 1u);
+}
+
+}  // namespace
+}  // namespace bx::rdma
