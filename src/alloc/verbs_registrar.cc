@@ -33,6 +33,8 @@ Status Init(verbs::Device& device, const Options& options) {
   return Status::Ok();
 }
 
-verbs::Device* RegisteredDevice() { return g_registered_device.load(std::memory_order_acquire); }
+verbs::Device* RegisteredDevice() {
+  return g_registered_device.load(std::memory_order_acquire);
+}
 
 }  // namespace bx::bemalloc

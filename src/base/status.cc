@@ -6,17 +6,28 @@ namespace bx {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
-    case StatusCode::kNotFound: return "NOT_FOUND";
-    case StatusCode::kUnavailable: return "UNAVAILABLE";
-    case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
-    case StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
-    case StatusCode::kAborted: return "ABORTED";
-    case StatusCode::kDataLoss: return "DATA_LOSS";
-    case StatusCode::kInternal: return "INTERNAL";
-    case StatusCode::kUnimplemented: return "UNIMPLEMENTED";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case StatusCode::kNotFound:
+      return "NOT_FOUND";
+    case StatusCode::kUnavailable:
+      return "UNAVAILABLE";
+    case StatusCode::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case StatusCode::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case StatusCode::kDeadlineExceeded:
+      return "DEADLINE_EXCEEDED";
+    case StatusCode::kAborted:
+      return "ABORTED";
+    case StatusCode::kDataLoss:
+      return "DATA_LOSS";
+    case StatusCode::kInternal:
+      return "INTERNAL";
+    case StatusCode::kUnimplemented:
+      return "UNIMPLEMENTED";
   }
   return "UNKNOWN";
 }
@@ -28,13 +39,31 @@ Status::Status(StatusCode code, std::string message) {
 Status Status::FromErrno(int err, std::string_view what) {
   StatusCode code = StatusCode::kInternal;
   switch (err) {
-    case EINVAL: code = StatusCode::kInvalidArgument; break;
-    case ENOENT: case ENODEV: code = StatusCode::kNotFound; break;
-    case ENOMEM: case ENOSPC: code = StatusCode::kResourceExhausted; break;
-    case EAGAIN: case ENOSYS: case ECONNREFUSED: code = StatusCode::kUnavailable; break;
-    case ECONNRESET: case EPIPE: code = StatusCode::kAborted; break;
-    case ETIMEDOUT: code = StatusCode::kDeadlineExceeded; break;
-    default: break;
+    case EINVAL:
+      code = StatusCode::kInvalidArgument;
+      break;
+    case ENOENT:
+    case ENODEV:
+      code = StatusCode::kNotFound;
+      break;
+    case ENOMEM:
+    case ENOSPC:
+      code = StatusCode::kResourceExhausted;
+      break;
+    case EAGAIN:
+    case ENOSYS:
+    case ECONNREFUSED:
+      code = StatusCode::kUnavailable;
+      break;
+    case ECONNRESET:
+    case EPIPE:
+      code = StatusCode::kAborted;
+      break;
+    case ETIMEDOUT:
+      code = StatusCode::kDeadlineExceeded;
+      break;
+    default:
+      break;
   }
   char buf[128];
   const char* text = strerror_r(err, buf, sizeof(buf));

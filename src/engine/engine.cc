@@ -64,7 +64,9 @@ void Engine::SetPeer(const PeerLimits& peer) {
   credits_ = SendCredits(peer.recv_queue_depth);
 }
 
-Status Engine::PostInitialReceives() { return RepostReceives(config_.recv_queue_depth); }
+Status Engine::PostInitialReceives() {
+  return RepostReceives(config_.recv_queue_depth);
+}
 
 Status Engine::RepostReceives(uint32_t count) {
   // The `count` oldest consumed slots get a buffer (a fresh one where the old one was handed to
@@ -169,8 +171,7 @@ void Engine::Pump() {
     if (!PumpCurrent()) break;
   }
   // Credits owed and nothing going out to carry them: a credit message of its own.
-  if (returner_.NeedsCreditMessage() && chain_.free_slots() > 0 &&
-      credits_.CanSendCreditUpdate()) {
+  if (returner_.NeedsCreditMessage() && chain_.free_slots() > 0 && credits_.CanSendCreditUpdate()) {
     auto& slot = chain_.Prepare();
     slot.wr.opcode = IBV_WR_SEND_WITH_IMM;
     slot.wr.num_sge = 0;

@@ -96,7 +96,9 @@ void IoThread::Run(std::function<void()> task) {
   done.get_future().wait();
 }
 
-void IoThread::AddEngine(Engine* engine) { engines_[engine->qp_num()] = engine; }
+void IoThread::AddEngine(Engine* engine) {
+  engines_[engine->qp_num()] = engine;
+}
 
 void IoThread::RemoveEngine(Engine* engine) {
   engines_.erase(engine->qp_num());

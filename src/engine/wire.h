@@ -13,7 +13,7 @@
 namespace bx::engine {
 
 enum class Kind : uint8_t {
-  kEager = 1,         // SEND_WITH_IMM: the payload is the whole message
+  kEager = 1,              // SEND_WITH_IMM: the payload is the whole message
   kRendezvousRequest = 2,  // SEND_WITH_IMM: payload RendezvousRequest
   kRendezvousReply = 3,    // SEND_WITH_IMM: payload RendezvousReply
   kRendezvousDone = 4,     // WRITE_WITH_IMM: the last fragment of message `id` has landed

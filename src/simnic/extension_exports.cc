@@ -34,7 +34,9 @@ int bxsim_query_counters(ibv_context* context, bxsim_device_counters* out) {
   return 0;
 }
 
-uint64_t bxsim_hardware_cpu_ns(void) { return Fabric::Get().HardwareCpuNs(); }
+uint64_t bxsim_hardware_cpu_ns(void) {
+  return Fabric::Get().HardwareCpuNs();
+}
 
 int bxsim_force_qp_error(ibv_qp* qp) {
   if (qp == nullptr || !IsSimContext(qp->context)) return EINVAL;

@@ -20,7 +20,9 @@ int EnvInt(const char* name, int fallback, int lo, int hi) {
   return std::clamp(n, lo, hi);
 }
 
-inline void CpuRelax() { __builtin_ia32_pause(); }
+inline void CpuRelax() {
+  __builtin_ia32_pause();
+}
 
 }  // namespace
 
@@ -55,7 +57,8 @@ void Fabric::Start() {
     }
     thread_ = std::thread([this] { Run(); });
     thread_.detach();
-    while (hardware_thread_cpu_clock_.load(std::memory_order_acquire) == 0) std::this_thread::yield();
+    while (hardware_thread_cpu_clock_.load(std::memory_order_acquire) == 0)
+      std::this_thread::yield();
   });
 }
 
@@ -65,7 +68,9 @@ Fabric::ControlLock::ControlLock(Fabric& f) : fabric_(f) {
   fabric_.control_waiting_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
-Fabric::ControlLock::~ControlLock() { fabric_.hw_mu_.unlock(); }
+Fabric::ControlLock::~ControlLock() {
+  fabric_.hw_mu_.unlock();
+}
 
 void Fabric::Doorbell(SimQp* qp) {
   qp->device->counters().doorbells.fetch_add(1, std::memory_order_relaxed);
@@ -218,8 +223,7 @@ void Fabric::Run() {
 void Fabric::IdleWait(uint64_t seen) {
   std::unique_lock lock(ready_mu_);
   auto wake = [&] {
-    return !ready_.empty() || ipc_wake_ ||
-           doorbell_seq_.load(std::memory_order_acquire) != seen;
+    return !ready_.empty() || ipc_wake_ || doorbell_seq_.load(std::memory_order_acquire) != seen;
   };
   if (wake()) return;
   sleeping_ = true;
@@ -228,8 +232,8 @@ void Fabric::IdleWait(uint64_t seen) {
   } else {
     uint64_t now = NowNs();
     uint64_t at = timers_.top().at_ns;
-    auto until = std::chrono::steady_clock::now() +
-                 std::chrono::nanoseconds(at > now ? at - now : 0);
+    auto until =
+        std::chrono::steady_clock::now() + std::chrono::nanoseconds(at > now ? at - now : 0);
     ready_cv_.wait_until(lock, until, wake);
   }
   sleeping_ = false;

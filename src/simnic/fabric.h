@@ -29,11 +29,11 @@ namespace bx::simnic {
 // The outcome of one request as the responder answers it.
 enum class Reply : uint8_t {
   kAck,
-  kRnrNak,        // no receive posted: retry after the responder's RNR timer
-  kRemoteAccess,  // rkey, bounds or access rights wrong
-  kRemoteInvalid, // message longer than the receive buffer, or an unsupported request
-  kRemoteOp,      // the responder failed to place data (its receive SGEs were bad)
-  kNoResponse,    // dropped: no such QP, wrong PSN, peer down; the requester times out
+  kRnrNak,           // no receive posted: retry after the responder's RNR timer
+  kRemoteAccess,     // rkey, bounds or access rights wrong
+  kRemoteInvalid,    // message longer than the receive buffer, or an unsupported request
+  kRemoteOp,         // the responder failed to place data (its receive SGEs were bad)
+  kNoResponse,       // dropped: no such QP, wrong PSN, peer down; the requester times out
   kLocalProtection,  // requester side: a local SGE failed its lkey, bounds or access check
   kPending,          // requester side: sent to another process, the reply comes later
 };

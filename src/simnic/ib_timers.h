@@ -16,8 +16,8 @@ inline uint64_t NowNs() {
 // retrying. The responder advertises its min_rnr_timer (0..31) in the NAK.
 inline uint64_t RnrTimerNs(uint8_t code) {
   static constexpr uint32_t kMicros[32] = {
-      655360, 10,   20,   30,   40,    60,    80,    120,   160,   240,    320,
-      480,    640,  960,  1280, 1920,  2560,  3840,  5120,  7680,  10240,  15360,
+      655360, 10,    20,    30,    40,    60,     80,     120,    160,    240,   320,
+      480,    640,   960,   1280,  1920,  2560,   3840,   5120,   7680,   10240, 15360,
       20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
   return uint64_t(kMicros[code & 31]) * 1000ull;
 }

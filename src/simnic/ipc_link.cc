@@ -130,7 +130,9 @@ void IpcLink::Drain(std::vector<IpcFrame>* frames, std::vector<uint32_t>* lost_p
   has_inbound_.store(false, std::memory_order_release);
 }
 
-bool IpcLink::HasInbound() const { return has_inbound_.load(std::memory_order_acquire); }
+bool IpcLink::HasInbound() const {
+  return has_inbound_.load(std::memory_order_acquire);
+}
 
 uint64_t IpcLink::ThreadCpuNs() const {
   uint64_t clock = reader_cpu_clock_.load(std::memory_order_acquire);
@@ -164,8 +166,8 @@ void IpcLink::ReadLoop() {
         continue;
       }
       IpcFrame frame;
-      bool ok = ReadFull(fd, &frame.header, sizeof(frame.header)) &&
-                frame.header.magic == kIpcMagic;
+      bool ok =
+          ReadFull(fd, &frame.header, sizeof(frame.header)) && frame.header.magic == kIpcMagic;
       if (ok && frame.header.payload_length > 0) {
         frame.payload.resize(frame.header.payload_length);
         ok = ReadFull(fd, frame.payload.data(), frame.payload.size());

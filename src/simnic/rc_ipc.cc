@@ -67,8 +67,8 @@ void Fabric::OnIpcRequest(IpcFrame& frame) {
   }
   uint8_t rnr_timer = 0;
   Device* dev = device(h.dest_device);
-  Reply reply = (dev != nullptr && dev->link_up()) ? Respond(dev, req, &rnr_timer)
-                                                    : Reply::kNoResponse;
+  Reply reply =
+      (dev != nullptr && dev->link_up()) ? Respond(dev, req, &rnr_timer) : Reply::kNoResponse;
   IpcHeader r{};
   r.magic = kIpcMagic;
   r.kind = kIpcReply;
@@ -116,8 +116,7 @@ void Fabric::OnIpcPeerLost(uint32_t pid) {
   for (Device* dev : devices()) {
     for (SimQp* qp : dev->AllQps()) {
       uint32_t peer_pid = 0, peer_index = 0;
-      if (!ParseGid(qp->attr.ah_attr.grh.dgid, &peer_pid, &peer_index) || peer_pid != pid)
-        continue;
+      if (!ParseGid(qp->attr.ah_attr.grh.dgid, &peer_pid, &peer_index) || peer_pid != pid) continue;
       if (qp->destroyed || qp->state.load() != IBV_QPS_RTS || qp->sq_hw_done >= qp->sq_hw_next)
         continue;
       qp->inflight_remote = 0;

@@ -19,9 +19,12 @@ constexpr uint64_t kInfiniteTimeoutProbeNs = 100'000'000;
 ibv_wc_opcode SendWcOpcode(ibv_wr_opcode op) {
   switch (op) {
     case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
-    default: return IBV_WC_SEND;
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    default:
+      return IBV_WC_SEND;
   }
 }
 
@@ -97,8 +100,8 @@ Reply Fabric::Transmit(SimQp* qp, SendWqe& wqe, uint8_t* rnr_timer) {
   } else {
     uint64_t total = 0;
     int access = wqe.opcode == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0;
-    if (!ResolveSges(*dev, qp->protection_domain, wqe.sge, wqe.num_sge, access, local,
-                     &local_count, &total))
+    if (!ResolveSges(*dev, qp->protection_domain, wqe.sge, wqe.num_sge, access, local, &local_count,
+                     &total))
       return Reply::kLocalProtection;
   }
   if (!dev->link_up()) return Reply::kNoResponse;
@@ -132,8 +135,7 @@ Reply Fabric::Transmit(SimQp* qp, SendWqe& wqe, uint8_t* rnr_timer) {
   return SendIpcRequest(peer_pid, peer_index, request) ? Reply::kPending : Reply::kNoResponse;
 }
 
-void Fabric::HandleReply(SimQp* qp, uint64_t index, Reply reply, uint8_t rnr_timer,
-                         uint64_t now) {
+void Fabric::HandleReply(SimQp* qp, uint64_t index, Reply reply, uint8_t rnr_timer, uint64_t now) {
   SendWqe& wqe = qp->sq[index % qp->sq.size()];
   switch (reply) {
     case Reply::kAck: {

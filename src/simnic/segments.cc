@@ -5,8 +5,8 @@
 
 namespace bx::simnic {
 
-bool ResolveSges(const Device& device, SimPd* pd, const ibv_sge* sge, int n, int access,
-                 iovec* out, int* out_count, uint64_t* total) {
+bool ResolveSges(const Device& device, SimPd* pd, const ibv_sge* sge, int n, int access, iovec* out,
+                 int* out_count, uint64_t* total) {
   int count = 0;
   uint64_t sum = 0;
   for (int i = 0; i < n; ++i) {

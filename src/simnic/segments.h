@@ -12,8 +12,8 @@ namespace bx::simnic {
 
 // Resolves `n` SGEs (lkeys) of `pd` on `device` to host segments, checking that each lies inside
 // its MR and that the MR grants `access`. Zero-length SGEs are skipped. False on any violation.
-bool ResolveSges(const Device& device, SimPd* pd, const ibv_sge* sge, int n, int access,
-                 iovec* out, int* out_count, uint64_t* total);
+bool ResolveSges(const Device& device, SimPd* pd, const ibv_sge* sge, int n, int access, iovec* out,
+                 int* out_count, uint64_t* total);
 
 // Copies min(total(dst), total(src)) bytes from src segments to dst segments.
 void CopySegments(const iovec* dst, int dst_count, const iovec* src, int src_count);

@@ -2,8 +2,8 @@
 // (or, for the context, as rdma-core's verbs_context layout requires), so that a pointer handed to
 // the application converts back with a static cast.
 //
-// Threads: application threads call the verbs; one "hardware" thread per process (fabric.cc, rc_*.cc)
-// moves data and produces completions. Which fields each may touch is noted per field.
+// Threads: application threads call the verbs; one "hardware" thread per process (fabric.cc,
+// rc_*.cc) moves data and produces completions. Which fields each may touch is noted per field.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -39,13 +39,12 @@ inline constexpr uint32_t kContextMagic = 0xb5c0a7e1;
 struct SimContext {
   uint32_t magic = kContextMagic;
   Device* device;
-  int async_pipe[2];  // [0] is context.async_fd; the hardware thread writes AsyncRecord to [1]
+  int async_pipe[2];   // [0] is context.async_fd; the hardware thread writes AsyncRecord to [1]
   verbs_context vctx;  // must be last: verbs_get_ctx() finds it before the ibv_context
 };
 
 inline SimContext* ToSim(ibv_context* c) {
-  return reinterpret_cast<SimContext*>(reinterpret_cast<char*>(c) -
-                                       offsetof(SimContext, vctx) -
+  return reinterpret_cast<SimContext*>(reinterpret_cast<char*>(c) - offsetof(SimContext, vctx) -
                                        offsetof(verbs_context, context));
 }
 
@@ -57,9 +56,13 @@ struct SimPd {
   bool is_parent_domain = false;
   std::atomic<int> users{0};  // MRs, QPs and parent domains using it: dealloc fails while > 0
 };
-inline SimPd* ToSim(ibv_pd* p) { return reinterpret_cast<SimPd*>(p); }
+inline SimPd* ToSim(ibv_pd* p) {
+  return reinterpret_cast<SimPd*>(p);
+}
 // The protection domain a PD or parent domain stands for.
-inline SimPd* Protection(ibv_pd* p) { return ToSim(p)->protection_domain; }
+inline SimPd* Protection(ibv_pd* p) {
+  return ToSim(p)->protection_domain;
+}
 
 struct SimTd {
   ibv_td td;
@@ -108,7 +111,9 @@ struct SimCq {
   std::atomic<bool> broken{false};  // set on overrun: polls fail from then on
   std::atomic<int> users{0};        // QPs using it
 };
-inline SimCq* ToSim(ibv_cq* c) { return reinterpret_cast<SimCq*>(c); }
+inline SimCq* ToSim(ibv_cq* c) {
+  return reinterpret_cast<SimCq*>(c);
+}
 
 // A send work request as the NIC holds it: copied at post time, data gathered at transmit time
 // (except inline data, copied at post time as a real NIC's WQE holds it).
@@ -156,8 +161,8 @@ struct SimQp {
   std::mutex send_mu;
   std::vector<SendWqe> sq;
   std::atomic<uint64_t> sq_posted{0};
-  uint64_t sq_hw_next = 0;  // next WQE to transmit
-  uint64_t sq_hw_done = 0;  // WQEs completed by the hardware
+  uint64_t sq_hw_next = 0;    // next WQE to transmit
+  uint64_t sq_hw_done = 0;    // WQEs completed by the hardware
   uint64_t sq_hw_staged = 0;  // WQEs given a PSN and a wire time
   uint32_t next_send_psn = 0;
   std::atomic<uint64_t> sq_retired{0};
@@ -174,11 +179,13 @@ struct SimQp {
 
   // Scheduling (hardware thread; `queued` also set by doorbells).
   std::atomic<bool> queued{false};
-  uint64_t wake_at_ns = 0;  // nonzero while waiting on a timer
+  uint64_t wake_at_ns = 0;       // nonzero while waiting on a timer
   uint64_t inflight_remote = 0;  // WQEs transmitted to another process, awaiting a response
   bool destroyed = false;
 };
-inline SimQp* ToSim(ibv_qp* q) { return reinterpret_cast<SimQp*>(q); }
+inline SimQp* ToSim(ibv_qp* q) {
+  return reinterpret_cast<SimQp*>(q);
+}
 
 // What the hardware thread writes to a context's async pipe; ibv_get_async_event reads it.
 struct AsyncRecord {

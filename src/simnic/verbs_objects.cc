@@ -23,7 +23,9 @@ Device* FindDevice(ibv_device* d) {
   return nullptr;
 }
 
-bool IsSimContext(ibv_context* c) { return c != nullptr && ToSim(c)->magic == kContextMagic; }
+bool IsSimContext(ibv_context* c) {
+  return c != nullptr && ToSim(c)->magic == kContextMagic;
+}
 
 namespace {
 
@@ -67,8 +69,8 @@ int FillPortAttr(Device* dev, uint8_t port, ibv_port_attr* attr, size_t len) {
   a.port_cap_flags = 0;
   a.max_msg_sz = kMaxMsgSize;
   a.pkey_tbl_len = 1;
-  a.active_width = 2;   // 4x
-  a.active_speed = 32;  // 25 Gbps per lane (EDR-class): a 100 Gbps port
+  a.active_width = 2;         // 4x
+  a.active_speed = 32;        // 25 Gbps per lane (EDR-class): a 100 Gbps port
   a.phys_state = up ? 5 : 3;  // LinkUp : Disabled
   a.link_layer = IBV_LINK_LAYER_ETHERNET;
   std::memcpy(attr, &a, std::min(len, sizeof(a)));
@@ -187,9 +189,13 @@ ibv_device** ibv_get_device_list(int* num_devices) {
   return list;
 }
 
-void ibv_free_device_list(ibv_device** list) { free(list); }
+void ibv_free_device_list(ibv_device** list) {
+  free(list);
+}
 
-const char* ibv_get_device_name(ibv_device* device) { return device->name; }
+const char* ibv_get_device_name(ibv_device* device) {
+  return device->name;
+}
 
 __be64 ibv_get_device_guid(ibv_device* device) {
   Device* dev = FindDevice(device);
@@ -363,18 +369,24 @@ int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
   if (n != ssize_t(sizeof(record))) return -1;
   event->event_type = record.type;
   switch (record.type) {
-    case IBV_EVENT_CQ_ERR: event->element.cq = static_cast<ibv_cq*>(record.object); break;
+    case IBV_EVENT_CQ_ERR:
+      event->element.cq = static_cast<ibv_cq*>(record.object);
+      break;
     case IBV_EVENT_PORT_ACTIVE:
     case IBV_EVENT_PORT_ERR:
       event->element.port_num = int(reinterpret_cast<uintptr_t>(record.object));
       break;
-    default: event->element.qp = static_cast<ibv_qp*>(record.object); break;
+    default:
+      event->element.qp = static_cast<ibv_qp*>(record.object);
+      break;
   }
   return 0;
 }
 
 void ibv_ack_async_event(ibv_async_event*) {}
 
-int ibv_fork_init(void) { return 0; }
+int ibv_fork_init(void) {
+  return 0;
+}
 
 }  // extern "C"

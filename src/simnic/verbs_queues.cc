@@ -12,7 +12,9 @@ using namespace bx::simnic;
 namespace bx::simnic {
 namespace {
 
-inline void CpuRelax() { __builtin_ia32_pause(); }
+inline void CpuRelax() {
+  __builtin_ia32_pause();
+}
 
 bool SupportedOpcode(ibv_wr_opcode op) {
   return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
@@ -36,7 +38,8 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       rc = ENOMEM;
       break;
     }
-    if (!SupportedOpcode(wr->opcode) || wr->num_sge < 0 || uint32_t(wr->num_sge) > qp->max_send_sge) {
+    if (!SupportedOpcode(wr->opcode) || wr->num_sge < 0 ||
+        uint32_t(wr->num_sge) > qp->max_send_sge) {
       rc = EINVAL;
       break;
     }
@@ -158,9 +161,11 @@ constexpr int kRtrToRts = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV
 
 int CheckTransition(int from, int to, int mask) {
   if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) return 0;
-  if (from == IBV_QPS_RESET && to == IBV_QPS_INIT) return (mask & kResetToInit) == kResetToInit ? 0 : EINVAL;
+  if (from == IBV_QPS_RESET && to == IBV_QPS_INIT)
+    return (mask & kResetToInit) == kResetToInit ? 0 : EINVAL;
   if (from == IBV_QPS_INIT && to == IBV_QPS_INIT) return 0;
-  if (from == IBV_QPS_INIT && to == IBV_QPS_RTR) return (mask & kInitToRtr) == kInitToRtr ? 0 : EINVAL;
+  if (from == IBV_QPS_INIT && to == IBV_QPS_RTR)
+    return (mask & kInitToRtr) == kInitToRtr ? 0 : EINVAL;
   if (from == IBV_QPS_RTR && to == IBV_QPS_RTS) return (mask & kRtrToRts) == kRtrToRts ? 0 : EINVAL;
   if (from == IBV_QPS_RTS && to == IBV_QPS_RTS) return 0;
   return EINVAL;
@@ -225,7 +230,9 @@ int ibv_destroy_cq(ibv_cq* ibcq) {
   return 0;
 }
 
-int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
+int ibv_resize_cq(ibv_cq*, int) {
+  return EOPNOTSUPP;
+}
 
 ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   if (pd == nullptr || init == nullptr || init->send_cq == nullptr || init->recv_cq == nullptr) {

@@ -93,8 +93,8 @@ class EngineTest : public ::testing::Test {
       attrs.max_send_wr = config.send_queue_depth;
       attrs.max_recv_wr = config.recv_queue_depth;
       attrs.max_inline_data = 64;
-      auto qp = verbs::CreateRcQueuePair(lib, g_device->context(), g_device->pd(), attrs,
-                                         s->io->cq());
+      auto qp =
+          verbs::CreateRcQueuePair(lib, g_device->context(), g_device->pd(), attrs, s->io->cq());
       ASSERT_TRUE(qp.ok()) << qp.status().ToString();
       s->qp.emplace(std::move(qp).value());
       verbs::RcOptions rc;
@@ -211,7 +211,8 @@ TEST_F(EngineTest, MillionMessagesBothWaysWithoutRnr) {
         // Keep the backlog bounded so the test measures the engine, not a growing queue.
         while (sent - s->sends_done.load() > 8 * kChunk) std::this_thread::yield();
         std::vector<Buffer> chunk;
-        for (uint64_t j = 0; j < kChunk; ++j) chunk.push_back(std::move(Buffer::Allocate(8)).value());
+        for (uint64_t j = 0; j < kChunk; ++j)
+          chunk.push_back(std::move(Buffer::Allocate(8)).value());
         auto* raw = new std::vector<Buffer>(std::move(chunk));
         s->io->Post([s, raw] {
           std::unique_ptr<std::vector<Buffer>> msgs(raw);
@@ -287,7 +288,8 @@ TEST_F(EngineTest, QpErrorFailsQueuedSendsOnceAndReportsIt) {
   ASSERT_EQ(lib.sim().force_qp_error(a_.qp->qp()), 0);
   {
     std::unique_lock lock(a_.mu);
-    ASSERT_TRUE(a_.cv.wait_for(lock, std::chrono::seconds(10), [&] { return a_.failure.has_value(); }));
+    ASSERT_TRUE(
+        a_.cv.wait_for(lock, std::chrono::seconds(10), [&] { return a_.failure.has_value(); }));
   }
   EXPECT_NE(a_.failure->message().find("QP"), std::string::npos) << a_.failure->ToString();
   a_.Send(MakeMessage(10, 1));

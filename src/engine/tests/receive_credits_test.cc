@@ -44,7 +44,7 @@ TEST(CreditProtocolTest, RandomTrafficNeverOverrunsAndNeverDeadlocks) {
     struct Side {
       SendCredits credits;
       CreditReturner returner;
-      uint32_t posted;      // receives posted at this side
+      uint32_t posted;         // receives posted at this side
       uint32_t in_flight = 0;  // messages sent to the peer not yet received (each holds a receive)
     };
     Side s[2] = {{SendCredits(depth), CreditReturner(depth), depth},

@@ -22,14 +22,16 @@ TEST_F(CompletionTest, UnsignalledWorkIsRetiredByTheNextSignalledCompletion) {
     // A full queue of 7 unsignalled writes and 1 signalled: possible only if the previous round's
     // signalled completion freed all 8 slots.
     for (int i = 0; i < 7; ++i)
-      ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(i), &s, 1, 0, dst->addr(), dst->mr->rkey), 0)
+      ASSERT_EQ(
+          PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(i), &s, 1, 0, dst->addr(), dst->mr->rkey), 0)
           << "round " << round;
     ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, 1000 + uint64_t(round), &s, 1, IBV_SEND_SIGNALED,
                        dst->addr(), dst->mr->rkey),
               0);
     auto wc = PollN(a_.send_cq, 1);
     ASSERT_EQ(wc.size(), 1u);
-    ASSERT_EQ(wc[0].wr_id, 1000 + uint64_t(round)) << "only signalled work completes: " << ibv_wc_status_str(wc[0].status);
+    ASSERT_EQ(wc[0].wr_id, 1000 + uint64_t(round))
+        << "only signalled work completes: " << ibv_wc_status_str(wc[0].status);
     ASSERT_EQ(wc[0].status, IBV_WC_SUCCESS);
   }
   EXPECT_TRUE(Drain(a_.send_cq).empty());
@@ -44,7 +46,8 @@ TEST_F(CompletionTest, SqSigAllSignalsEveryRequest) {
   auto dst = Register(b_.pd, 64);
   ibv_sge s{src->addr(), 8, src->mr->lkey};
   for (int i = 0; i < 10; ++i)
-    ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(i), &s, 1, 0, dst->addr(), dst->mr->rkey), 0);
+    ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(i), &s, 1, 0, dst->addr(), dst->mr->rkey),
+              0);
   auto wc = PollN(a_.send_cq, 10);
   ASSERT_EQ(wc.size(), 10u);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(wc[size_t(i)].wr_id, uint64_t(i));
@@ -79,7 +82,9 @@ TEST_F(CompletionTest, CompletionChannelDeliversOneEventPerArm) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.port_num = 1;
-  ASSERT_EQ(ibv_modify_qp(d.qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  ASSERT_EQ(ibv_modify_qp(d.qp, &attr,
+                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+            0);
   ASSERT_EQ(ibv_query_gid(d.ctx, 1, 0, &d.gid), 0);
   ConnectQp(c, d.qp->qp_num, d.gid, o);
   ConnectQp(d, c.qp->qp_num, c.gid, o);
@@ -126,7 +131,8 @@ TEST_F(CompletionTest, DestroyedQpCompletionsAreNeverReturned) {
   auto dst = Register(b_.pd, 64);
   ibv_sge s{src->addr(), 8, src->mr->lkey};
   for (int i = 0; i < 4; ++i)
-    ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(i), &s, 1, 0, dst->addr(), dst->mr->rkey), 0);
+    ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(i), &s, 1, 0, dst->addr(), dst->mr->rkey),
+              0);
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_EQ(ibv_destroy_qp(a_.qp), 0);
   a_.qp = nullptr;

@@ -55,8 +55,9 @@ TEST(DeviceTest, RegistrationFollowsTheManPage) {
   EXPECT_EQ(errno, EFAULT);
 
   auto before = Counters(ctx);
-  ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(),
-                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_RELAXED_ORDERING);
+  ibv_mr* mr =
+      ibv_reg_mr(pd, buf.data(), buf.size(),
+                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_RELAXED_ORDERING);
   ASSERT_NE(mr, nullptr);
   EXPECT_EQ(mr->addr, buf.data());
   EXPECT_EQ(mr->length, buf.size());
@@ -83,7 +84,9 @@ TEST_F(DomainTest, ThreadAndParentDomainsCarryTraffic) {
   auto dst = Register(b_.pd, 4096);
   FillRandom(src->data(), 4096, 2);
   ibv_sge s{src->addr(), 4096, src->mr->lkey};
-  ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, 1, &s, 1, IBV_SEND_SIGNALED, dst->addr(), dst->mr->rkey), 0);
+  ASSERT_EQ(
+      PostSend(a_.qp, IBV_WR_RDMA_WRITE, 1, &s, 1, IBV_SEND_SIGNALED, dst->addr(), dst->mr->rkey),
+      0);
   auto wc = PollN(a_.send_cq, 1);
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
@@ -103,7 +106,9 @@ TEST_F(DomainTest, LinkModelDelaysCompletionsByWireTime) {
   auto dst = Register(b_.pd, 1 << 20);
   ibv_sge s{src->addr(), 1 << 20, src->mr->lkey};
   auto start = std::chrono::steady_clock::now();
-  ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, 1, &s, 1, IBV_SEND_SIGNALED, dst->addr(), dst->mr->rkey), 0);
+  ASSERT_EQ(
+      PostSend(a_.qp, IBV_WR_RDMA_WRITE, 1, &s, 1, IBV_SEND_SIGNALED, dst->addr(), dst->mr->rkey),
+      0);
   auto wc = PollN(a_.send_cq, 1);
   auto elapsed = std::chrono::steady_clock::now() - start;
   ASSERT_EQ(wc.size(), 1u);

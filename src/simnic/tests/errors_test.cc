@@ -88,8 +88,8 @@ TEST_F(ErrorTest, AccessRightsAndBoundsAreChecked) {
     uint32_t length;
   };
   const Case cases[] = {
-      {IBV_WR_RDMA_WRITE, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, 0, 64},  // no write
-      {IBV_WR_RDMA_READ, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 0, 64},  // no read
+      {IBV_WR_RDMA_WRITE, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, 0, 64},      // no write
+      {IBV_WR_RDMA_READ, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 0, 64},      // no read
       {IBV_WR_RDMA_WRITE, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 4000, 97},  // past end
   };
   for (const Case& c : cases) {
@@ -97,9 +97,9 @@ TEST_F(ErrorTest, AccessRightsAndBoundsAreChecked) {
     auto src = Register(a_.pd, 4096);
     auto dst = Register(b_.pd, 4096, c.remote_access);
     ibv_sge s{src->addr(), c.length, src->mr->lkey};
-    ASSERT_EQ(PostSend(a_.qp, c.op, 1, &s, 1, IBV_SEND_SIGNALED, dst->addr() + c.offset,
-                       dst->mr->rkey),
-              0);
+    ASSERT_EQ(
+        PostSend(a_.qp, c.op, 1, &s, 1, IBV_SEND_SIGNALED, dst->addr() + c.offset, dst->mr->rkey),
+        0);
     auto wc = PollN(a_.send_cq, 1);
     ASSERT_EQ(wc.size(), 1u);
     EXPECT_EQ(wc[0].status, IBV_WC_REM_ACCESS_ERR) << "opcode " << c.op;
@@ -120,9 +120,9 @@ TEST_F(ErrorTest, BadLkeyIsLocalProtectionError) {
   auto src = Register(a_.pd, 4096);
   auto dst = Register(b_.pd, 4096);
   ibv_sge s{src->addr() + 4000, 200, src->mr->lkey};  // runs past the MR
-  ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, 1, &s, 1, IBV_SEND_SIGNALED, dst->addr(),
-                     dst->mr->rkey),
-            0);
+  ASSERT_EQ(
+      PostSend(a_.qp, IBV_WR_RDMA_WRITE, 1, &s, 1, IBV_SEND_SIGNALED, dst->addr(), dst->mr->rkey),
+      0);
   auto wc = PollN(a_.send_cq, 1);
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, IBV_WC_LOC_PROT_ERR);
@@ -215,9 +215,9 @@ TEST_F(ErrorTest, LinkComingBackBeforeRetriesRunOutResumes) {
   FillRandom(src->data(), 64, 1);
   ASSERT_EQ(bxsim_set_link(b_.ctx, 0), 0);
   ibv_sge s{src->addr(), 64, src->mr->lkey};
-  ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, 1, &s, 1, IBV_SEND_SIGNALED, dst->addr(),
-                     dst->mr->rkey),
-            0);
+  ASSERT_EQ(
+      PostSend(a_.qp, IBV_WR_RDMA_WRITE, 1, &s, 1, IBV_SEND_SIGNALED, dst->addr(), dst->mr->rkey),
+      0);
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_EQ(bxsim_set_link(b_.ctx, 1), 0);
   auto wc = PollN(a_.send_cq, 1);
@@ -266,8 +266,11 @@ TEST_F(ErrorTest, SendQueueDepthIsEnforcedUntilCompletionsArePolled) {
   auto dst = Register(b_.pd, 64);
   ibv_sge s{src->addr(), 8, src->mr->lkey};
   for (int i = 0; i < 3; ++i)
-    ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(i), &s, 1, 0, dst->addr(), dst->mr->rkey), 0);
-  ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, 3, &s, 1, IBV_SEND_SIGNALED, dst->addr(), dst->mr->rkey), 0);
+    ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(i), &s, 1, 0, dst->addr(), dst->mr->rkey),
+              0);
+  ASSERT_EQ(
+      PostSend(a_.qp, IBV_WR_RDMA_WRITE, 3, &s, 1, IBV_SEND_SIGNALED, dst->addr(), dst->mr->rkey),
+      0);
   // Full: the slots stay occupied until the signalled completion is polled, even though the
   // hardware has finished with all four.
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -276,7 +279,9 @@ TEST_F(ErrorTest, SendQueueDepthIsEnforcedUntilCompletionsArePolled) {
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].wr_id, 3u);
   for (int i = 0; i < 4; ++i)
-    EXPECT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(10 + i), &s, 1, 0, dst->addr(), dst->mr->rkey), 0);
+    EXPECT_EQ(
+        PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(10 + i), &s, 1, 0, dst->addr(), dst->mr->rkey),
+        0);
   EXPECT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, 20, &s, 1, 0, dst->addr(), dst->mr->rkey), ENOMEM);
   // A chain stops at the first failing request and reports it.
   ibv_recv_wr wrs[3]{};
@@ -298,7 +303,8 @@ TEST_F(ErrorTest, CqOverrunBreaksTheCqAndRaisesAnEvent) {
   auto dst = Register(b_.pd, 64);
   ibv_sge s{src->addr(), 8, src->mr->lkey};
   for (int i = 0; i < 3; ++i)
-    ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(i), &s, 1, 0, dst->addr(), dst->mr->rkey), 0);
+    ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(i), &s, 1, 0, dst->addr(), dst->mr->rkey),
+              0);
   ibv_async_event ev{};
   ASSERT_EQ(ibv_get_async_event(a_.ctx, &ev), 0);
   EXPECT_EQ(ev.event_type, IBV_EVENT_CQ_ERR);

@@ -67,14 +67,17 @@ static void open_side(struct side* s, const char* name) {
                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
   if (!s->pd || !s->mr) fail("ibv_reg_mr");
   s->cq = ibv_create_cq(s->ctx, 64, NULL, NULL, 0);
-  struct ibv_qp_init_attr init = {.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
-                                  .cap = {.max_send_wr = 16, .max_recv_wr = 16,
-                                          .max_send_sge = 1, .max_recv_sge = 1}};
+  struct ibv_qp_init_attr init = {
+      .send_cq = s->cq,
+      .recv_cq = s->cq,
+      .qp_type = IBV_QPT_RC,
+      .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1}};
   s->qp = ibv_create_qp(s->pd, &init);
   if (!s->cq || !s->qp) fail("ibv_create_qp");
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-                          .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
-  if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+  struct ibv_qp_attr a = {
+      .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
+  if (ibv_modify_qp(s->qp, &a,
+                    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
     fail("modify to INIT");
   s->me.qpn = s->qp->qp_num;
   s->me.addr = (uintptr_t)s->buf;
@@ -82,18 +85,27 @@ static void open_side(struct side* s, const char* name) {
 }
 
 static void connect_side(struct side* s, const struct peer_info* remote) {
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096,
-                          .dest_qp_num = remote->qpn, .rq_psn = 0, .max_dest_rd_atomic = 1,
-                          .min_rnr_timer = 12,
-                          .ah_attr = {.is_global = 1, .port_num = 1,
-                                      .grh = {.dgid = remote->gid, .hop_limit = 1}}};
-  if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+  struct ibv_qp_attr a = {
+      .qp_state = IBV_QPS_RTR,
+      .path_mtu = IBV_MTU_4096,
+      .dest_qp_num = remote->qpn,
+      .rq_psn = 0,
+      .max_dest_rd_atomic = 1,
+      .min_rnr_timer = 12,
+      .ah_attr = {.is_global = 1, .port_num = 1, .grh = {.dgid = remote->gid, .hop_limit = 1}}};
+  if (ibv_modify_qp(s->qp, &a,
+                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
     fail("modify to RTR");
-  struct ibv_qp_attr b = {.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7,
-                          .rnr_retry = 7, .sq_psn = 0, .max_rd_atomic = 1};
-  if (ibv_modify_qp(s->qp, &b, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                   IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+  struct ibv_qp_attr b = {.qp_state = IBV_QPS_RTS,
+                          .timeout = 14,
+                          .retry_cnt = 7,
+                          .rnr_retry = 7,
+                          .sq_psn = 0,
+                          .max_rd_atomic = 1};
+  if (ibv_modify_qp(s->qp, &b,
+                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                        IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
     fail("modify to RTS");
 }
 
@@ -126,11 +138,13 @@ static void client_run(struct side* c, const struct peer_info* server) {
   srand(42);
   for (uint32_t i = 0; i < SIZE; ++i) c->buf[i] = (uint8_t)rand();
   uint32_t sum = checksum(c->buf, SIZE);
-  post_recv(c, 64);  /* for the server's answer */
+  post_recv(c, 64); /* for the server's answer */
   for (uint32_t off = 0; off < SIZE; off += FRAGMENT) {
     int last = off + FRAGMENT >= SIZE;
     struct ibv_sge sge = {.addr = (uintptr_t)c->buf + off, .length = FRAGMENT, .lkey = c->mr->lkey};
-    struct ibv_send_wr wr = {.wr_id = off, .sg_list = &sge, .num_sge = 1,
+    struct ibv_send_wr wr = {.wr_id = off,
+                             .sg_list = &sge,
+                             .num_sge = 1,
                              .opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
                              .send_flags = last ? IBV_SEND_SIGNALED : 0,
                              .imm_data = htonl(sum),
@@ -157,8 +171,12 @@ static void server_wait_and_answer(struct side* s) {
   if (sum != ntohl(wc.imm_data)) fail("payload checksum");
   uint32_t answer = htonl(sum);
   struct ibv_sge sge = {.addr = (uintptr_t)&answer, .length = 4, .lkey = 0};
-  struct ibv_send_wr wr = {.wr_id = 9, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
-                           .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE}, *bad;
+  struct ibv_send_wr wr = {.wr_id = 9,
+                           .sg_list = &sge,
+                           .num_sge = 1,
+                           .opcode = IBV_WR_SEND,
+                           .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE},
+                     *bad;
   struct ibv_qp_attr attr;
   struct ibv_qp_init_attr init;
   ibv_query_qp(s->qp, &attr, IBV_QP_CAP, &init);

@@ -54,7 +54,8 @@ void DestroyEndpoint(Endpoint& ep);
 std::vector<ibv_wc> PollN(ibv_cq* cq, size_t n,
                           std::chrono::milliseconds timeout = std::chrono::seconds(10));
 // Polls for `quiet` and returns everything that arrived (to check that nothing more comes).
-std::vector<ibv_wc> Drain(ibv_cq* cq, std::chrono::milliseconds quiet = std::chrono::milliseconds(20));
+std::vector<ibv_wc> Drain(ibv_cq* cq,
+                          std::chrono::milliseconds quiet = std::chrono::milliseconds(20));
 
 // A buffer registered on a PD, freed with the test.
 struct Region {

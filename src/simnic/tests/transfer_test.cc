@@ -18,12 +18,14 @@ TEST_F(TransferTest, SendRecvKeepsOrderAndContent) {
   std::mt19937 rng(7);
   std::vector<uint32_t> sizes(kMessages);
   for (auto& n : sizes) n = 1 + rng() % kSlot;
-  for (int i = 0; i < kMessages; ++i) FillRandom(send_buf->data() + size_t(i) * kSlot, sizes[size_t(i)], uint64_t(i));
+  for (int i = 0; i < kMessages; ++i)
+    FillRandom(send_buf->data() + size_t(i) * kSlot, sizes[size_t(i)], uint64_t(i));
   int posted_recv = 0, sent = 0, received = 0, send_done = 0;
   while (received < kMessages) {
     // Receives stay ahead of sends: this test is about order, not receiver-not-ready.
     while (posted_recv < kMessages && posted_recv - received < 60) {
-      ibv_sge s{recv_buf->addr() + uint64_t(posted_recv) * kSlot, uint32_t(kSlot), recv_buf->mr->lkey};
+      ibv_sge s{recv_buf->addr() + uint64_t(posted_recv) * kSlot, uint32_t(kSlot),
+                recv_buf->mr->lkey};
       ASSERT_EQ(PostRecv(b_.qp, uint64_t(posted_recv), &s, 1), 0);
       ++posted_recv;
     }
@@ -130,9 +132,8 @@ TEST_F(TransferTest, ScatterGatherListsOnBothSides) {
   ibv_sge recv_sges[2] = {{dst->addr(), 120, dst->mr->lkey},
                           {dst->addr() + 2000, 1000, dst->mr->lkey}};
   ASSERT_EQ(PostRecv(b_.qp, 1, recv_sges, 2), 0);
-  ASSERT_EQ(PostSend(a_.qp, IBV_WR_SEND_WITH_IMM, 1, send_sges, 3, IBV_SEND_SIGNALED, 0, 0,
-                     htonl(9)),
-            0);
+  ASSERT_EQ(
+      PostSend(a_.qp, IBV_WR_SEND_WITH_IMM, 1, send_sges, 3, IBV_SEND_SIGNALED, 0, 0, htonl(9)), 0);
   auto r = PollN(b_.recv_cq, 1);
   ASSERT_EQ(r.size(), 1u);
   ASSERT_EQ(r[0].status, IBV_WC_SUCCESS);

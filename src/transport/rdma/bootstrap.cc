@@ -98,9 +98,8 @@ Result<Hello> DecodeHello(const uint8_t in[64]) {
   std::memcpy(&version, in + 4, 2);
   version = le16toh(version);
   if (version != kProtocolVersion)
-    return FailedPrecondition("bootstrap: peer speaks protocol version " +
-                              std::to_string(version) + ", this build speaks " +
-                              std::to_string(kProtocolVersion));
+    return FailedPrecondition("bootstrap: peer speaks protocol version " + std::to_string(version) +
+                              ", this build speaks " + std::to_string(kProtocolVersion));
   Hello h;
   h.qp_num = Get32(in + 8);
   h.psn = Get32(in + 12) & 0xffffff;

@@ -83,8 +83,7 @@ class RdmaListener : public Listener {
         continue;
       }
       auto socket = transport_.Establish(
-          fd, peer, &*hello,
-          [this](const std::shared_ptr<RdmaSocket>& s) { return on_accept_(s); },
+          fd, peer, &*hello, [this](const std::shared_ptr<RdmaSocket>& s) { return on_accept_(s); },
           kAcceptHandshakeTimeout);
       if (!socket.ok()) {
         std::fprintf(stderr, "bx rdma: handshake with %s failed: %s\n", peer.c_str(),
@@ -315,9 +314,8 @@ Result<std::unique_ptr<Transport>> CreateRdmaTransport(const TransportOptions& o
 }
 
 void RegisterRdmaTransport() {
-  transport::RegisterTransport("rdma", [](const TransportOptions& options) {
-    return CreateRdmaTransport(options);
-  });
+  transport::RegisterTransport(
+      "rdma", [](const TransportOptions& options) { return CreateRdmaTransport(options); });
 }
 
 }  // namespace bx::rdma

@@ -36,8 +36,8 @@ class RdmaTransportImpl : public Transport {
   // Runs the handshake on the connected TCP socket `fd` (owned from here on) and returns an
   // active socket. `peer_hello` is set on the accepting side, which has read it already.
   using HandlersFor = std::function<SocketHandlers(const std::shared_ptr<RdmaSocket>&)>;
-  Result<std::shared_ptr<RdmaSocket>> Establish(int fd, std::string peer,
-                                                const Hello* peer_hello, HandlersFor handlers_for,
+  Result<std::shared_ptr<RdmaSocket>> Establish(int fd, std::string peer, const Hello* peer_hello,
+                                                HandlersFor handlers_for,
                                                 std::chrono::milliseconds timeout);
 
  private:

@@ -44,7 +44,8 @@ class TcpListener::Acceptor final : public IoThread::Handler,
       (void)transport::SetNoDelay(fd);  // a failure only costs latency
       std::shared_ptr<IoThread> io_thread = io_threads_[next_thread_++ % io_threads_.size()];
       std::shared_ptr<TcpSocket> socket = TcpSocket::Create(
-          fd, io_thread, options_, transport::FormatAddress("tcp", reinterpret_cast<sockaddr*>(&address), length));
+          fd, io_thread, options_,
+          transport::FormatAddress("tcp", reinterpret_cast<sockaddr*>(&address), length));
       io_thread->Post(
           [socket, self = shared_from_this()] { (void)socket->Start(self->on_accept_(socket)); });
     }

@@ -10,8 +10,8 @@
 
 #include <fmt/core.h>
 
-#include "transport/tcp/io_thread.h"
 #include "transport/socket_util.h"
+#include "transport/tcp/io_thread.h"
 #include "transport/tcp/tcp_listener.h"
 #include "transport/tcp/tcp_socket.h"
 #include "transport/transport_registry.h"
@@ -50,8 +50,8 @@ class TcpTransport final : public Transport {
     if (!url.ok()) return url.status();
     Result<transport::ListeningSocket> listening = transport::ListenOn(*url, kListenBacklog);
     if (!listening.ok()) return listening.status();
-    auto listener =
-        TcpListener::Start(listening->fd, listening->url.ToString(), io_threads_, options_, std::move(on_accept));
+    auto listener = TcpListener::Start(listening->fd, listening->url.ToString(), io_threads_,
+                                       options_, std::move(on_accept));
     if (!listener.ok()) return listener.status();
     return std::unique_ptr<Listener>(std::move(listener).value());
   }
@@ -72,8 +72,9 @@ class TcpTransport final : public Transport {
       }
       std::shared_ptr<IoThread> io_thread =
           io_threads_[next_thread_.fetch_add(1, std::memory_order_relaxed) % io_threads_.size()];
-      std::shared_ptr<TcpSocket> socket = TcpSocket::Create(
-          *fd, io_thread, options_, transport::FormatAddress("tcp", address->ai_addr, address->ai_addrlen));
+      std::shared_ptr<TcpSocket> socket =
+          TcpSocket::Create(*fd, io_thread, options_,
+                            transport::FormatAddress("tcp", address->ai_addr, address->ai_addrlen));
       BX_RETURN_IF_ERROR(socket->Start(std::move(handlers)));
       return std::shared_ptr<Socket>(std::move(socket));
     }

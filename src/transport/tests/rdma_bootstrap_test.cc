@@ -39,8 +39,10 @@ TEST(RdmaBootstrapTest, DecodeRefusesMalformedHellosSayingWhy) {
     size_t offset;
     uint8_t value;
     const char* expect;
-  } cases[] = {{0, 0x00, "magic"},           {4, 0x09, "version"},
-               {32, 0x00, "receive queue"},  {39, 0xff, "eager limit"}};
+  } cases[] = {{0, 0x00, "magic"},
+               {4, 0x09, "version"},
+               {32, 0x00, "receive queue"},
+               {39, 0xff, "eager limit"}};
   for (const Case& c : cases) {
     uint8_t bad[64];
     std::memcpy(bad, bytes, 64);
