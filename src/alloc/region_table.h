@@ -24,6 +24,13 @@ inline constexpr size_t kSlotBytes = size_t{1} << kSlotShift;
 
 class RegionTable {
  public:
+  RegionTable() = default;
+  RegionTable(const RegionTable&) = delete;
+  RegionTable& operator=(const RegionTable&) = delete;
+  // Frees the leaves: no lookup may run concurrently with destruction (the process-wide table is
+  // never destroyed; tables in tests are).
+  ~RegionTable();
+
   const MemoryRegion* Find(const void* p) const {
     uintptr_t slot = reinterpret_cast<uintptr_t>(p) >> kSlotShift;
     if (slot >> (kTopBits + kLeafBits) != 0) return nullptr;

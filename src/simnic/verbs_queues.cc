@@ -71,7 +71,8 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
         off += wr->sg_list[i].length;
       }
     } else {
-      std::memcpy(wqe.sge, wr->sg_list, sizeof(ibv_sge) * size_t(wr->num_sge));
+      // A request with no scatter list may pass a null sg_list.
+      if (wr->num_sge > 0) std::memcpy(wqe.sge, wr->sg_list, sizeof(ibv_sge) * size_t(wr->num_sge));
     }
     qp->sq_posted.store(posted + 1, std::memory_order_seq_cst);
     posted_any = true;
@@ -104,7 +105,7 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     RecvWqe& wqe = qp->rq[posted % qp->rq.size()];
     wqe.wr_id = wr->wr_id;
     wqe.num_sge = wr->num_sge;
-    std::memcpy(wqe.sge, wr->sg_list, sizeof(ibv_sge) * size_t(wr->num_sge));
+    if (wr->num_sge > 0) std::memcpy(wqe.sge, wr->sg_list, sizeof(ibv_sge) * size_t(wr->num_sge));
     qp->rq_posted.store(posted + 1, std::memory_order_release);
     posted_any = true;
   }

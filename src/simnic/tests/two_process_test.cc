@@ -25,8 +25,12 @@ pid_t Spawn(const std::vector<std::string>& args, int keep_fd) {
   argv.push_back(nullptr);
   std::vector<std::string> env_storage;
   for (char** e = environ; *e != nullptr; ++e)
-    if (std::strncmp(*e, "LD_PRELOAD=", 11) != 0) env_storage.emplace_back(*e);
+    if (std::strncmp(*e, "LD_PRELOAD=", 11) != 0 && std::strncmp(*e, "ASAN_OPTIONS=", 13) != 0)
+      env_storage.emplace_back(*e);
   env_storage.push_back(std::string("LD_PRELOAD=") + BX_SIMNIC_SO);
+  // In a sanitizer build the preloaded simnic comes before libasan, which ASan would refuse;
+  // the order is harmless here (the simnic allocates through the same interposed malloc).
+  env_storage.push_back("ASAN_OPTIONS=verify_asan_link_order=0");
   std::vector<char*> envp;
   for (auto& e : env_storage) envp.push_back(e.data());
   envp.push_back(nullptr);
