@@ -234,14 +234,18 @@ TEST_F(EngineTest, MillionMessagesBothWaysWithoutRnr) {
   for (int i = 0; i < 10000 && a_.sends_done.load() < kPerSide; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(a_.send_errors.load(), 0u);
-  // Let the last batch (perhaps a credit update) complete before comparing batch counters.
-  for (int i = 0; i < 1000; ++i) {
-    uint32_t in_flight = 0;
-    a_.io->Run([&] { in_flight = a_.engine->chain().in_flight(); });
-    if (in_flight == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Compare batch counters at a moment with nothing in flight, read in the same I/O-thread task
+  // (a credit update may go out at any time, so two separate reads could straddle one).
+  EngineCounters ca;
+  uint32_t in_flight = 1;
+  for (int i = 0; i < 1000 && in_flight != 0; ++i) {
+    a_.io->Run([&] {
+      in_flight = a_.engine->chain().in_flight();
+      ca = a_.engine->counters();
+    });
+    if (in_flight != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  auto ca = CountersOf(a_);
+  ASSERT_EQ(in_flight, 0u);
   EXPECT_EQ(ca.messages_sent, kPerSide);
   EXPECT_GT(ca.requests_posted, ca.batches) << "more than one request per doorbell under load";
   EXPECT_EQ(ca.signalled_completions, ca.batches) << "one signalled completion per batch";
