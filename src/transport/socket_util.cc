@@ -73,6 +73,20 @@ Result<int> ConnectOne(const addrinfo& address, std::chrono::steady_clock::time_
   return fd;
 }
 
+Result<ConnectedSocket> ConnectFirst(const Url& url,
+                                     std::chrono::steady_clock::time_point deadline) {
+  Result<AddressList> addresses = Resolve(url, /*passive=*/false);
+  if (!addresses.ok()) return addresses.status();
+  Status last_error = Unavailable("connect " + url.ToString() + ": no address");
+  for (const addrinfo* address = addresses->get(); address; address = address->ai_next) {
+    Result<int> fd = ConnectOne(*address, deadline, url.ToString());
+    if (fd.ok())
+      return ConnectedSocket{*fd, FormatAddress(url.scheme, address->ai_addr, address->ai_addrlen)};
+    last_error = fd.status();
+  }
+  return last_error;
+}
+
 Result<ListeningSocket> ListenOn(const Url& url, int backlog) {
   Result<AddressList> addresses = Resolve(url, /*passive=*/true);
   if (!addresses.ok()) return addresses.status();

@@ -32,6 +32,15 @@ Status SetNoDelay(int fd);
 Result<int> ConnectOne(const addrinfo& address, std::chrono::steady_clock::time_point deadline,
                        const std::string& url);
 
+// Resolves `url` and connects to the first of its addresses that answers before `deadline`
+// (non-blocking fd, TCP_NODELAY). `peer` is that address as "scheme://host:port".
+struct ConnectedSocket {
+  int fd;
+  std::string peer;
+};
+Result<ConnectedSocket> ConnectFirst(const Url& url,
+                                     std::chrono::steady_clock::time_point deadline);
+
 // A socket listening on `url` (port 0: any free port), non-blocking, and the url it is bound to.
 struct ListeningSocket {
   int fd;

@@ -191,27 +191,18 @@ Result<std::shared_ptr<Socket>> RdmaTransportImpl::Connect(std::string_view url_
                                                            std::chrono::milliseconds timeout) {
   Result<Url> url = ParseRdmaUrl(url_text);
   if (!url.ok()) return url.status();
-  Result<transport::AddressList> addresses = transport::Resolve(*url, /*passive=*/false);
-  if (!addresses.ok()) return addresses.status();
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  Status last_error = Unavailable("connect " + url->ToString() + ": no address");
-  for (const addrinfo* address = addresses->get(); address; address = address->ai_next) {
-    Result<int> fd = transport::ConnectOne(*address, deadline, url->ToString());
-    if (!fd.ok()) {
-      last_error = fd.status();
-      continue;
-    }
-    SetBlocking(*fd);
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    auto socket = Establish(
-        *fd, url->ToString(), nullptr,
-        [&handlers](const std::shared_ptr<RdmaSocket>&) { return std::move(handlers); },
-        std::max(left, std::chrono::milliseconds(1)));
-    if (!socket.ok()) return socket.status().WithContext("connect " + url->ToString());
-    return std::shared_ptr<Socket>(std::move(socket).value());
-  }
-  return last_error;
+  Result<transport::ConnectedSocket> connected = transport::ConnectFirst(*url, deadline);
+  if (!connected.ok()) return connected.status();
+  SetBlocking(connected->fd);
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  auto socket = Establish(
+      connected->fd, url->ToString(), nullptr,
+      [&handlers](const std::shared_ptr<RdmaSocket>&) { return std::move(handlers); },
+      std::max(left, std::chrono::milliseconds(1)));
+  if (!socket.ok()) return socket.status().WithContext("connect " + url->ToString());
+  return std::shared_ptr<Socket>(std::move(socket).value());
 }
 
 Result<std::shared_ptr<RdmaSocket>> RdmaTransportImpl::Establish(

@@ -60,25 +60,15 @@ class TcpTransport final : public Transport {
                                           std::chrono::milliseconds timeout) override {
     Result<Url> url = ParseTcpUrl(url_text);
     if (!url.ok()) return url.status();
-    Result<transport::AddressList> addresses = transport::Resolve(*url, /*passive=*/false);
-    if (!addresses.ok()) return addresses.status();
     auto deadline = std::chrono::steady_clock::now() + timeout;
-    Status last_error = Unavailable("connect " + url->ToString() + ": no address");
-    for (const addrinfo* address = addresses->get(); address; address = address->ai_next) {
-      Result<int> fd = transport::ConnectOne(*address, deadline, url->ToString());
-      if (!fd.ok()) {
-        last_error = fd.status();
-        continue;
-      }
-      std::shared_ptr<IoThread> io_thread =
-          io_threads_[next_thread_.fetch_add(1, std::memory_order_relaxed) % io_threads_.size()];
-      std::shared_ptr<TcpSocket> socket =
-          TcpSocket::Create(*fd, io_thread, options_,
-                            transport::FormatAddress("tcp", address->ai_addr, address->ai_addrlen));
-      BX_RETURN_IF_ERROR(socket->Start(std::move(handlers)));
-      return std::shared_ptr<Socket>(std::move(socket));
-    }
-    return last_error;
+    Result<transport::ConnectedSocket> connected = transport::ConnectFirst(*url, deadline);
+    if (!connected.ok()) return connected.status();
+    std::shared_ptr<IoThread> io_thread =
+        io_threads_[next_thread_.fetch_add(1, std::memory_order_relaxed) % io_threads_.size()];
+    std::shared_ptr<TcpSocket> socket =
+        TcpSocket::Create(connected->fd, io_thread, options_, connected->peer);
+    BX_RETURN_IF_ERROR(socket->Start(std::move(handlers)));
+    return std::shared_ptr<Socket>(std::move(socket));
   }
 
  private:
