@@ -101,6 +101,7 @@ struct SimCq {
   // Consumer (application threads; serialised by poll_lock).
   std::atomic<uint64_t> head{0};
   std::atomic_flag poll_lock = ATOMIC_FLAG_INIT;
+  uint32_t empty_polls = 0;  // consecutive polls that found nothing (under poll_lock)
   // Notification: req_notify_cq arms (1 = any, 2 = solicited only); the hardware disarms on event.
   std::atomic<int> armed{0};
   // Events written to the channel and events acknowledged, for destroy_cq's wait.
