@@ -391,6 +391,11 @@ void Engine::Fail(const Status& why, bool notify) {
   if (failed_) return;
   failed_ = true;
   failure_ = why;
+  // Stop the QP before any buffer is released: the NIC may still be reading a send buffer or
+  // writing into a posted receive, and freed memory must not be DMA'd into.
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  lib_.modify_qp(qp_, &attr, IBV_QP_STATE);
   chain_.DropAll([&](WorkRequestChain::Slot& slot) { Retire(slot, why); });
   if (current_) {
     auto done = std::move(current_->message.done);

@@ -292,6 +292,11 @@ TEST_F(ErrorTest, SendQueueDepthIsEnforcedUntilCompletionsArePolled) {
   ibv_recv_wr* bad = nullptr;
   EXPECT_EQ(ibv_post_recv(b_.qp, wrs, &bad), ENOMEM);
   EXPECT_EQ(bad, &wrs[2]);
+  // Four unsignalled writes may still be moving data into dst: stop the QP (the hardware steps
+  // aside before modify_qp returns) before the buffers are freed, as an application must.
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(a_.qp, &attr, IBV_QP_STATE), 0);
 }
 
 TEST_F(ErrorTest, CqOverrunBreaksTheCqAndRaisesAnEvent) {
