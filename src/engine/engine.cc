@@ -113,7 +113,10 @@ void Engine::Enqueue(OutgoingMessage message) {
   }
   auto out = std::make_unique<Outgoing>();
   out->message = std::move(message);
-  queued_bytes_ += out->size();
+  Push(std::move(out));
+}
+
+void Engine::Push(std::unique_ptr<Outgoing> out) {
   queue_.push_back(std::move(out));
   dirty = true;
 }
@@ -130,10 +133,16 @@ void Engine::EnqueueWrite(OutgoingMessage message, RemoteBuffer target, uint16_t
   out->id = tag;
   out->remote_addr = target.addr;
   out->rkey = target.rkey;
-  queued_bytes_ += out->size();
-  queue_.push_back(std::move(out));
   ++counters_.remote_writes;
-  dirty = true;
+  Push(std::move(out));
+}
+
+// Control payloads go inline: the NIC copies them at post time, so no buffer has to be kept.
+void Engine::SetInline(WorkRequestChain::Slot& slot, const void* payload, uint32_t size) {
+  std::memcpy(slot.inline_payload, payload, size);
+  slot.wr.send_flags = IBV_SEND_INLINE;
+  slot.sge = {reinterpret_cast<uint64_t>(slot.inline_payload), size, 0};
+  slot.wr.num_sge = 1;
 }
 
 void Engine::PrepareImm(WorkRequestChain::Slot& slot, Kind kind, uint16_t id) {
@@ -161,10 +170,7 @@ void Engine::Pump() {
       replies_.pop_front();
       auto& slot = chain_.Prepare();
       slot.wr.opcode = IBV_WR_SEND_WITH_IMM;
-      slot.wr.send_flags = IBV_SEND_INLINE;  // the NIC copies it at post time: no buffer to keep
-      std::memcpy(slot.inline_payload, &reply, sizeof(reply));
-      slot.sge = {reinterpret_cast<uint64_t>(slot.inline_payload), sizeof(reply), 0};
-      slot.wr.num_sge = 1;
+      SetInline(slot, &reply, sizeof(reply));
       PrepareImm(slot, Kind::kRendezvousReply, id);
       continue;
     }
@@ -216,10 +222,7 @@ bool Engine::PumpCurrent() {
     out.id = next_rendezvous_id_++;
     if (next_rendezvous_id_ == 0) next_rendezvous_id_ = 1;
     RendezvousRequest request{out.size()};
-    slot.wr.send_flags = IBV_SEND_INLINE;
-    std::memcpy(slot.inline_payload, &request, sizeof(request));
-    slot.sge = {reinterpret_cast<uint64_t>(slot.inline_payload), sizeof(request), 0};
-    slot.wr.num_sge = 1;
+    SetInline(slot, &request, sizeof(request));
     PrepareImm(slot, Kind::kRendezvousRequest, out.id);
     out.state = Outgoing::State::kAwaitingReply;
     ++counters_.rendezvous_sent;
@@ -278,7 +281,6 @@ void Engine::Retire(WorkRequestChain::Slot& slot, const Status& status) {
   if (slot.cookie == nullptr) return;
   std::unique_ptr<Outgoing> out(static_cast<Outgoing*>(slot.cookie));
   slot.cookie = nullptr;
-  queued_bytes_ -= out->size();
   if (status.ok()) {
     ++counters_.messages_sent;
     counters_.bytes_sent += out->size();
@@ -407,7 +409,6 @@ void Engine::Fail(const Status& why, bool notify) {
     queue_.pop_front();
     if (done) done(why);
   }
-  queued_bytes_ = 0;
   incoming_.clear();
   replies_.clear();
   if (notify && callbacks_.on_failure) callbacks_.on_failure(why);

@@ -121,7 +121,6 @@ class Engine {
   EngineCounters counters() const;
   const SendCredits& send_credits() const { return credits_; }
   const WorkRequestChain& chain() const { return chain_; }
-  uint64_t queued_bytes() const { return queued_bytes_; }
 
   // Marks whether Pump is needed (the I/O thread keeps a list of engines to pump).
   bool dirty = false;
@@ -134,6 +133,8 @@ class Engine {
   Status RepostReceives(uint32_t count);
   // Fills a slot for a SEND_WITH_IMM / WRITE_WITH_IMM, piggybacking owed credits.
   void PrepareImm(WorkRequestChain::Slot& slot, Kind kind, uint16_t id);
+  void SetInline(WorkRequestChain::Slot& slot, const void* payload, uint32_t size);
+  void Push(std::unique_ptr<Outgoing> out);
   bool PumpCurrent();
   void Retire(WorkRequestChain::Slot& slot, const Status& status);
 
@@ -156,7 +157,6 @@ class Engine {
 
   std::deque<std::unique_ptr<Outgoing>> queue_;
   std::unique_ptr<Outgoing> current_;
-  uint64_t queued_bytes_ = 0;
   uint16_t next_rendezvous_id_ = 1;
   // Control replies to send (rendezvous replies), ahead of data.
   std::deque<std::pair<uint16_t, RendezvousReply>> replies_;

@@ -106,9 +106,7 @@ void IoThread::RemoveEngine(Engine* engine) {
 }
 
 void IoThread::MarkDirty(Engine* engine) {
-  if (!engine->dirty) {
-    engine->dirty = true;
-  }
+  engine->dirty = true;
   if (std::find(dirty_.begin(), dirty_.end(), engine) == dirty_.end()) dirty_.push_back(engine);
 }
 
@@ -123,14 +121,6 @@ void IoThread::Watch(int fd, std::function<void()> on_readable) {
 void IoThread::Unwatch(int fd) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   watched_.erase(fd);
-}
-
-uint64_t IoThread::CpuNs() const {
-  uint64_t clock = cpu_clock_.load(std::memory_order_acquire);
-  if (clock == 0) return 0;
-  timespec ts;
-  if (clock_gettime(clockid_t(clock - 1), &ts) != 0) return 0;
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
 }
 
 bool IoThread::RunTasks() {
@@ -230,9 +220,7 @@ void IoThread::Sleep() {
 
 void IoThread::Loop() {
   pthread_setname_np(pthread_self(), options_.name.substr(0, 15).c_str());
-  clockid_t clock;
-  pthread_getcpuclockid(pthread_self(), &clock);
-  cpu_clock_.store(uint64_t(clock) + 1, std::memory_order_release);
+  cpu_clock_.CaptureCurrentThread();
   const uint64_t busy_ns = uint64_t(options_.busy_poll_us) * 1000;
   uint64_t last_work = NowNs();
   int idle_polls = 0;

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/thread_cpu_clock.h"
 #include "bx/status.h"
 #include "engine/engine.h"
 #include "verbs/verbs.h"
@@ -58,7 +59,7 @@ class IoThread {
   void Unwatch(int fd);
 
   // CPU time this thread has used, nanoseconds (for host-CPU-per-message accounting).
-  uint64_t CpuNs() const;
+  uint64_t CpuNs() const { return cpu_clock_.Ns(); }
 
  private:
   IoThread(verbs::Library& lib, const IoThreadOptions& options) : lib_(lib), options_(options) {}
@@ -78,7 +79,7 @@ class IoThread {
   int wake_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> cpu_clock_{0};
+  ThreadCpuClock cpu_clock_;
 
   std::mutex tasks_mu_;
   std::vector<std::function<void()>> tasks_;

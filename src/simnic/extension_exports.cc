@@ -77,8 +77,7 @@ int bxsim_vanish(ibv_context* context) {
   dev->set_link_up(false);
   for (SimQp* qp : dev->AllQps()) {
     if (qp->destroyed) continue;
-    qp->state.store(IBV_QPS_ERR);
-    qp->qp.state = IBV_QPS_ERR;
+    qp->SetErrorState();  // silently: a dead host raises no event
     fabric.Doorbell(qp);
   }
   return 0;

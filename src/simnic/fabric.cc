@@ -57,8 +57,7 @@ void Fabric::Start() {
     }
     thread_ = std::thread([this] { Run(); });
     thread_.detach();
-    while (hardware_thread_cpu_clock_.load(std::memory_order_acquire) == 0)
-      std::this_thread::yield();
+    while (!hardware_cpu_clock_.captured()) std::this_thread::yield();
   });
 }
 
@@ -90,11 +89,7 @@ void Fabric::WakeHardware() {
 }
 
 void Fabric::FailQp(SimQp* qp, bool fatal_event) {
-  if (qp->state.load() != IBV_QPS_ERR) {
-    qp->state.store(IBV_QPS_ERR, std::memory_order_seq_cst);
-    qp->qp.state = IBV_QPS_ERR;
-    if (fatal_event) PostAsyncEvent(qp->device, IBV_EVENT_QP_FATAL, &qp->qp);
-  }
+  if (qp->SetErrorState() && fatal_event) PostAsyncEvent(qp->device, IBV_EVENT_QP_FATAL, &qp->qp);
   Doorbell(qp);
 }
 
@@ -173,22 +168,12 @@ bool Fabric::PushCompletion(SimCq* cq, const ibv_wc& wc, SimQp* qp, uint64_t ret
 }
 
 uint64_t Fabric::HardwareCpuNs() const {
-  uint64_t clock = hardware_thread_cpu_clock_.load(std::memory_order_acquire);
-  uint64_t total = 0;
-  if (clock != 0) {
-    timespec ts;
-    if (clock_gettime(clockid_t(clock - 1), &ts) == 0)
-      total += uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-  }
-  if (ipc_) total += ipc_->ThreadCpuNs();
-  return total;
+  return hardware_cpu_clock_.Ns() + (ipc_ ? ipc_->ThreadCpuNs() : 0);
 }
 
 void Fabric::Run() {
   pthread_setname_np(pthread_self(), "bxsim-hw");
-  clockid_t clock;
-  pthread_getcpuclockid(pthread_self(), &clock);
-  hardware_thread_cpu_clock_.store(uint64_t(clock) + 1, std::memory_order_release);
+  hardware_cpu_clock_.CaptureCurrentThread();
 
   std::unique_lock hw(hw_mu_);
   uint64_t last_work = NowNs();

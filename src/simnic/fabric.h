@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/thread_cpu_clock.h"
 #include "simnic/device.h"
 #include "simnic/ipc_link.h"
 #include "simnic/sim_objects.h"
@@ -92,6 +93,7 @@ class Fabric {
   Reply Transmit(SimQp* qp, SendWqe& wqe, uint8_t* rnr_timer);
   void HandleReply(SimQp* qp, uint64_t index, Reply reply, uint8_t rnr_timer, uint64_t now);
   void CompleteSend(SimQp* qp, uint64_t index, ibv_wc_status status);
+  void FailSend(SimQp* qp, uint64_t index, ibv_wc_status status);
   void EnterError(SimQp* qp, ibv_event_type event);
   void FlushQp(SimQp* qp);
   void ScheduleTimer(SimQp* qp, uint64_t at_ns);
@@ -132,7 +134,7 @@ class Fabric {
 
   std::once_flag started_;
   std::thread thread_;
-  std::atomic<uint64_t> hardware_thread_cpu_clock_{0};  // clockid_t of the hardware thread + 1
+  ThreadCpuClock hardware_cpu_clock_;
 
   std::mutex hw_mu_;  // held by the hardware thread while it works
   std::atomic<int> control_waiting_{0};

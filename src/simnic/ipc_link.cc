@@ -134,19 +134,9 @@ bool IpcLink::HasInbound() const {
   return has_inbound_.load(std::memory_order_acquire);
 }
 
-uint64_t IpcLink::ThreadCpuNs() const {
-  uint64_t clock = reader_cpu_clock_.load(std::memory_order_acquire);
-  if (clock == 0) return 0;
-  timespec ts;
-  if (clock_gettime(clockid_t(clock - 1), &ts) != 0) return 0;
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
-
 void IpcLink::ReadLoop() {
   pthread_setname_np(pthread_self(), "bxsim-ipc");
-  clockid_t clock;
-  pthread_getcpuclockid(pthread_self(), &clock);
-  reader_cpu_clock_.store(uint64_t(clock) + 1, std::memory_order_release);
+  reader_cpu_clock_.CaptureCurrentThread();
   epoll_event events[16];
   for (;;) {
     int n = epoll_wait(epoll_fd_, events, 16, -1);

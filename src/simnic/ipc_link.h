@@ -22,6 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/thread_cpu_clock.h"
+
 namespace bx::simnic {
 
 struct IpcHeader {
@@ -70,7 +72,7 @@ class IpcLink {
   bool HasInbound() const;
 
   // CPU time of the reader thread, nanoseconds.
-  uint64_t ThreadCpuNs() const;
+  uint64_t ThreadCpuNs() const { return reader_cpu_clock_.Ns(); }
 
  private:
   void ReadLoop();
@@ -81,7 +83,7 @@ class IpcLink {
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
   std::thread reader_;
-  std::atomic<uint64_t> reader_cpu_clock_{0};
+  ThreadCpuClock reader_cpu_clock_;
 
   std::unordered_map<uint32_t, int> outgoing_;  // hardware thread only
   std::unordered_map<int, uint32_t> incoming_;  // reader thread only: fd -> peer pid

@@ -105,8 +105,6 @@ void Fabric::OnIpcReply(IpcFrame& frame) {
       reply = Reply::kLocalProtection;
     }
   }
-  if (qp->inflight_remote > 0) --qp->inflight_remote;
-  if (reply != Reply::kAck) qp->inflight_remote = 0;  // the requests after it were dropped
   HandleReply(qp, index, reply, h.rnr_timer, NowNs());
   if (qp->state.load() == IBV_QPS_RTS && qp->wake_at_ns == 0) ServiceQp(qp);
 }
@@ -119,7 +117,6 @@ void Fabric::OnIpcPeerLost(uint32_t pid) {
       if (!ParseGid(qp->attr.ah_attr.grh.dgid, &peer_pid, &peer_index) || peer_pid != pid) continue;
       if (qp->destroyed || qp->state.load() != IBV_QPS_RTS || qp->sq_hw_done >= qp->sq_hw_next)
         continue;
-      qp->inflight_remote = 0;
       HandleReply(qp, qp->sq_hw_done, Reply::kNoResponse, 0, now);
     }
   }

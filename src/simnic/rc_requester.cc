@@ -78,7 +78,6 @@ void Fabric::ServiceQp(SimQp* qp) {
     Reply reply = Transmit(qp, wqe, &rnr_timer);
     if (reply == Reply::kPending) {
       ++qp->sq_hw_next;
-      ++qp->inflight_remote;
       continue;
     }
     HandleReply(qp, index, reply, rnr_timer, now);
@@ -149,8 +148,7 @@ void Fabric::HandleReply(SimQp* qp, uint64_t index, Reply reply, uint8_t rnr_tim
       if (qp->attr.rnr_retry != kInfiniteRnrRetry) {
         if (wqe.rnr_retries_left == 0) {
           qp->device->counters().rnr_retry_exceeded.fetch_add(1, std::memory_order_relaxed);
-          CompleteSend(qp, index, IBV_WC_RNR_RETRY_EXC_ERR);
-          EnterError(qp, IBV_EVENT_QP_FATAL);
+          FailSend(qp, index, IBV_WC_RNR_RETRY_EXC_ERR);
           return;
         }
         --wqe.rnr_retries_left;
@@ -162,8 +160,7 @@ void Fabric::HandleReply(SimQp* qp, uint64_t index, Reply reply, uint8_t rnr_tim
       uint64_t timeout = AckTimeoutNs(qp->attr.timeout);
       if (timeout != 0) {
         if (wqe.retries_left == 0) {
-          CompleteSend(qp, index, IBV_WC_RETRY_EXC_ERR);
-          EnterError(qp, IBV_EVENT_QP_FATAL);
+          FailSend(qp, index, IBV_WC_RETRY_EXC_ERR);
           return;
         }
         --wqe.retries_left;
@@ -173,21 +170,13 @@ void Fabric::HandleReply(SimQp* qp, uint64_t index, Reply reply, uint8_t rnr_tim
       return;
     }
     case Reply::kRemoteAccess:
-      CompleteSend(qp, index, IBV_WC_REM_ACCESS_ERR);
-      EnterError(qp, IBV_EVENT_QP_FATAL);
-      return;
+      return FailSend(qp, index, IBV_WC_REM_ACCESS_ERR);
     case Reply::kRemoteInvalid:
-      CompleteSend(qp, index, IBV_WC_REM_INV_REQ_ERR);
-      EnterError(qp, IBV_EVENT_QP_FATAL);
-      return;
+      return FailSend(qp, index, IBV_WC_REM_INV_REQ_ERR);
     case Reply::kRemoteOp:
-      CompleteSend(qp, index, IBV_WC_REM_OP_ERR);
-      EnterError(qp, IBV_EVENT_QP_FATAL);
-      return;
+      return FailSend(qp, index, IBV_WC_REM_OP_ERR);
     case Reply::kLocalProtection:
-      CompleteSend(qp, index, IBV_WC_LOC_PROT_ERR);
-      EnterError(qp, IBV_EVENT_QP_FATAL);
-      return;
+      return FailSend(qp, index, IBV_WC_LOC_PROT_ERR);
     case Reply::kPending:
       return;
   }
@@ -208,12 +197,15 @@ void Fabric::CompleteSend(SimQp* qp, uint64_t index, ibv_wc_status status) {
   PushCompletion(ToSim(qp->qp.send_cq), wc, qp, index + 1, true, false);
 }
 
+// A requester error: the work request completes with `status` (signalled or not) and the QP
+// goes to error, flushing everything after it.
+void Fabric::FailSend(SimQp* qp, uint64_t index, ibv_wc_status status) {
+  CompleteSend(qp, index, status);
+  EnterError(qp, IBV_EVENT_QP_FATAL);
+}
+
 void Fabric::EnterError(SimQp* qp, ibv_event_type event) {
-  if (qp->state.load() != IBV_QPS_ERR) {
-    qp->state.store(IBV_QPS_ERR, std::memory_order_seq_cst);
-    qp->qp.state = IBV_QPS_ERR;
-    PostAsyncEvent(qp->device, event, &qp->qp);
-  }
+  if (qp->SetErrorState()) PostAsyncEvent(qp->device, event, &qp->qp);
   FlushQp(qp);
 }
 
@@ -229,7 +221,6 @@ void Fabric::FlushQp(SimQp* qp) {
     PushCompletion(ToSim(qp->qp.send_cq), wc, qp, i + 1, true, false);
   }
   qp->sq_hw_done = qp->sq_hw_next = qp->sq_hw_staged = posted;
-  qp->inflight_remote = 0;
   qp->wake_at_ns = 0;
   uint64_t recv_posted = qp->rq_posted.load(std::memory_order_acquire);
   for (uint64_t i = qp->rq_consumed; i < recv_posted; ++i) {

@@ -155,7 +155,6 @@ struct SimQp {
   // Attributes set by modify_qp (application, under the device's hardware lock).
   std::atomic<int> state{IBV_QPS_RESET};
   ibv_qp_attr attr{};
-  bool error_is_local_fatal = false;
 
   // Send queue ring. posted: application (under send_mu); hw_next/hw_done: hardware thread;
   // retired: the polling thread, when it consumes a CQE that frees slots.
@@ -180,9 +179,16 @@ struct SimQp {
 
   // Scheduling (hardware thread; `queued` also set by doorbells).
   std::atomic<bool> queued{false};
-  uint64_t wake_at_ns = 0;       // nonzero while waiting on a timer
-  uint64_t inflight_remote = 0;  // WQEs transmitted to another process, awaiting a response
+  uint64_t wake_at_ns = 0;  // nonzero while waiting on a timer
   bool destroyed = false;
+
+  // Moves the QP to the error state (under the hardware lock, or on the hardware thread). True
+  // when it was not in error before, so the caller reports the transition once.
+  bool SetErrorState() {
+    if (state.exchange(IBV_QPS_ERR, std::memory_order_seq_cst) == IBV_QPS_ERR) return false;
+    qp.state = IBV_QPS_ERR;
+    return true;
+  }
 };
 inline SimQp* ToSim(ibv_qp* q) {
   return reinterpret_cast<SimQp*>(q);

@@ -196,7 +196,6 @@ void ResetQueues(SimQp* qp) {
   qp->rq_posted.store(0);
   qp->rq_retired.store(0);
   qp->rq_consumed = 0;
-  qp->inflight_remote = 0;
   qp->wake_at_ns = 0;
 }
 
