@@ -76,6 +76,9 @@ inline Status Aborted(std::string m) {
 inline Status DataLoss(std::string m) {
   return {StatusCode::kDataLoss, std::move(m)};
 }
+inline Status DeadlineExceeded(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
 inline Status Internal(std::string m) {
   return {StatusCode::kInternal, std::move(m)};
 }

@@ -17,12 +17,52 @@ constexpr uint64_t kReceiveTag = uint64_t{1} << 63;
 struct Engine::Outgoing {
   OutgoingMessage message;
   enum class State { kQueued, kAwaitingReply, kWriting } state = State::kQueued;
-  uint16_t id = 0;
+  uint16_t id = 0;           // rendezvous id, or the tag of a known-target write
   uint64_t offset = 0;       // next byte to write (rendezvous)
   uint64_t remote_addr = 0;  // from the reply, or known in advance
   uint32_t rkey = 0;
-  bool known_target = false;  // EnqueueWrite: no rendezvous, completion kind kRemoteWriteDone
+  bool known_target = false;  // EnqueueWrite: no rendezvous, ends with a kRemoteWriteDone
+  // Its channel closed mid-message: `done` has run; the rest of a rendezvous is replaced by a
+  // kRendezvousAbort so that the peer frees the destination.
+  bool abandoned = false;
+  std::unique_ptr<Outgoing> next;  // the channel's queue
   uint64_t size() const { return message.data.size(); }
+};
+
+// A logical socket's sending state. Idle channels cost a few words: 10,000 sockets on one engine
+// are 10,000 of these.
+struct Engine::Channel {
+  std::unique_ptr<Outgoing> head;  // messages not started yet, oldest first
+  Outgoing* tail = nullptr;
+  std::unique_ptr<Outgoing> current;  // the message being sent, until its last request is posted
+  bool closing = false;               // our side has ended: no more sends, incoming dropped
+  bool close_queued = false;          // our kChannelClose is in control_ (or sent)
+  bool close_sent = false;
+  bool peer_closed = false;
+
+  bool has_work() const { return current != nullptr || head != nullptr; }
+  void Append(std::unique_ptr<Outgoing> out) {
+    Outgoing* raw = out.get();
+    if (tail) {
+      tail->next = std::move(out);
+    } else {
+      head = std::move(out);
+    }
+    tail = raw;
+  }
+  std::unique_ptr<Outgoing> PopFront() {
+    std::unique_ptr<Outgoing> out = std::move(head);
+    head = std::move(out->next);
+    if (!head) tail = nullptr;
+    return out;
+  }
+  // Completes every message not started with `why`.
+  void FailQueued(const Status& why) {
+    while (head) {
+      auto out = PopFront();
+      if (out->message.done) out->message.done(why);
+    }
+  }
 };
 
 std::map<std::string, uint64_t> EngineCounters::ToMap() const {
@@ -30,6 +70,9 @@ std::map<std::string, uint64_t> EngineCounters::ToMap() const {
           {"bytes_sent", bytes_sent},
           {"messages_received", messages_received},
           {"bytes_received", bytes_received},
+          {"messages_dropped", messages_dropped},
+          {"channels_open", channels_open},
+          {"channels_opened", channels_opened},
           {"eager_sent", eager_sent},
           {"rendezvous_exchanges", rendezvous_sent},
           {"remote_writes", remote_writes},
@@ -37,6 +80,10 @@ std::map<std::string, uint64_t> EngineCounters::ToMap() const {
           {"credit_stalls", credit_stalls},
           {"credit_updates_sent", credit_updates_sent},
           {"credits_received", credits_received},
+          {"window_stalls", window_stalls},
+          {"max_outstanding_bytes", max_outstanding_bytes},
+          {"window_bytes", window_bytes},
+          {"scheduler_rounds", scheduler_rounds},
           {"signalled_completions", signalled_completions},
           {"receive_batches_posted", receive_batches_posted},
           {"batches_posted", batches},
@@ -53,7 +100,9 @@ Engine::Engine(verbs::Library& lib, ibv_qp* qp, const EngineConfig& config, Call
       returner_(config.recv_queue_depth),
       receive_buffers_(config.recv_queue_depth),
       receive_wrs_(config.recv_queue_depth),
-      receive_sges_(config.recv_queue_depth) {}
+      receive_sges_(config.recv_queue_depth),
+      window_(config.send_window_bytes),
+      scheduler_(config.fragment_bytes) {}
 
 Engine::~Engine() {
   if (!failed_) Fail(Aborted("engine destroyed"), /*notify=*/false);
@@ -99,9 +148,84 @@ Status Engine::RepostReceives(uint32_t count) {
   return Status::Ok();
 }
 
-void Engine::Enqueue(OutgoingMessage message) {
+Engine::Channel* Engine::Find(ChannelId channel) {
+  auto it = channels_.find(channel);
+  return it == channels_.end() ? nullptr : &it->second;
+}
+
+bool Engine::ChannelOpen(ChannelId channel) const {
+  auto it = channels_.find(channel);
+  return it != channels_.end() && !it->second.closing;
+}
+
+Status Engine::OpenChannel(ChannelId channel) {
+  if (failed_) return failure_;
+  if (channel >= kMaxChannels) return InvalidArgument("channel id out of range");
+  if (!channels_.try_emplace(channel).second)
+    return FailedPrecondition("channel " + std::to_string(channel) + " is still in use on QP " +
+                              std::to_string(qp_->qp_num));
+  ++counters_.channels_opened;
+  control_.push_back({Kind::kChannelOpen, channel, {}});
+  dirty = true;
+  return Status::Ok();
+}
+
+void Engine::AcceptChannel(ChannelId channel) {
+  if (ChannelOpen(channel)) {
+    control_.push_back({Kind::kChannelAccept, channel, {}});
+    dirty = true;
+  }
+}
+
+void Engine::QueueClose(ChannelId id, Channel& channel) {
+  if (channel.close_queued) return;
+  channel.close_queued = true;
+  control_.push_back({Kind::kChannelClose, id, {}});
+  dirty = true;
+}
+
+void Engine::CloseChannel(ChannelId id, const Status& why) {
+  Channel* channel = Find(id);
+  if (channel == nullptr || channel->closing) return;
+  channel->closing = true;
+  channel->FailQueued(why);
+  // A message not started yet is dropped. One under way is abandoned: its sender hears now,
+  // but the engine keeps the buffer until the NIC is done with it, and ends the exchange with
+  // the peer (which may hold a destination buffer for it) once the reply is in.
+  if (Outgoing* current = channel->current.get()) {
+    auto done = std::move(current->message.done);
+    const bool nothing_posted = current->state == Outgoing::State::kQueued ||
+                                (current->known_target && current->offset == 0);
+    if (nothing_posted) {
+      channel->current.reset();
+    } else {
+      current->abandoned = true;
+    }
+    if (done) done(why);
+  }
+  if (!channel->current) {
+    scheduler_.Remove(id);
+    QueueClose(id, *channel);
+  }
+}
+
+void Engine::MaybeRelease(ChannelId id) {
+  Channel* channel = Find(id);
+  if (channel == nullptr || !channel->close_sent || !channel->peer_closed || channel->current)
+    return;
+  scheduler_.Remove(id);
+  channels_.erase(id);
+  if (callbacks_.on_channel_released) callbacks_.on_channel_released(id);
+}
+
+void Engine::Enqueue(ChannelId channel, OutgoingMessage message) {
   if (failed_) {
     if (message.done) message.done(failure_);
+    return;
+  }
+  if (!ChannelOpen(channel)) {
+    if (message.done)
+      message.done(FailedPrecondition("channel " + std::to_string(channel) + " is closed"));
     return;
   }
   if (message.data.size() > peer_.max_message_bytes) {
@@ -113,17 +237,16 @@ void Engine::Enqueue(OutgoingMessage message) {
   }
   auto out = std::make_unique<Outgoing>();
   out->message = std::move(message);
-  Push(std::move(out));
+  Push(channel, std::move(out));
 }
 
-void Engine::Push(std::unique_ptr<Outgoing> out) {
-  queue_.push_back(std::move(out));
-  dirty = true;
-}
-
-void Engine::EnqueueWrite(OutgoingMessage message, RemoteBuffer target, uint16_t tag) {
-  if (failed_) {
-    if (message.done) message.done(failure_);
+void Engine::EnqueueWrite(ChannelId channel, OutgoingMessage message, RemoteBuffer target,
+                          uint16_t tag) {
+  if (failed_ || !ChannelOpen(channel)) {
+    if (message.done)
+      message.done(failed_
+                       ? failure_
+                       : FailedPrecondition("channel " + std::to_string(channel) + " is closed"));
     return;
   }
   auto out = std::make_unique<Outgoing>();
@@ -134,7 +257,13 @@ void Engine::EnqueueWrite(OutgoingMessage message, RemoteBuffer target, uint16_t
   out->remote_addr = target.addr;
   out->rkey = target.rkey;
   ++counters_.remote_writes;
-  Push(std::move(out));
+  Push(channel, std::move(out));
+}
+
+void Engine::Push(ChannelId channel, std::unique_ptr<Outgoing> out) {
+  channels_.at(channel).Append(std::move(out));
+  scheduler_.Activate(channel);
+  dirty = true;
 }
 
 // Control payloads go inline: the NIC copies them at post time, so no buffer has to be kept.
@@ -156,25 +285,35 @@ void Engine::Start() {
   dirty = true;
 }
 
+void Engine::EmitControl() {
+  Control control = control_.front();
+  control_.pop_front();
+  auto& slot = chain_.Prepare();
+  slot.wr.opcode = IBV_WR_SEND_WITH_IMM;
+  if (control.kind == Kind::kRendezvousReply)
+    SetInline(slot, &control.reply, sizeof(control.reply));
+  PrepareImm(slot, control.kind, control.id);
+  if (control.kind == Kind::kChannelClose) {
+    if (Channel* channel = Find(control.id)) channel->close_sent = true;
+    MaybeRelease(control.id);
+  }
+}
+
 void Engine::Pump() {
   dirty = false;
   if (failed_ || !started_) return;
   while (chain_.free_slots() > 0) {
-    // Rendezvous replies first: the peer's transfer waits on them.
-    if (!replies_.empty()) {
+    // Control first: a peer's transfer waits on our rendezvous replies.
+    if (!control_.empty()) {
       if (!credits_.CanSendData()) {
         ++counters_.credit_stalls;
         break;
       }
-      auto [id, reply] = replies_.front();
-      replies_.pop_front();
-      auto& slot = chain_.Prepare();
-      slot.wr.opcode = IBV_WR_SEND_WITH_IMM;
-      SetInline(slot, &reply, sizeof(reply));
-      PrepareImm(slot, Kind::kRendezvousReply, id);
+      EmitControl();
       continue;
     }
-    if (!PumpCurrent()) break;
+    if (scheduler_.empty()) break;
+    if (PumpChannel(scheduler_.Current()) == Step::kBlocked) break;
   }
   // Credits owed and nothing going out to carry them: a credit message of its own.
   if (returner_.NeedsCreditMessage() && chain_.free_slots() > 0 && credits_.CanSendCreditUpdate()) {
@@ -188,24 +327,57 @@ void Engine::Pump() {
     Fail(Status::FromErrno(rc, "ibv_post_send on QP " + std::to_string(qp_->qp_num)));
 }
 
-// Prepares the next request of the message at the head of the queue. False when nothing more
-// can be prepared now (no message, no credit, or waiting for a rendezvous reply).
-bool Engine::PumpCurrent() {
-  if (!current_) {
-    if (queue_.empty()) return false;
-    current_ = std::move(queue_.front());
-    queue_.pop_front();
+// May a request of `bytes` (taking `slots` chain slots) go now? kBlocked stops the whole pump
+// (no credit, no room in the chain or the window: no other channel could go either); kNext
+// means this channel's quantum is spent and the scheduler moves on.
+Engine::Step Engine::Admit(uint32_t bytes, bool spends_credit, uint32_t slots) {
+  if (spends_credit && !credits_.CanSendData()) {
+    ++counters_.credit_stalls;
+    return Step::kBlocked;
   }
-  Outgoing& out = *current_;
-  const bool eager = out.size() <= peer_.eager_limit;
-  if (out.state == Outgoing::State::kAwaitingReply) return false;
+  if (chain_.free_slots() < slots) return Step::kBlocked;
+  if (!window_.CanPost(bytes)) {
+    if (!window_blocked_) window_.NoteStall();
+    window_blocked_ = true;
+    return Step::kBlocked;
+  }
+  if (!scheduler_.Spend(bytes)) {
+    scheduler_.EndVisit();
+    return Step::kNext;
+  }
+  window_blocked_ = false;
+  return Step::kGo;
+}
+
+// The last request of the channel's current message is prepared: the slot owns the message now.
+void Engine::FinishMessage(ChannelId id, Channel& channel, WorkRequestChain::Slot& last) {
+  last.cookie = channel.current.release();
+  if (channel.closing) QueueClose(id, channel);
+  if (!channel.head) scheduler_.Deactivate();
+}
+
+// Prepares the next request(s) of channel `id`: one eager message, one rendezvous request or
+// one fragment.
+Engine::Step Engine::PumpChannel(ChannelId id) {
+  Channel* channel = Find(id);
+  if (channel == nullptr || !channel->has_work()) {
+    scheduler_.Deactivate();
+    return Step::kNext;
+  }
+  if (!channel->current) channel->current = channel->PopFront();
+  Outgoing& out = *channel->current;
+  if (out.state == Outgoing::State::kAwaitingReply) {
+    scheduler_.Deactivate();  // back when the reply arrives
+    return Step::kNext;
+  }
   if (out.state == Outgoing::State::kQueued) {
-    if (!credits_.CanSendData()) {
-      ++counters_.credit_stalls;
-      return false;
-    }
+    const bool eager = out.size() <= peer_.eager_limit;
+    uint32_t bytes = eager ? uint32_t(out.size()) : uint32_t(sizeof(RendezvousRequest));
+    if (Step step = Admit(bytes, true, 1); step != Step::kGo) return step;
     auto& slot = chain_.Prepare();
     slot.wr.opcode = IBV_WR_SEND_WITH_IMM;
+    slot.bytes = bytes;
+    window_.OnPosted(bytes);
     if (eager) {
       // Zero-copy: the NIC reads the application's registered buffer.
       if (out.size() > 0) {
@@ -213,45 +385,76 @@ bool Engine::PumpCurrent() {
                     out.message.data.lkey()};
         slot.wr.num_sge = 1;
       }
-      slot.bytes = uint32_t(out.size());
-      PrepareImm(slot, Kind::kEager, 0);
+      PrepareImm(slot, Kind::kEager, id);
       ++counters_.eager_sent;
-      slot.cookie = current_.release();  // completes when this request retires
-      return true;
+      if (callbacks_.on_prepared) callbacks_.on_prepared(id, bytes, true);
+      FinishMessage(id, *channel, slot);  // completes when this request retires
+      return Step::kNext;
     }
-    out.id = next_rendezvous_id_++;
-    if (next_rendezvous_id_ == 0) next_rendezvous_id_ = 1;
-    RendezvousRequest request{out.size()};
+    out.id = AllocateRendezvousId();
+    rendezvous_[out.id] = id;
+    RendezvousRequest request{out.size(), id, {}};
     SetInline(slot, &request, sizeof(request));
     PrepareImm(slot, Kind::kRendezvousRequest, out.id);
     out.state = Outgoing::State::kAwaitingReply;
     ++counters_.rendezvous_sent;
-    return true;
+    scheduler_.Deactivate();
+    return Step::kNext;
   }
-  // Writing fragments to p, p+S, ...; the last one is WRITE_WITH_IMM.
-  uint64_t length = std::min<uint64_t>(config_.fragment_bytes, out.size() - out.offset);
-  bool last = out.offset + length == out.size();
-  if (last && !credits_.CanSendData()) {
-    ++counters_.credit_stalls;
-    return false;
+  if (out.abandoned && !out.known_target) {
+    if (Step step = Admit(0, true, 1); step != Step::kGo) return step;
+    auto& slot = chain_.Prepare();
+    slot.wr.opcode = IBV_WR_SEND_WITH_IMM;
+    PrepareImm(slot, Kind::kRendezvousAbort, out.id);
+    rendezvous_.erase(out.id);
+    FinishMessage(id, *channel, slot);  // the buffer lives until this SEND (after every fragment)
+    return Step::kNext;
   }
+  // Writing fragments to p, p+S, ...; one per visit, so other channels interleave.
+  uint32_t length = uint32_t(std::min<uint64_t>(config_.fragment_bytes, out.size() - out.offset));
+  const bool last = out.offset + length == out.size();
+  // A known-target write ends with a SEND carrying the tag: two requests.
+  const uint32_t slots = last && out.known_target ? 2 : 1;
+  if (Step step = Admit(length, last, slots); step != Step::kGo) return step;
   auto& slot = chain_.Prepare();
-  slot.sge = {reinterpret_cast<uint64_t>(out.message.data.data()) + out.offset, uint32_t(length),
+  slot.sge = {reinterpret_cast<uint64_t>(out.message.data.data()) + out.offset, length,
               out.message.data.lkey()};
   slot.wr.num_sge = 1;
   slot.wr.wr.rdma.remote_addr = out.remote_addr + out.offset;
   slot.wr.wr.rdma.rkey = out.rkey;
-  slot.bytes = uint32_t(length);
+  slot.wr.opcode = IBV_WR_RDMA_WRITE;
+  slot.bytes = length;
+  window_.OnPosted(length);
   out.offset += length;
   ++counters_.fragments;
+  if (callbacks_.on_prepared) callbacks_.on_prepared(id, length, last);
   if (!last) {
-    slot.wr.opcode = IBV_WR_RDMA_WRITE;
-    return true;
+    scheduler_.EndVisit();
+    return Step::kNext;
   }
-  slot.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-  PrepareImm(slot, out.known_target ? Kind::kRemoteWriteDone : Kind::kRendezvousDone, out.id);
-  slot.cookie = current_.release();
-  return true;
+  if (out.known_target) {
+    auto& notify = chain_.Prepare();
+    notify.wr.opcode = IBV_WR_SEND_WITH_IMM;
+    RemoteWriteDone done{id, out.id, 0};
+    SetInline(notify, &done, sizeof(done));
+    PrepareImm(notify, Kind::kRemoteWriteDone, 0);
+    FinishMessage(id, *channel, notify);
+  } else {
+    slot.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    PrepareImm(slot, Kind::kRendezvousDone, out.id);
+    rendezvous_.erase(out.id);
+    FinishMessage(id, *channel, slot);
+  }
+  // One fragment per visit; FinishMessage has already let an idle channel go.
+  if (scheduler_.active(id)) scheduler_.EndVisit();
+  return Step::kNext;
+}
+
+uint16_t Engine::AllocateRendezvousId() {
+  // At most one rendezvous per channel is under way and there are fewer channels than ids, so
+  // this always finds one.
+  while (next_rendezvous_id_ == 0 || rendezvous_.count(next_rendezvous_id_)) ++next_rendezvous_id_;
+  return next_rendezvous_id_++;
 }
 
 void Engine::OnCompletion(const ibv_wc& wc) {
@@ -278,10 +481,11 @@ void Engine::OnSendCompletion(const ibv_wc& wc) {
 }
 
 void Engine::Retire(WorkRequestChain::Slot& slot, const Status& status) {
+  window_.OnCompleted(slot.bytes);
   if (slot.cookie == nullptr) return;
   std::unique_ptr<Outgoing> out(static_cast<Outgoing*>(slot.cookie));
   slot.cookie = nullptr;
-  if (status.ok()) {
+  if (status.ok() && !out->abandoned) {
     ++counters_.messages_sent;
     counters_.bytes_sent += out->size();
   }
@@ -289,6 +493,44 @@ void Engine::Retire(WorkRequestChain::Slot& slot, const Status& status) {
   auto done = std::move(out->message.done);
   out.reset();
   if (done) done(status);
+}
+
+void Engine::Deliver(ChannelId id, Buffer message) {
+  Channel* channel = Find(id);
+  if (channel == nullptr) {
+    Fail(DataLoss("message for channel " + std::to_string(id) + ", which is not open, on QP " +
+                  std::to_string(qp_->qp_num)));
+    return;
+  }
+  if (channel->closing || channel->peer_closed) {
+    ++counters_.messages_dropped;
+    return;  // the buffer is freed here
+  }
+  ++counters_.messages_received;
+  counters_.bytes_received += message.size();
+  callbacks_.on_message(id, std::move(message));
+}
+
+void Engine::OnPeerOpened(ChannelId id) {
+  if (id >= kMaxChannels || !channels_.try_emplace(id).second) {
+    Fail(DataLoss("peer opened channel " + std::to_string(id) + ", which is in use"));
+    return;
+  }
+  ++counters_.channels_opened;
+  if (callbacks_.on_channel_open) callbacks_.on_channel_open(id);
+}
+
+void Engine::OnPeerClosed(ChannelId id) {
+  Channel* channel = Find(id);
+  if (channel == nullptr || channel->peer_closed) {
+    Fail(DataLoss("peer closed channel " + std::to_string(id) + " twice or before opening it"));
+    return;
+  }
+  channel->peer_closed = true;
+  const bool we_closed_first = channel->closing;
+  CloseChannel(id, Aborted("the peer closed the socket"));
+  if (!we_closed_first && callbacks_.on_channel_closed) callbacks_.on_channel_closed(id);
+  MaybeRelease(id);
 }
 
 void Engine::OnReceive(const ibv_wc& wc) {
@@ -308,76 +550,7 @@ void Engine::OnReceive(const ibv_wc& wc) {
     }
     credits_.Return(imm.credits);
   }
-  switch (imm.kind) {
-    case Kind::kEager: {
-      Buffer message = std::move(receive_buffers_[slot]);
-      message.Resize(wc.byte_len);
-      ++counters_.messages_received;
-      counters_.bytes_received += wc.byte_len;
-      callbacks_.on_message(std::move(message));
-      break;
-    }
-    case Kind::kRendezvousRequest: {
-      RendezvousRequest request;
-      if (wc.byte_len != sizeof(request)) {
-        Fail(DataLoss("malformed rendezvous request"));
-        return;
-      }
-      std::memcpy(&request, receive_buffers_[slot].data(), sizeof(request));
-      if (request.size > config_.max_message_bytes) {
-        Fail(DataLoss("peer announced a " + std::to_string(request.size) +
-                      "-byte message, above the limit of " +
-                      std::to_string(config_.max_message_bytes)));
-        return;
-      }
-      auto dest = Buffer::Allocate(request.size);
-      if (!dest.ok()) {
-        Fail(dest.status().WithContext("rendezvous destination"));
-        return;
-      }
-      RendezvousReply reply{reinterpret_cast<uint64_t>(dest->data()), dest->rkey(), 0};
-      incoming_[imm.id] = std::move(dest).value();
-      replies_.emplace_back(imm.id, reply);
-      break;
-    }
-    case Kind::kRendezvousReply: {
-      RendezvousReply reply;
-      if (!current_ || current_->state != Outgoing::State::kAwaitingReply ||
-          current_->id != imm.id || wc.byte_len != sizeof(reply)) {
-        Fail(DataLoss("unexpected rendezvous reply"));
-        return;
-      }
-      std::memcpy(&reply, receive_buffers_[slot].data(), sizeof(reply));
-      current_->remote_addr = reply.addr;
-      current_->rkey = reply.rkey;
-      current_->state = Outgoing::State::kWriting;
-      break;
-    }
-    case Kind::kRendezvousDone: {
-      auto it = incoming_.find(imm.id);
-      if (it == incoming_.end()) {
-        Fail(DataLoss("rendezvous completion for unknown message " + std::to_string(imm.id)));
-        return;
-      }
-      // Completion semantics: the WRITE_WITH_IMM completion orders after every earlier write
-      // on this QP, so the whole message is in memory now.
-      Buffer message = std::move(it->second);
-      incoming_.erase(it);
-      ++counters_.messages_received;
-      counters_.bytes_received += message.size();
-      callbacks_.on_message(std::move(message));
-      break;
-    }
-    case Kind::kRemoteWriteDone:
-      ++counters_.messages_received;
-      if (callbacks_.on_remote_write) callbacks_.on_remote_write(imm.id);
-      break;
-    case Kind::kCredit:
-      break;
-    default:
-      Fail(DataLoss("unknown message kind " + std::to_string(int(imm.kind))));
-      return;
-  }
+  if (!Dispatch(imm, slot, wc.byte_len) || failed_) return;
   if (returner_.OnReceiveConsumed()) {
     uint32_t batch = returner_.batch();
     if (Status s = RepostReceives(batch); !s.ok()) {
@@ -387,6 +560,118 @@ void Engine::OnReceive(const ibv_wc& wc) {
     returner_.OnReposted(batch);
   }
   dirty = true;
+}
+
+bool Engine::Dispatch(const Imm& imm, uint32_t slot, uint32_t byte_len) {
+  const Buffer& payload = receive_buffers_[slot];
+  auto read = [&](auto& out) {
+    if (byte_len != sizeof(out)) return false;
+    std::memcpy(&out, payload.data(), sizeof(out));
+    return true;
+  };
+  switch (imm.kind) {
+    case Kind::kEager: {
+      Buffer message = std::move(receive_buffers_[slot]);
+      message.Resize(byte_len);
+      Deliver(imm.id, std::move(message));
+      return true;
+    }
+    case Kind::kRendezvousRequest: {
+      RendezvousRequest request;
+      if (!read(request) || Find(request.channel) == nullptr || incoming_.count(imm.id)) {
+        Fail(DataLoss("malformed rendezvous request"));
+        return false;
+      }
+      if (request.size > config_.max_message_bytes) {
+        Fail(DataLoss("peer announced a " + std::to_string(request.size) +
+                      "-byte message, above the limit of " +
+                      std::to_string(config_.max_message_bytes)));
+        return false;
+      }
+      // Allocated and answered even if the channel is closing here: the peer's transfer must
+      // complete so that both sides release what it holds.
+      auto dest = Buffer::Allocate(request.size);
+      if (!dest.ok()) {
+        Fail(dest.status().WithContext("rendezvous destination"));
+        return false;
+      }
+      RendezvousReply reply{reinterpret_cast<uint64_t>(dest->data()), dest->rkey(), 0};
+      incoming_.emplace(imm.id, Incoming{request.channel, std::move(dest).value()});
+      control_.push_back({Kind::kRendezvousReply, imm.id, reply});
+      return true;
+    }
+    case Kind::kRendezvousReply: {
+      RendezvousReply reply;
+      auto it = rendezvous_.find(imm.id);
+      Channel* channel = it == rendezvous_.end() ? nullptr : Find(it->second);
+      if (channel == nullptr || !channel->current ||
+          channel->current->state != Outgoing::State::kAwaitingReply ||
+          channel->current->id != imm.id || !read(reply)) {
+        Fail(DataLoss("unexpected rendezvous reply"));
+        return false;
+      }
+      channel->current->remote_addr = reply.addr;
+      channel->current->rkey = reply.rkey;
+      channel->current->state = Outgoing::State::kWriting;
+      scheduler_.Activate(it->second);
+      return true;
+    }
+    case Kind::kRendezvousDone: {
+      auto it = incoming_.find(imm.id);
+      if (it == incoming_.end()) {
+        Fail(DataLoss("rendezvous completion for unknown message " + std::to_string(imm.id)));
+        return false;
+      }
+      // Completion semantics: the WRITE_WITH_IMM completion orders after every earlier write
+      // on this QP, so the whole message is in memory now.
+      Incoming incoming = std::move(it->second);
+      incoming_.erase(it);
+      Deliver(incoming.channel, std::move(incoming.buffer));
+      return true;
+    }
+    case Kind::kRemoteWriteDone: {
+      RemoteWriteDone done;
+      if (!read(done)) {
+        Fail(DataLoss("malformed remote-write notification"));
+        return false;
+      }
+      Channel* channel = Find(done.channel);
+      if (channel == nullptr) {
+        Fail(DataLoss("remote write for a channel that is not open"));
+        return false;
+      }
+      if (channel->closing) {
+        ++counters_.messages_dropped;
+      } else {
+        ++counters_.messages_received;
+        if (callbacks_.on_remote_write) callbacks_.on_remote_write(done.channel, done.tag);
+      }
+      return true;
+    }
+    case Kind::kChannelOpen:
+      OnPeerOpened(imm.id);
+      return true;
+    case Kind::kChannelClose:
+      OnPeerClosed(imm.id);
+      return true;
+    case Kind::kRendezvousAbort:
+      if (incoming_.erase(imm.id) == 0) {
+        Fail(DataLoss("abort of unknown rendezvous " + std::to_string(imm.id)));
+        return false;
+      }
+      return true;
+    case Kind::kChannelAccept:
+      if (Find(imm.id) == nullptr) {
+        Fail(DataLoss("peer accepted channel " + std::to_string(imm.id) + ", never opened"));
+        return false;
+      }
+      if (callbacks_.on_channel_accepted) callbacks_.on_channel_accepted(imm.id);
+      return true;
+    case Kind::kCredit:
+      return true;
+  }
+  Fail(DataLoss("unknown message kind " + std::to_string(int(imm.kind))));
+  return false;
 }
 
 void Engine::Fail(const Status& why, bool notify) {
@@ -399,18 +684,18 @@ void Engine::Fail(const Status& why, bool notify) {
   attr.qp_state = IBV_QPS_ERR;
   lib_.modify_qp(qp_, &attr, IBV_QP_STATE);
   chain_.DropAll([&](WorkRequestChain::Slot& slot) { Retire(slot, why); });
-  if (current_) {
-    auto done = std::move(current_->message.done);
-    current_.reset();
-    if (done) done(why);
+  for (auto& [id, channel] : channels_) {
+    if (channel.current) {
+      auto done = std::move(channel.current->message.done);
+      channel.current.reset();
+      if (done) done(why);
+    }
+    channel.FailQueued(why);
   }
-  while (!queue_.empty()) {
-    auto done = std::move(queue_.front()->message.done);
-    queue_.pop_front();
-    if (done) done(why);
-  }
+  channels_.clear();
   incoming_.clear();
-  replies_.clear();
+  control_.clear();
+  rendezvous_.clear();
   if (notify && callbacks_.on_failure) callbacks_.on_failure(why);
 }
 
@@ -418,6 +703,11 @@ EngineCounters Engine::counters() const {
   EngineCounters c = counters_;
   c.batches = chain_.batches();
   c.requests_posted = chain_.requests_posted();
+  c.channels_open = channels_.size();
+  c.window_stalls = window_.stalls();
+  c.max_outstanding_bytes = window_.max_outstanding();
+  c.window_bytes = window_.limit();
+  c.scheduler_rounds = scheduler_.rounds();
   return c;
 }
 

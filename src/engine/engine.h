@@ -1,13 +1,27 @@
-// Engine: one RC queue pair and everything that drives it (paper sections 5.3 and 5.4).
+// Engine: one RC queue pair and everything that drives it (paper sections 5.3, 5.4 and 6).
 //
-// Sending: messages queue in order. A message up to the peer's eager limit goes as one
-// SEND_WITH_IMM straight from the application's Buffer. A larger one goes by rendezvous
-// (Figure 6): a request carrying its size, a reply carrying the destination address and rkey that
-// the receiver allocated from bemalloc, then RDMA WRITE fragments of `fragment_bytes` to p, p+S,
-// ..., the last one a WRITE_WITH_IMM whose receive completion tells the receiver the message is
-// whole. Messages leave strictly in order, so the receiver delivers them in order with no
-// reordering buffer. Every request goes through the WorkRequestChain (doorbell batching,
-// selective signalling) and every SEND / WRITE_WITH_IMM spends a receive credit.
+// Channels: many logical sockets share one engine (QP multiplexing, section 6.1). Each channel
+// keeps its own message order and boundaries; the connecting side opens channels with a control
+// message and either side closes them.
+//
+// Sending: each channel queues its messages in order and sends them one at a time. A message up
+// to the peer's eager limit goes as one SEND_WITH_IMM straight from the application's Buffer. A
+// larger one goes by rendezvous (Figure 6): a request carrying its size, a reply carrying the
+// destination address and rkey that the receiver allocated from bemalloc, then RDMA WRITE
+// fragments of `fragment_bytes` to p, p+S, ..., the last one a WRITE_WITH_IMM whose receive
+// completion tells the receiver the message is whole. Since a channel's next message starts only
+// after its previous one's last request is posted, the receiver delivers in order per channel
+// with no reordering buffer.
+//
+// Scheduling: when the work-request chain has free slots, a FragmentScheduler (deficit
+// round-robin by bytes) picks the next channel with work; it prepares small messages up to its
+// quantum or exactly one fragment, so large messages of several channels interleave fragment by
+// fragment and a small message waits behind at most one fragment per busy channel. Control
+// replies (rendezvous replies, channel opens and closes) go ahead of data.
+//
+// Bounds: every SEND / WRITE_WITH_IMM spends a receive credit (SendCredits); every request's
+// payload counts against the SendWindow until its completion retires it. Both are checked before
+// a request is prepared, so the chain never holds what either forbids.
 //
 // Receiving: `recv_queue_depth` receives are posted, each into an eager-limit Buffer from
 // bemalloc. An eager message's buffer is handed to the application as is (no copy) and a fresh
@@ -28,7 +42,9 @@
 
 #include "bx/buffer.h"
 #include "bx/status.h"
+#include "engine/fragment_scheduler.h"
 #include "engine/receive_credits.h"
+#include "engine/send_window.h"
 #include "engine/wire.h"
 #include "engine/work_request_chain.h"
 #include "verbs/verbs.h"
@@ -45,6 +61,13 @@ struct EngineConfig {
   uint32_t eager_limit = 16 << 10;
   // Rendezvous fragment size S: the unit the scheduler (and the send window) works in.
   uint32_t fragment_bytes = 64 << 10;
+  // Software send window W: bytes posted and not yet completed, per engine; 0 turns it off.
+  // Sized from the bandwidth-delay product: at 25 Gb/s a 2-tier RoCE fabric's round trip is
+  // about 10 us, so one flow needs ~31 KB in flight to keep its link busy; completions come back
+  // once per doorbell batch, which adds up to a fragment of lag. Two fragments (128 KiB) keep a
+  // single engine at line rate while bounding what N engines can dump into one switch queue
+  // during an incast to N x 128 KiB (see docs/SIMULATION.md for what the fabric model says).
+  uint64_t send_window_bytes = 128 << 10;
   uint64_t max_message_bytes = uint64_t{1} << 30;
 };
 
@@ -70,6 +93,12 @@ struct OutgoingMessage {
 
 struct EngineCounters {
   uint64_t messages_sent = 0, bytes_sent = 0, messages_received = 0, bytes_received = 0;
+  // Messages that arrived for a channel this side had already closed (dropped, buffers freed).
+  uint64_t messages_dropped = 0;
+  uint64_t channels_open = 0, channels_opened = 0;
+  // Send window: times a request waited for it, the largest outstanding byte count seen, and W.
+  uint64_t window_stalls = 0, max_outstanding_bytes = 0, window_bytes = 0;
+  uint64_t scheduler_rounds = 0;
   uint64_t eager_sent = 0, rendezvous_sent = 0, remote_writes = 0, fragments = 0;
   uint64_t credit_stalls = 0, credit_updates_sent = 0, credits_received = 0;
   uint64_t rnr_events = 0;  // RNR-retry-exceeded completions: credits should make it stay 0
@@ -81,11 +110,22 @@ struct EngineCounters {
 class Engine {
  public:
   struct Callbacks {
-    std::function<void(Buffer)> on_message;
+    std::function<void(ChannelId, Buffer)> on_message;
     // Once, when the engine dies (QP error completion, protocol violation, allocation failure).
     std::function<void(const Status&)> on_failure;
     // A write into one of our known buffers (EnqueueWrite at the peer) has landed entirely.
-    std::function<void(uint16_t tag)> on_remote_write;
+    std::function<void(ChannelId, uint16_t tag)> on_remote_write;
+    // The peer opened a channel (the accepting side). Answer AcceptChannel or CloseChannel.
+    std::function<void(ChannelId)> on_channel_open;
+    // The peer accepted a channel we opened.
+    std::function<void(ChannelId)> on_channel_accepted;
+    // The peer closed a channel: its queued sends have failed, nothing more arrives on it.
+    std::function<void(ChannelId)> on_channel_closed;
+    // Both sides have closed the channel: its id may be opened again.
+    std::function<void(ChannelId)> on_channel_released;
+    // Tracing (tests use it to check scheduling order): a data request of `channel` was just
+    // prepared, `bytes` long; `last` when it is the message's final request.
+    std::function<void(ChannelId, uint32_t bytes, bool last)> on_prepared;
   };
 
   // `qp` is an RC QP in INIT (or later) whose both queues complete to the I/O thread's CQ; the
@@ -104,10 +144,21 @@ class Engine {
   bool started() const { return started_; }
 
   // I/O thread from here on.
-  void Enqueue(OutgoingMessage message);
-  // Writes `message` straight into `target` (skipping the rendezvous exchange), in fragments, the
-  // last a WRITE_WITH_IMM carrying `tag`; ordered with the other messages of this engine.
-  void EnqueueWrite(OutgoingMessage message, RemoteBuffer target, uint16_t tag);
+  // Opens `channel` (the connecting side numbers them): the peer hears of it before any of its
+  // messages. FailedPrecondition if the id is still in use.
+  Status OpenChannel(ChannelId channel);
+  // Ends our side of `channel`: queued messages complete with `why`; a message already partly
+  // sent finishes first (the peer holds a buffer for it). Idempotent.
+  void CloseChannel(ChannelId channel, const Status& why);
+  // The accepting side takes a channel the peer opened (on_channel_open).
+  void AcceptChannel(ChannelId channel);
+  bool ChannelOpen(ChannelId channel) const;
+  size_t channel_count() const { return channels_.size(); }
+  // Queues `message` on `channel`; `done` runs when it has left (or with the reason it cannot).
+  void Enqueue(ChannelId channel, OutgoingMessage message);
+  // Writes `message` straight into `target` (skipping the rendezvous exchange), in fragments,
+  // then tells the peer's channel that `tag` landed; ordered with the channel's other messages.
+  void EnqueueWrite(ChannelId channel, OutgoingMessage message, RemoteBuffer target, uint16_t tag);
   void OnCompletion(const ibv_wc& wc);
   // Moves queued work into the chain and posts it with one doorbell.
   void Pump();
@@ -120,6 +171,7 @@ class Engine {
   uint32_t qp_num() const { return qp_->qp_num; }
   EngineCounters counters() const;
   const SendCredits& send_credits() const { return credits_; }
+  const SendWindow& send_window() const { return window_; }
   const WorkRequestChain& chain() const { return chain_; }
 
   // Marks whether Pump is needed (the I/O thread keeps a list of engines to pump).
@@ -127,15 +179,37 @@ class Engine {
 
  private:
   struct Outgoing;  // a message being sent
+  struct Channel;
+  // What preparing a channel's next request came to.
+  enum class Step { kGo, kNext, kBlocked };
+  // A control message that goes ahead of data.
+  struct Control {
+    Kind kind;
+    uint16_t id;
+    RendezvousReply reply;  // kRendezvousReply only
+  };
 
   void OnReceive(const ibv_wc& wc);
+  // Handles one received control or data message; false if it was a protocol violation (the
+  // engine has failed).
+  bool Dispatch(const Imm& imm, uint32_t slot, uint32_t byte_len);
+  Channel* Find(ChannelId channel);
+  void Deliver(ChannelId channel, Buffer message);
+  void OnPeerOpened(ChannelId channel);
+  void OnPeerClosed(ChannelId channel);
+  void QueueClose(ChannelId id, Channel& channel);
+  void MaybeRelease(ChannelId channel);
+  void EmitControl();
+  Step PumpChannel(ChannelId id);
+  Step Admit(uint32_t bytes, bool spends_credit, uint32_t slots);
+  void FinishMessage(ChannelId id, Channel& channel, WorkRequestChain::Slot& last);
+  uint16_t AllocateRendezvousId();
   void OnSendCompletion(const ibv_wc& wc);
   Status RepostReceives(uint32_t count);
   // Fills a slot for a SEND_WITH_IMM / WRITE_WITH_IMM, piggybacking owed credits.
   void PrepareImm(WorkRequestChain::Slot& slot, Kind kind, uint16_t id);
   void SetInline(WorkRequestChain::Slot& slot, const void* payload, uint32_t size);
-  void Push(std::unique_ptr<Outgoing> out);
-  bool PumpCurrent();
+  void Push(ChannelId channel, std::unique_ptr<Outgoing> out);
   void Retire(WorkRequestChain::Slot& slot, const Status& status);
 
   verbs::Library& lib_;
@@ -155,13 +229,21 @@ class Engine {
   uint64_t receives_completed_ = 0;
   uint64_t receives_posted_ = 0;
 
-  std::deque<std::unique_ptr<Outgoing>> queue_;
-  std::unique_ptr<Outgoing> current_;
+  SendWindow window_;
+  FragmentScheduler scheduler_;
+  bool window_blocked_ = false;  // a stall already counted for the current wait
+
+  std::unordered_map<ChannelId, Channel> channels_;
+  std::deque<Control> control_;
+  // Our rendezvous messages between request and last fragment, by id: the channel they belong to.
+  std::unordered_map<uint16_t, ChannelId> rendezvous_;
   uint16_t next_rendezvous_id_ = 1;
-  // Control replies to send (rendezvous replies), ahead of data.
-  std::deque<std::pair<uint16_t, RendezvousReply>> replies_;
   // Destinations allocated for the peer's rendezvous messages, by id.
-  std::unordered_map<uint16_t, Buffer> incoming_;
+  struct Incoming {
+    ChannelId channel;
+    Buffer buffer;
+  };
+  std::unordered_map<uint16_t, Incoming> incoming_;
 
   bool started_ = false;
   bool failed_ = false;

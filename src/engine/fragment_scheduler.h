@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cassert>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <vector>
@@ -101,7 +102,7 @@ class FragmentScheduler {
   };
 
   uint32_t quantum_;
-  std::vector<State> flows_;  // by flow id
+  std::vector<State> flows_;   // by flow id
   std::deque<uint32_t> ring_;  // active flows; front = being visited
   uint64_t rounds_ = 0;
 };

@@ -21,8 +21,8 @@
 namespace bx::rdma {
 
 inline constexpr uint32_t kHelloMagic = 0x31524842;  // "BHR1" little-endian
-inline constexpr uint16_t kProtocolVersion = 1;
-inline constexpr uint8_t kReady = 0x52;  // 'R'
+inline constexpr uint16_t kProtocolVersion = 2;      // 2: channels (QP multiplexing)
+inline constexpr uint8_t kReady = 0x52;              // 'R'
 
 struct Hello {
   uint32_t qp_num = 0;

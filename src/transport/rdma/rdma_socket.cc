@@ -1,35 +1,34 @@
 #include "transport/rdma/rdma_socket.h"
 
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
-
-#include "transport/rdma/rdma_transport_impl.h"
-
 namespace bx::rdma {
 
-RdmaSocket::RdmaSocket(RdmaTransportImpl& transport, engine::IoThread& io, std::string peer,
+RdmaSocket::RdmaSocket(std::shared_ptr<RdmaConnection> connection, std::string peer,
                        size_t max_message_bytes, size_t max_queued_bytes)
-    : transport_(transport),
-      io_(io),
+    : connection_(std::move(connection)),
+      io_(connection_->io()),
       peer_(std::move(peer)),
       max_message_bytes_(max_message_bytes),
       max_queued_bytes_(max_queued_bytes) {}
 
-RdmaSocket::~RdmaSocket() {
-  // A socket is destroyed after Teardown, or never registered (a failed handshake): either way
-  // no I/O thread refers to it.
-  engine_.reset();
-  qp_.reset();
-  if (bootstrap_fd_ >= 0) close(bootstrap_fd_);
+RdmaSocket::~RdmaSocket() = default;
+
+void RdmaSocket::Bind(engine::ChannelId channel, SocketHandlers handlers, bool accepted) {
+  channel_ = channel;
+  handlers_ = std::move(handlers);
+  if (accepted) OnAccepted();
 }
 
-void RdmaSocket::Attach(verbs::RcQueuePair qp, std::unique_ptr<engine::Engine> engine,
-                        int bootstrap_fd) {
-  qp_.emplace(std::move(qp));
-  engine_ = std::move(engine);
-  bootstrap_fd_ = bootstrap_fd;
+void RdmaSocket::OnAccepted() {
+  std::lock_guard lock(accept_mu_);
+  if (!accept_result_) accept_result_ = Status::Ok();
+  accept_cv_.notify_all();
+}
+
+Status RdmaSocket::WaitAccepted(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(accept_mu_);
+  if (!accept_cv_.wait_until(lock, deadline, [&] { return accept_result_.has_value(); }))
+    return DeadlineExceeded("peer " + peer_ + " did not accept the socket in time");
+  return *accept_result_;
 }
 
 void RdmaSocket::Send(Buffer message, SendCallback done) {
@@ -84,16 +83,17 @@ void RdmaSocket::Submit(Buffer message, std::optional<engine::RemoteBuffer> targ
       }};
   io_.Post([self, out, target, tag] {
     std::unique_ptr<engine::OutgoingMessage> m(out);
-    if (self->torn_down_ || !self->engine_) {
+    if (self->torn_down_) {
       m->done(self->status());
       return;
     }
+    engine::Engine& engine = self->connection_->engine();
     if (target) {
-      self->engine_->EnqueueWrite(std::move(*m), *target, tag);
+      engine.EnqueueWrite(self->channel_, std::move(*m), *target, tag);
     } else {
-      self->engine_->Enqueue(std::move(*m));
+      engine.Enqueue(self->channel_, std::move(*m));
     }
-    self->io_.MarkDirty(self->engine_.get());
+    self->io_.MarkDirty(&engine);
   });
 }
 
@@ -103,7 +103,11 @@ Result<Buffer> RdmaSocket::Receive(std::chrono::milliseconds timeout) {
 
 void RdmaSocket::Close() {
   auto self = shared_from_this();
-  io_.Post([self] { self->Teardown(Status::Ok(), /*local_close=*/true); });
+  io_.Post([self] {
+    if (self->torn_down_) return;
+    self->connection_->CloseSocket(self->channel_);
+    self->Teardown(Status::Ok(), /*local_close=*/true);
+  });
 }
 
 Status RdmaSocket::status() const {
@@ -114,8 +118,12 @@ Status RdmaSocket::status() const {
 std::map<std::string, uint64_t> RdmaSocket::counters() const {
   std::map<std::string, uint64_t> out;
   auto read = [&] {
-    std::lock_guard lock(status_mu_);
-    out = engine_ ? engine_->counters().ToMap() : final_counters_;
+    if (torn_down_) {
+      std::lock_guard lock(status_mu_);
+      out = final_counters_;
+    } else {
+      out = connection_->Counters();
+    }
   };
   if (io_.InThread()) {
     read();
@@ -125,20 +133,7 @@ std::map<std::string, uint64_t> RdmaSocket::counters() const {
   return out;
 }
 
-void RdmaSocket::Register(SocketHandlers handlers) {
-  handlers_ = std::move(handlers);
-  io_.AddEngine(engine_.get());
-  registered_ = true;
-}
-
-void RdmaSocket::Activate() {
-  if (torn_down_) return;
-  engine_->Start();
-  io_.MarkDirty(engine_.get());
-  io_.Watch(bootstrap_fd_, [this] { OnBootstrapReadable(); });
-}
-
-void RdmaSocket::OnMessageFromEngine(Buffer message) {
+void RdmaSocket::OnMessage(Buffer message) {
   if (handlers_.on_message) {
     handlers_.on_message(*this, std::move(message));
   } else {
@@ -146,46 +141,27 @@ void RdmaSocket::OnMessageFromEngine(Buffer message) {
   }
 }
 
-void RdmaSocket::OnBootstrapReadable() {
-  uint8_t buf[64];
-  ssize_t n = recv(bootstrap_fd_, buf, sizeof(buf), MSG_DONTWAIT);
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  if (n == 0) {
-    Teardown(Aborted("peer " + peer_ + " closed the connection"), false);
-  } else if (n < 0) {
-    Teardown(Status::FromErrno(errno, "bootstrap connection to " + peer_), false);
-  } else {
-    Teardown(DataLoss("unexpected bytes from " + peer_ + " on the bootstrap connection"), false);
-  }
-}
-
 void RdmaSocket::Teardown(const Status& why, bool local_close) {
   if (torn_down_) return;
   torn_down_ = true;
-  auto self = shared_from_this();  // the transport may drop its reference below
+  auto self = shared_from_this();  // the connection may have dropped its reference
   const Status final_status = local_close ? Aborted("socket closed") : why;
   {
     std::lock_guard lock(status_mu_);
     status_ = final_status;
-    if (engine_) final_counters_ = engine_->counters().ToMap();
+    final_counters_ = connection_->Counters();
   }
-  if (engine_) {
-    if (registered_) io_.RemoveEngine(engine_.get());
-    engine_->Fail(final_status, /*notify=*/false);  // pending sends complete with the reason
-  }
-  if (bootstrap_fd_ >= 0) {
-    io_.Unwatch(bootstrap_fd_);
-    close(bootstrap_fd_);  // the peer sees EOF
-    bootstrap_fd_ = -1;
-  }
-  {
-    std::lock_guard lock(status_mu_);
-    engine_.reset();
-  }
-  qp_.reset();
   queue_.Close(final_status);
-  if (handlers_.on_close) handlers_.on_close(*this, local_close ? Status::Ok() : why);
-  transport_.Forget(this);
+  bool was_accepted;
+  {
+    std::lock_guard lock(accept_mu_);
+    was_accepted = accept_result_.has_value() && accept_result_->ok();
+    if (!accept_result_) accept_result_ = why.ok() ? Aborted("socket closed") : why;
+    accept_cv_.notify_all();
+  }
+  // A socket the peer never accepted was never handed out: Connect reports why instead.
+  if (was_accepted && handlers_.on_close)
+    handlers_.on_close(*this, local_close ? Status::Ok() : why);
 }
 
 }  // namespace bx::rdma

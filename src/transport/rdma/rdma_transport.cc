@@ -5,8 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <mutex>
 
 #include "bx/bemalloc.h"
 #include "transport/rdma/rdma_transport_impl.h"
@@ -47,7 +49,10 @@ class RdmaListener : public Listener {
  public:
   RdmaListener(RdmaTransportImpl& transport, transport::ListeningSocket socket,
                AcceptHandler on_accept)
-      : transport_(transport), socket_(std::move(socket)), on_accept_(std::move(on_accept)) {
+      : transport_(transport),
+        socket_(std::move(socket)),
+        accept_(std::make_shared<AcceptState>()) {
+    accept_->on_accept = std::move(on_accept);
     thread_ = std::thread([this] { AcceptLoop(); });
   }
   ~RdmaListener() override { Close(); }
@@ -56,6 +61,7 @@ class RdmaListener : public Listener {
 
   void Close() override {
     if (stop_.exchange(true)) return;
+    accept_->closed = true;  // channels opened on existing engines are refused from now on
     if (thread_.joinable()) thread_.join();
     ::close(socket_.fd);
     std::lock_guard lock(transport_.mu_);
@@ -82,19 +88,18 @@ class RdmaListener : public Listener {
         ::close(fd);
         continue;
       }
-      auto socket = transport_.Establish(
-          fd, peer, &*hello, [this](const std::shared_ptr<RdmaSocket>& s) { return on_accept_(s); },
-          kAcceptHandshakeTimeout);
-      if (!socket.ok()) {
+      // Sockets come later, one per channel the peer opens on this engine.
+      auto connection = transport_.Establish(fd, peer, &*hello, accept_, kAcceptHandshakeTimeout);
+      if (!connection.ok()) {
         std::fprintf(stderr, "bx rdma: handshake with %s failed: %s\n", peer.c_str(),
-                     socket.status().ToString().c_str());
+                     connection.status().ToString().c_str());
       }
     }
   }
 
   RdmaTransportImpl& transport_;
   transport::ListeningSocket socket_;
-  AcceptHandler on_accept_;
+  std::shared_ptr<AcceptState> accept_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -131,14 +136,27 @@ Result<std::unique_ptr<RdmaTransportImpl>> RdmaTransportImpl::Create(
     io_options.name = "bx-rdma-io" + std::to_string(i);
     auto io = engine::IoThread::Create(lib, t->device_->context(), io_options);
     if (!io.ok()) return io.status().WithContext("rdma transport");
-    // QPs of one I/O thread live in a parent domain carrying its thread domain.
+    // QPs of one I/O thread live in a parent domain carrying its thread domain, so on hardware
+    // no two threads share the provider's locks or doorbell pages.
     ibv_pd* domain = t->device_->pd();
     if ((*io)->td() != nullptr) {
       ibv_parent_domain_init_attr attr{};
       attr.pd = t->device_->pd();
       attr.td = (*io)->td();
-      if (ibv_pd* parent = verbs::Library::AllocParentDomain(t->device_->context(), &attr))
+      if (ibv_pd* parent = verbs::Library::AllocParentDomain(t->device_->context(), &attr)) {
         domain = parent;
+        ++t->parent_domains_;
+      }
+    }
+    if (domain == t->device_->pd()) {
+      // Works without (the provider locks instead); said once per process, not per thread.
+      static std::once_flag said;
+      std::call_once(said, [&] {
+        std::fprintf(stderr,
+                     "bx rdma: %s refuses thread or parent domains; QPs share its protection "
+                     "domain and the provider's locks\n",
+                     t->device_->name().c_str());
+      });
     }
     t->io_domains_.push_back(domain);
     t->io_.push_back(std::move(io).value());
@@ -153,23 +171,84 @@ RdmaTransportImpl::~RdmaTransportImpl() {
     listeners = listeners_;
   }
   for (RdmaListener* l : listeners) l->Close();
-  std::vector<std::shared_ptr<RdmaSocket>> sockets;
+  std::vector<std::shared_ptr<RdmaConnection>> connections;
   {
     std::lock_guard lock(mu_);
-    for (auto& [raw, s] : sockets_) sockets.push_back(s);
+    for (auto& [raw, c] : connections_) connections.push_back(c);
   }
-  for (auto& s : sockets)
-    s->io().Run([&] { s->Teardown(Aborted("rdma transport shut down"), false); });
-  sockets.clear();
+  for (auto& c : connections)
+    c->io().Run([&] { c->Teardown(Aborted("rdma transport shut down")); });
+  connections.clear();
   for (auto& io : io_) io->Stop();
   for (ibv_pd* domain : io_domains_)
     if (domain != device_->pd()) device_->lib().dealloc_pd(domain);
   io_.clear();
 }
 
-void RdmaTransportImpl::Forget(RdmaSocket* socket) {
+void RdmaTransportImpl::Forget(RdmaConnection* connection) {
   std::lock_guard lock(mu_);
-  sockets_.erase(socket);
+  auto it = connections_.find(connection);
+  if (it == connections_.end()) return;
+  for (auto& [url, destination] : pool_) std::erase(destination->connections, it->second);
+  connections_.erase(it);
+}
+
+void RdmaTransportImpl::ReleaseUser(const std::shared_ptr<RdmaConnection>& connection) {
+  {
+    std::lock_guard lock(mu_);
+    if (connection->users > 0) --connection->users;
+    if (connection->users > 0 || connection->torn_down()) return;
+    // Out of the pool under the lock Acquire picks under: nobody can take it from here on.
+    for (auto& [url, destination] : pool_) std::erase(destination->connections, connection);
+  }
+  connection->Teardown(Aborted("no sockets left on the engine"));
+}
+
+std::shared_ptr<RdmaConnection> RdmaTransportImpl::PickLocked(Destination& destination) {
+  auto& list = destination.connections;
+  if (list.empty() || list.size() < size_t(std::max(1, rdma_.engines_per_destination)))
+    return nullptr;
+  std::shared_ptr<RdmaConnection> pick;
+  if (rdma_.spread == RdmaOptions::Spread::kRoundRobin) {
+    pick = list[destination.next++ % list.size()];
+  } else {
+    pick = *std::min_element(list.begin(), list.end(),
+                             [](const auto& a, const auto& b) { return a->users < b->users; });
+  }
+  ++pick->users;
+  return pick;
+}
+
+Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Acquire(
+    const Url& url, std::chrono::steady_clock::time_point deadline) {
+  const std::string key = url.ToString();
+  std::shared_ptr<Destination> destination;
+  {
+    std::lock_guard lock(mu_);
+    auto& slot = pool_[key];
+    if (!slot) slot = std::make_shared<Destination>();
+    destination = slot;
+    if (auto pick = PickLocked(*destination)) return pick;
+  }
+  // Not enough engines yet: set one up, one handshake per destination at a time, so that a
+  // burst of connects to a new destination makes one engine, not one each.
+  std::lock_guard establishing(destination->establish_mu);
+  {
+    std::lock_guard lock(mu_);
+    if (auto pick = PickLocked(*destination)) return pick;
+  }
+  Result<transport::ConnectedSocket> connected = transport::ConnectFirst(url, deadline);
+  if (!connected.ok()) return connected.status();
+  SetBlocking(connected->fd);
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  auto connection =
+      Establish(connected->fd, key, nullptr, nullptr, std::max(left, std::chrono::milliseconds(1)));
+  if (!connection.ok()) return connection.status();
+  std::lock_guard lock(mu_);
+  if (!(*connection)->torn_down()) destination->connections.push_back(*connection);
+  ++(*connection)->users;
+  return connection;
 }
 
 Result<std::unique_ptr<Listener>> RdmaTransportImpl::Listen(std::string_view url_text,
@@ -192,27 +271,33 @@ Result<std::shared_ptr<Socket>> RdmaTransportImpl::Connect(std::string_view url_
   Result<Url> url = ParseRdmaUrl(url_text);
   if (!url.ok()) return url.status();
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  Result<transport::ConnectedSocket> connected = transport::ConnectFirst(*url, deadline);
-  if (!connected.ok()) return connected.status();
-  SetBlocking(connected->fd);
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
-  auto socket = Establish(
-      connected->fd, url->ToString(), nullptr,
-      [&handlers](const std::shared_ptr<RdmaSocket>&) { return std::move(handlers); },
-      std::max(left, std::chrono::milliseconds(1)));
-  if (!socket.ok()) return socket.status().WithContext("connect " + url->ToString());
-  return std::shared_ptr<Socket>(std::move(socket).value());
+  auto connection = Acquire(*url, deadline);
+  if (!connection.ok()) return connection.status().WithContext("connect " + url->ToString());
+  std::shared_ptr<RdmaConnection> c = std::move(connection).value();
+  auto socket = std::make_shared<RdmaSocket>(c, url->ToString(), options_.max_message_bytes,
+                                             options_.max_queued_bytes);
+  Status opened;
+  c->io().Run([&] {
+    opened = c->OpenSocket(socket, std::move(handlers));
+    if (!opened.ok()) ReleaseUser(c);
+  });
+  if (!opened.ok()) return opened.WithContext("connect " + url->ToString());
+  // Connected means accepted: the peer's listener has taken the socket.
+  if (Status accepted = socket->WaitAccepted(deadline); !accepted.ok()) {
+    socket->Close();
+    return accepted.WithContext("connect " + url->ToString());
+  }
+  return std::shared_ptr<Socket>(std::move(socket));
 }
 
-Result<std::shared_ptr<RdmaSocket>> RdmaTransportImpl::Establish(
-    int fd, std::string peer, const Hello* peer_hello, HandlersFor handlers_for,
+Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
+    int fd, std::string peer, const Hello* peer_hello, std::shared_ptr<AcceptState> accept,
     std::chrono::milliseconds timeout) {
   verbs::Library& lib = device_->lib();
   size_t index = next_io_.fetch_add(1, std::memory_order_relaxed) % io_.size();
   engine::IoThread& io = *io_[index];
-  auto socket = std::make_shared<RdmaSocket>(*this, io, peer, options_.max_message_bytes,
-                                             options_.max_queued_bytes);
+  // From here on the connection owns fd and closes it however set-up ends.
+  auto connection = std::make_shared<RdmaConnection>(*this, io, peer, std::move(accept));
   const engine::EngineConfig& config = rdma_.engine;
   verbs::QueuePairAttrs attrs;
   attrs.max_send_wr = config.send_queue_depth;
@@ -234,23 +319,15 @@ Result<std::shared_ptr<RdmaSocket>> RdmaTransportImpl::Establish(
   }
   engine::EngineConfig engine_config = config;
   engine_config.max_message_bytes = options_.max_message_bytes;
-  RdmaSocket* raw = socket.get();
-  engine::Engine::Callbacks callbacks;
-  callbacks.on_message = [raw](Buffer message) { raw->OnMessageFromEngine(std::move(message)); };
-  callbacks.on_remote_write = [raw](uint16_t tag) { raw->OnRemoteWrite(tag); };
-  callbacks.on_failure = [raw](const Status& why) {
-    // Not from inside the engine's own call stack: tear down on the next turn of the loop.
-    auto self = raw->shared_from_this();
-    raw->io().Post([self, why] { self->Teardown(why, false); });
-  };
-  auto engine = std::make_unique<engine::Engine>(lib, qp->qp(), engine_config, callbacks);
+  auto engine =
+      std::make_unique<engine::Engine>(lib, qp->qp(), engine_config, connection->EngineCallbacks());
   // Receives are posted before the peer learns our QP number: no request can find none (RNR).
   if (Status s = engine->PostInitialReceives(); !s.ok()) {
     ::close(fd);
     return s;
   }
   const uint32_t qpn = qp->qp_num();
-  socket->Attach(std::move(qp).value(), std::move(engine), fd);
+  connection->Attach(std::move(qp).value(), std::move(engine), fd);
 
   Hello mine;
   mine.qp_num = qpn;
@@ -267,21 +344,23 @@ Result<std::shared_ptr<RdmaSocket>> RdmaTransportImpl::Establish(
   } else {
     theirs = *peer_hello;
   }
-  socket->engine().SetPeer({theirs.recv_queue_depth, theirs.eager_limit, theirs.max_message_bytes});
+  connection->engine().SetPeer(
+      {theirs.recv_queue_depth, theirs.eager_limit, theirs.max_message_bytes});
 
-  // Register handlers (on the I/O thread, as the interface promises) before the peer can send.
-  io.Run([&] { socket->Register(handlers_for(socket)); });
+  // Registered with the I/O thread before the peer can send.
+  io.Run([&] { connection->Register(); });
   {
     std::lock_guard lock(mu_);
-    sockets_[raw] = socket;
+    connections_[connection.get()] = connection;
   }
   auto fail = [&](const Status& s) {
-    io.Run([&] { socket->Teardown(s, false); });
+    io.Run([&] { connection->Teardown(s); });
     return s;
   };
   rc.psn = mine.psn;
   rc.remote_psn = theirs.psn;
-  if (Status s = verbs::MoveRcToRts(lib, socket->qp(), 1, theirs.qp_num, theirs.gid, rc); !s.ok())
+  if (Status s = verbs::MoveRcToRts(lib, connection->qp(), 1, theirs.qp_num, theirs.gid, rc);
+      !s.ok())
     return fail(s);
   if (peer_hello != nullptr) {
     if (Status s = SendHello(fd, mine); !s.ok()) return fail(s);
@@ -289,8 +368,42 @@ Result<std::shared_ptr<RdmaSocket>> RdmaTransportImpl::Establish(
   } else {
     if (Status s = SendReady(fd); !s.ok()) return fail(s);
   }
-  io.Post([socket] { socket->Activate(); });
-  return socket;
+  io.Post([connection] { connection->Activate(); });
+  return connection;
+}
+
+RdmaTransportInfo RdmaTransportImpl::Info() {
+  RdmaTransportInfo info;
+  info.io_threads = int(io_.size());
+  for (auto& io : io_) info.thread_domains += io->td() != nullptr ? 1 : 0;
+  info.parent_domains = int(parent_domains_);
+  std::vector<std::shared_ptr<RdmaConnection>> connections;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [raw, c] : connections_) connections.push_back(c);
+  }
+  for (auto& c : connections) {
+    c->io().Run([&] {
+      if (c->torn_down()) return;
+      RdmaEngineInfo e;
+      e.peer = c->peer();
+      e.initiator = c->initiator();
+      e.sockets = c->sockets();
+      e.in_thread_domain = false;
+      for (size_t i = 0; i < io_.size(); ++i)
+        if (io_[i].get() == &c->io())
+          e.in_thread_domain = c->qp()->pd == io_domains_[i] && io_domains_[i] != device_->pd();
+      e.counters = c->Counters();
+      info.engines.push_back(std::move(e));
+    });
+  }
+  return info;
+}
+
+Result<RdmaTransportInfo> GetRdmaTransportInfo(Transport& transport) {
+  auto* rdma = dynamic_cast<RdmaTransportImpl*>(&transport);
+  if (rdma == nullptr) return InvalidArgument("not an rdma:// transport");
+  return rdma->Info();
 }
 
 Result<std::unique_ptr<Transport>> CreateRdmaTransport(const TransportOptions& options) {

@@ -1,6 +1,9 @@
-// rdma://host:port: the socket interface over engines (one RC QP per socket for now; QP
-// multiplexing comes with the scheduler). Connection set-up runs the bootstrap handshake
-// (bootstrap.h) over TCP; the bootstrap connection then stays open to detect peer death.
+// rdma://host:port: the socket interface over engines. Sockets to the same url share engines
+// (QP multiplexing, paper section 6.1): by default one engine, one RC QP, per destination; a
+// policy allows more for bandwidth and says how sockets spread over them. An engine's set-up runs
+// the bootstrap handshake (bootstrap.h) over TCP; the bootstrap connection then stays open to
+// detect peer death. Later sockets to the same destination open a channel on the engine in band,
+// with no handshake. A connecting-side engine with no sockets left closes.
 //
 // Memory: messages are bemalloc Buffers, registered on bemalloc's device. The transport therefore
 // runs on that device: the first RDMA transport of a process initialises bemalloc on its device
@@ -11,7 +14,10 @@
 // handshake (bounded by the connect timeout, 5 s for accepted connections).
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "bx/transport.h"
 #include "engine/engine.h"
@@ -20,6 +26,12 @@ namespace bx::rdma {
 
 struct RdmaOptions {
   engine::EngineConfig engine;
+  // Engines (RC QPs) per destination url. One keeps NIC connection state minimal; more give a
+  // bandwidth-bound destination several QPs to spread over.
+  int engines_per_destination = 1;
+  // How sockets pick among a destination's engines: the one with the fewest sockets (default),
+  // or in turn.
+  enum class Spread { kLeastSockets, kRoundRobin } spread = Spread::kLeastSockets;
   int busy_poll_us = 200;  // I/O thread polling before it sleeps
   // QP transport parameters (see verbs::RcOptions): ~67 ms ACK timeout, 7 retries; RNR retry 0,
   // since credits make RNR impossible and one would be a bug worth failing loudly on.
@@ -29,6 +41,23 @@ struct RdmaOptions {
 };
 
 Result<std::unique_ptr<Transport>> CreateRdmaTransport(const TransportOptions& options);
+
+// What an rdma:// transport holds, for benchmarks, tests and operators.
+struct RdmaEngineInfo {
+  std::string peer;
+  bool initiator;                            // the connecting side of this engine
+  size_t sockets;                            // sockets multiplexed on it
+  bool in_thread_domain;                     // its QP was created in its I/O thread's parent domain
+  std::map<std::string, uint64_t> counters;  // engine counters (window, scheduler, credits...)
+};
+struct RdmaTransportInfo {
+  int io_threads = 0;
+  int thread_domains = 0;  // I/O threads that got a thread domain from the device
+  int parent_domains = 0;  // ... and a parent domain carrying it
+  std::vector<RdmaEngineInfo> engines;
+};
+// `transport` must be an rdma:// transport (InvalidArgument otherwise).
+Result<RdmaTransportInfo> GetRdmaTransportInfo(Transport& transport);
 Result<std::unique_ptr<Transport>> CreateRdmaTransport(const TransportOptions& options,
                                                        const RdmaOptions& rdma);
 

@@ -1,4 +1,5 @@
-// The RDMA transport's internals, shared by rdma_transport.cc and rdma_socket.cc.
+// The RDMA transport's internals, shared by rdma_transport.cc, rdma_connection.cc and
+// rdma_socket.cc.
 #pragma once
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include "bx/transport.h"
 #include "engine/io_thread.h"
 #include "transport/rdma/bootstrap.h"
+#include "transport/rdma/rdma_connection.h"
 #include "transport/rdma/rdma_socket.h"
 #include "transport/rdma/rdma_transport.h"
 #include "verbs/verbs.h"
@@ -30,29 +32,49 @@ class RdmaTransportImpl : public Transport {
   Result<std::shared_ptr<Socket>> Connect(std::string_view url, SocketHandlers handlers,
                                           std::chrono::milliseconds timeout) override;
 
-  // I/O thread: the socket has ended; the transport lets go of it.
-  void Forget(RdmaSocket* socket);
+  const TransportOptions& options() const { return options_; }
+  RdmaTransportInfo Info();
+
+  // I/O thread: the connection has ended; the transport lets go of it.
+  void Forget(RdmaConnection* connection);
+  // I/O thread: a socket of `connection` (connecting side) is gone; an unused connection closes.
+  void ReleaseUser(const std::shared_ptr<RdmaConnection>& connection);
 
   // Runs the handshake on the connected TCP socket `fd` (owned from here on) and returns an
-  // active socket. `peer_hello` is set on the accepting side, which has read it already.
-  using HandlersFor = std::function<SocketHandlers(const std::shared_ptr<RdmaSocket>&)>;
-  Result<std::shared_ptr<RdmaSocket>> Establish(int fd, std::string peer, const Hello* peer_hello,
-                                                HandlersFor handlers_for,
-                                                std::chrono::milliseconds timeout);
+  // active connection. `peer_hello` and `accept` are set on the accepting side, which has read
+  // the peer's Hello already.
+  Result<std::shared_ptr<RdmaConnection>> Establish(int fd, std::string peer,
+                                                    const Hello* peer_hello,
+                                                    std::shared_ptr<AcceptState> accept,
+                                                    std::chrono::milliseconds timeout);
 
  private:
+  // Connections of this process to one listener url (the connecting side's pool).
+  struct Destination {
+    std::mutex establish_mu;  // one handshake at a time per destination
+    std::vector<std::shared_ptr<RdmaConnection>> connections;
+    size_t next = 0;  // round-robin cursor
+  };
+
   RdmaTransportImpl(const TransportOptions& options, const RdmaOptions& rdma)
       : options_(options), rdma_(rdma) {}
+  // A connection to `url` for one more socket: an existing one, or a new one while the
+  // destination has fewer than engines_per_destination. Counts the socket as a user.
+  Result<std::shared_ptr<RdmaConnection>> Acquire(const Url& url,
+                                                  std::chrono::steady_clock::time_point deadline);
+  std::shared_ptr<RdmaConnection> PickLocked(Destination& destination);
 
   TransportOptions options_;
   RdmaOptions rdma_;
   verbs::Device* device_ = nullptr;  // bemalloc's device
   std::vector<std::unique_ptr<engine::IoThread>> io_;
   std::vector<ibv_pd*> io_domains_;  // a parent domain per I/O thread (its thread domain)
+  size_t parent_domains_ = 0;
   std::atomic<size_t> next_io_{0};
 
   std::mutex mu_;
-  std::unordered_map<RdmaSocket*, std::shared_ptr<RdmaSocket>> sockets_;
+  std::unordered_map<RdmaConnection*, std::shared_ptr<RdmaConnection>> connections_;
+  std::unordered_map<std::string, std::shared_ptr<Destination>> pool_;
   std::vector<RdmaListener*> listeners_;
   friend class RdmaListener;
 };

@@ -1,0 +1,186 @@
+// The engine tests' fixture: two engines on a loopback RC QP pair of bxsim0, each driven by its
+// own I/O thread, exchanging messages through bemalloc buffers. Included by one test file each.
+#pragma once
+
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <tuple>
+
+#include "bx/bemalloc.h"
+#include "engine/io_thread.h"
+#include "verbs/rc_connect.h"
+
+namespace bx::engine {
+
+inline verbs::Device* g_device = nullptr;
+
+inline Buffer MakeMessage(size_t size, uint64_t seed) {
+  auto b = Buffer::Allocate(size);
+  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  Buffer buf = std::move(b).value();
+  std::mt19937_64 rng(seed);
+  auto* p = reinterpret_cast<uint8_t*>(buf.data());
+  size_t i = 0;
+  for (; i + 8 <= size; i += 8) {
+    uint64_t v = rng();
+    std::memcpy(p + i, &v, 8);
+  }
+  for (; i < size; ++i) p[i] = uint8_t(rng());
+  return buf;
+}
+
+inline bool SameAs(const Buffer& b, size_t size, uint64_t seed) {
+  if (b.size() != size) return false;
+  Buffer expect = MakeMessage(size, seed);
+  return std::memcmp(expect.data(), b.data(), size) == 0;
+}
+
+struct Side {
+  ChannelId channel = 0;  // the channel this side opens and sends on
+  std::unique_ptr<IoThread> io;
+  std::optional<verbs::RcQueuePair> qp;
+  std::unique_ptr<Engine> engine;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Buffer> received;
+  uint64_t received_count = 0;
+  bool keep = true;  // keep received buffers (integrity tests) or only count them (stress)
+  std::optional<Status> failure;
+  std::vector<uint16_t> remote_write_tags;
+  std::vector<ChannelId> received_channels;         // the channel of each received message
+  std::vector<ChannelId> closed_by_peer, released;  // channel events, in order
+  // Requests prepared (channel, bytes, last), recorded while `tracing` (I/O thread only).
+  bool tracing = false;
+  std::vector<std::tuple<ChannelId, uint32_t, bool>> trace;
+  std::atomic<uint64_t> sends_done{0};
+  std::atomic<uint64_t> send_errors{0};
+
+  void Send(Buffer message) {
+    auto* raw = new Buffer(std::move(message));
+    io->Post([this, raw] {
+      std::unique_ptr<Buffer> m(raw);
+      engine->Enqueue(channel, OutgoingMessage{std::move(*m), [this](const Status& s) {
+                                                 if (!s.ok()) send_errors.fetch_add(1);
+                                                 sends_done.fetch_add(1);
+                                               }});
+      io->MarkDirty(engine.get());
+    });
+  }
+  // Waits until `n` messages arrived; false on timeout.
+  bool WaitFor(uint64_t n, std::chrono::seconds timeout = std::chrono::seconds(60)) {
+    std::unique_lock lock(mu);
+    bool ok = cv.wait_for(lock, timeout, [&] {
+      return received_count >= n || failure.has_value();
+    }) && received_count >= n;
+    if (failure) ADD_FAILURE() << "engine failed: " << failure->ToString();
+    return ok;
+  }
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (g_device == nullptr) {
+      auto dev = verbs::Device::Open("bxsim0");
+      ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+      g_device = new verbs::Device(std::move(dev).value());
+      ASSERT_TRUE(bemalloc::Init(*g_device).ok());
+    }
+  }
+
+  void Build(const EngineConfig& config = {}) {
+    verbs::Library& lib = g_device->lib();
+    for (Side* s : {&a_, &b_}) {
+      auto io = IoThread::Create(lib, g_device->context(), IoThreadOptions{});
+      ASSERT_TRUE(io.ok()) << io.status().ToString();
+      s->io = std::move(io).value();
+      verbs::QueuePairAttrs attrs;
+      attrs.max_send_wr = config.send_queue_depth;
+      attrs.max_recv_wr = config.recv_queue_depth;
+      attrs.max_inline_data = 64;
+      auto qp =
+          verbs::CreateRcQueuePair(lib, g_device->context(), g_device->pd(), attrs, s->io->cq());
+      ASSERT_TRUE(qp.ok()) << qp.status().ToString();
+      s->qp.emplace(std::move(qp).value());
+      verbs::RcOptions rc;
+      ASSERT_TRUE(verbs::MoveRcToInit(lib, s->qp->qp(), 1, rc).ok());
+      Engine::Callbacks cb;
+      cb.on_message = [s](ChannelId channel, Buffer m) {
+        std::lock_guard lock(s->mu);
+        ++s->received_count;
+        if (s->keep) s->received_channels.push_back(channel);
+        if (s->keep) s->received.push_back(std::move(m));
+        s->cv.notify_all();
+      };
+      cb.on_remote_write = [s](ChannelId, uint16_t tag) {
+        std::lock_guard lock(s->mu);
+        s->remote_write_tags.push_back(tag);
+        ++s->received_count;
+        s->cv.notify_all();
+      };
+      cb.on_channel_closed = [s](ChannelId channel) {
+        std::lock_guard lock(s->mu);
+        s->closed_by_peer.push_back(channel);
+        s->cv.notify_all();
+      };
+      cb.on_channel_released = [s](ChannelId channel) {
+        std::lock_guard lock(s->mu);
+        s->released.push_back(channel);
+        s->cv.notify_all();
+      };
+      cb.on_prepared = [s](ChannelId channel, uint32_t bytes, bool last) {
+        if (s->tracing) s->trace.emplace_back(channel, bytes, last);
+      };
+      cb.on_failure = [s](const Status& why) {
+        std::lock_guard lock(s->mu);
+        s->failure = why;
+        s->cv.notify_all();
+      };
+      s->engine = std::make_unique<Engine>(lib, s->qp->qp(), config, cb);
+      ASSERT_TRUE(s->engine->PostInitialReceives().ok());
+      s->engine->SetPeer({config.recv_queue_depth, config.eager_limit, config.max_message_bytes});
+    }
+    verbs::RcOptions rc;
+    rc.rnr_retry = 0;  // any receiver-not-ready fails the QP loudly
+    rc.mtu = IBV_MTU_4096;
+    ibv_gid gid = g_device->gid();
+    ASSERT_TRUE(verbs::MoveRcToRts(lib, a_.qp->qp(), 1, b_.qp->qp_num(), gid, rc).ok());
+    ASSERT_TRUE(verbs::MoveRcToRts(lib, b_.qp->qp(), 1, a_.qp->qp_num(), gid, rc).ok());
+    b_.channel = 1;
+    // Both engines take completions before either sends (an unregistered QP's are dropped).
+    for (Side* s : {&a_, &b_}) s->io->Run([s] { s->io->AddEngine(s->engine.get()); });
+    for (Side* s : {&a_, &b_}) {
+      s->io->Run([s] {
+        ASSERT_TRUE(s->engine->OpenChannel(s->channel).ok());
+        s->engine->Start();
+        s->io->MarkDirty(s->engine.get());
+      });
+    }
+  }
+
+  void TearDown() override {
+    for (Side* s : {&a_, &b_}) {
+      if (!s->io) continue;
+      s->io->Run([s] { s->io->RemoveEngine(s->engine.get()); });
+      s->engine.reset();
+      s->qp.reset();
+      s->io.reset();
+    }
+  }
+
+  EngineCounters CountersOf(Side& s) {
+    EngineCounters c;
+    s.io->Run([&] { c = s.engine->counters(); });
+    return c;
+  }
+
+  Side a_, b_;
+};
+
+}  // namespace bx::engine
