@@ -1,0 +1,84 @@
+// The cluster file: which tables exist, how many shards, and where each shard's replicas listen.
+// Keys are routed to shards by ShardOfKey (stable across processes, runs and hosts; see
+// docs/PS.md). Plain values and pure functions: thread-safe to read concurrently.
+//
+// Format (JSON, version 1):
+//   {
+//     "version": 1,
+//     "transport": "rdma",                  // optional: "rdma" (default) or "tcp"
+//     "tables": [                           // optional
+//       {"id": 1, "name": "user", "kind": "embedding", "dim": 16,
+//        "init": {"kind": "normal", "mean": 0, "stddev": 0.01, "seed": 7},
+//        "optimizer": {"kind": "adagrad", "learning_rate": 0.05}},
+//       {"id": 2, "name": "mlp", "kind": "dense", "dim": 256, "rows": 64}
+//     ],
+//     "shards": [                           // shard i is the i-th entry
+//       {"replicas": [{"rdma": "rdma://10.0.0.1:7000", "tcp": "tcp://10.0.0.1:7001"},
+//                     {"rdma": "rdma://10.0.0.2:7000", "tcp": "tcp://10.0.0.2:7001"}]}
+//     ]
+//   }
+// Replica 0 of each shard is the initial primary. A replica needs at least one address.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bx/ps/table_config.h"
+#include "bx/status.h"
+
+namespace bx::ps {
+
+struct ReplicaSpec {
+  std::string rdma;  // "rdma://host:port", or empty
+  std::string tcp;   // "tcp://host:port", or empty
+};
+
+struct ShardSpec {
+  std::vector<ReplicaSpec> replicas;  // [0] is the initial primary
+};
+
+struct ClusterSpec {
+  std::string transport = "rdma";  // preferred scheme; tcp is the fallback
+  std::vector<TableConfig> tables;
+  std::vector<ShardSpec> shards;
+};
+
+// Parses the JSON text of a cluster file. Errors name the JSON path ("shards[1].replicas[0]").
+Result<ClusterSpec> ParseClusterSpec(std::string_view json_text);
+// Reads and parses a cluster file; errors are prefixed with the path.
+Result<ClusterSpec> LoadClusterFile(const std::string& path);
+// The JSON text of a spec (what ParseClusterSpec reads back to an equal spec).
+std::string ClusterSpecToJson(const ClusterSpec& spec);
+
+// The shard that owns `key` among `shard_count` (> 0) shards:
+//   ShardOfKey(key, n) = (Mix64(key) * n) >> 64   (128-bit product)
+// where Mix64 is the SplitMix64 finaliser. Mixing first makes sequential ids balanced; the
+// multiply-shift maps the 64-bit hash onto [0, n) without the bias and cost of a modulo.
+// Changing this function re-shards every existing model: it is part of the file format.
+uint32_t ShardOfKey(uint64_t key, uint32_t shard_count);
+
+// The SplitMix64 finaliser (Stafford's Mix13 constants): a bijection on 64-bit values.
+constexpr uint64_t Mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+// The keys of one request that go to one shard, with their positions in the request so that
+// the shard's answer can be scattered back.
+struct ShardBatch {
+  uint32_t shard = 0;
+  std::vector<uint64_t> keys;
+  std::vector<uint32_t> positions;  // keys[i] was request key positions[i]
+};
+
+// Splits `keys` by shard; only shards with at least one key appear, in increasing shard order.
+std::vector<ShardBatch> SplitByShard(std::span<const uint64_t> keys, uint32_t shard_count);
+
+}  // namespace bx::ps

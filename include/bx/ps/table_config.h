@@ -1,0 +1,61 @@
+// Table configuration of the parameter server: what a table holds (embedding rows keyed by
+// 64-bit ids, or a dense block of rows 0..rows-1), how a row starts (initialiser) and how a
+// pushed gradient changes it (optimiser). Plain values: thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace bx::ps {
+
+enum class TableKind : uint8_t {
+  kEmbedding = 1,  // any 64-bit key; a row is created on its first push
+  kDense = 2,      // keys 0..dense_rows-1 only; other keys are InvalidArgument
+};
+
+enum class InitializerKind : uint8_t {
+  kZeros = 1,
+  kConstant = 2,  // every element = value
+  kUniform = 3,   // uniform in [low, high)
+  kNormal = 4,    // normal(mean, stddev)
+};
+
+// Random initialisers are a pure function of (seed, key, element index), so every replica of a
+// shard, and a replica that restarts, produces the same row without talking to anyone.
+struct InitializerConfig {
+  InitializerKind kind = InitializerKind::kZeros;
+  float value = 0.0f;
+  float low = -0.01f;
+  float high = 0.01f;
+  float mean = 0.0f;
+  float stddev = 0.01f;
+  uint64_t seed = 0;
+};
+
+enum class OptimizerKind : uint8_t {
+  kSgd = 1,      // w -= learning_rate * g
+  kAdagrad = 2,  // a += g*g; w -= learning_rate * g / (sqrt(a) + epsilon)
+};
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float learning_rate = 0.01f;
+  float initial_accumulator = 0.1f;  // Adagrad: a of a new row
+  float epsilon = 1e-8f;             // Adagrad
+};
+
+struct TableConfig {
+  uint32_t id = 0;
+  std::string name;
+  TableKind kind = TableKind::kEmbedding;
+  uint32_t dim = 0;         // floats per row, 1..kMaxDim
+  uint64_t dense_rows = 0;  // kDense only
+  InitializerConfig init;
+  OptimizerConfig optimizer;
+};
+
+// Bounds that keep every size computation far from overflow.
+inline constexpr uint32_t kMaxDim = 1u << 16;
+inline constexpr uint64_t kMaxDenseRows = 1ull << 32;
+
+}  // namespace bx::ps

@@ -1,0 +1,145 @@
+// Wire messages of the parameter server and their codecs.
+//
+// Every message starts with an 8-byte header (u32 magic "BXPS", u8 version 1, u8 type,
+// u16 reserved 0); all integers and floats are little-endian; layouts are in docs/PS.md.
+// Encoders write into a caller-provided span whose size must be exactly EncodedSize(...), so a
+// server can allocate one registered Buffer and write the reply straight into it. A fetch
+// response is encoded in two steps: EncodeFetchResponseHeader writes the header, and the table
+// writes the values in place (FetchResponseValues) — the values are never staged elsewhere.
+//
+// Decoders treat the bytes as hostile: every length and count is checked against the message
+// size before it is used, sizes are computed without overflow, and any mismatch is a DataLoss
+// Status. They never read outside the span and never crash. Pure functions: thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bx/status.h"
+
+namespace bx::ps {
+
+enum class MessageType : uint8_t {
+  kFetchRequest = 1,
+  kFetchResponse = 2,
+  kPushRequest = 3,
+  kPushAck = 4,
+  kForwardedPush = 5,  // primary -> backup
+  kError = 6,
+};
+
+// Which message a byte string holds (after checking the header), or DataLoss.
+Result<MessageType> PeekMessageType(std::span<const std::byte> bytes);
+
+// Bounds on what a decoder accepts (and an encoder produces).
+inline constexpr uint64_t kMaxKeysPerMessage = 1ull << 24;    // 16 Mi keys
+inline constexpr uint64_t kMaxValuesPerMessage = 1ull << 28;  // 1 GiB of floats
+
+// A push is identified by the client that sent it and that client's sequence number. A client
+// picks client_id at random once per process (64 random bits) and numbers its pushes 1, 2, 3...
+// A retry reuses the id. Sequence 0 is invalid.
+struct PushId {
+  uint64_t client_id = 0;
+  uint64_t sequence = 0;
+  friend bool operator==(const PushId&, const PushId&) = default;
+};
+
+// ---- Fetch ----------------------------------------------------------------------------------
+
+struct FetchRequest {
+  uint32_t table_id = 0;
+  std::vector<uint64_t> keys;
+};
+
+size_t FetchRequestSize(size_t key_count);
+Status EncodeFetchRequest(const FetchRequest& request, std::span<std::byte> out);
+Result<FetchRequest> DecodeFetchRequest(std::span<const std::byte> bytes);
+
+// Response: header, table id, dim, key count, then key_count * dim floats, row i at
+// [i*dim, (i+1)*dim), in request key order. The values start 8-byte aligned.
+size_t FetchResponseSize(size_t key_count, uint32_t dim);
+Status EncodeFetchResponseHeader(uint32_t table_id, uint32_t dim, uint64_t key_count,
+                                 std::span<std::byte> out);
+// The value area of an encoded (or header-encoded) fetch response, for the table to fill.
+std::span<std::byte> FetchResponseValues(std::span<std::byte> out);
+
+// A decoded fetch response: a view into the message bytes (no copy). The bytes must outlive it.
+// Values may be unaligned in the caller's span, so they are read through memcpy.
+class FetchResponseView {
+ public:
+  uint32_t table_id() const { return table_id_; }
+  uint32_t dim() const { return dim_; }
+  uint64_t key_count() const { return key_count_; }
+  float value(uint64_t row, uint32_t column) const {
+    float f;
+    std::memcpy(&f, values_ + (row * dim_ + column) * sizeof(float), sizeof f);
+    return f;
+  }
+  // Copies row `row` (dim floats) into `out`.
+  void CopyRow(uint64_t row, std::span<float> out) const;
+  // The raw little-endian value bytes (key_count * dim * 4).
+  std::span<const std::byte> value_bytes() const {
+    return {values_, static_cast<size_t>(key_count_ * dim_ * sizeof(float))};
+  }
+
+ private:
+  friend Result<FetchResponseView> DecodeFetchResponse(std::span<const std::byte>);
+  uint32_t table_id_ = 0;
+  uint32_t dim_ = 0;
+  uint64_t key_count_ = 0;
+  const std::byte* values_ = nullptr;
+};
+Result<FetchResponseView> DecodeFetchResponse(std::span<const std::byte> bytes);
+
+// ---- Push -----------------------------------------------------------------------------------
+
+// gradients holds keys.size() * dim floats, row i for keys[i]. A key may repeat; its gradients
+// are then applied in order.
+struct PushRequest {
+  PushId id;
+  uint32_t table_id = 0;
+  uint32_t dim = 0;
+  std::vector<uint64_t> keys;
+  std::vector<float> gradients;
+};
+
+size_t PushRequestSize(size_t key_count, uint32_t dim);
+Status EncodePushRequest(const PushRequest& request, std::span<std::byte> out);
+Result<PushRequest> DecodePushRequest(std::span<const std::byte> bytes);
+
+struct PushAck {
+  PushId id;
+  bool duplicate = false;  // the push had already been applied; this ack is for a retry
+};
+
+size_t PushAckSize();
+Status EncodePushAck(const PushAck& ack, std::span<std::byte> out);
+Result<PushAck> DecodePushAck(std::span<const std::byte> bytes);
+
+// ---- Replication (primary -> backup) --------------------------------------------------------
+
+// A push as the primary forwards it: the primary's epoch and the push's position (lsn, from 1)
+// in that epoch's order of application.
+struct ForwardedPush {
+  uint64_t epoch = 0;
+  uint64_t lsn = 0;
+  PushRequest push;
+};
+
+size_t ForwardedPushSize(size_t key_count, uint32_t dim);
+Status EncodeForwardedPush(const ForwardedPush& forwarded, std::span<std::byte> out);
+Result<ForwardedPush> DecodeForwardedPush(std::span<const std::byte> bytes);
+
+// ---- Errors ---------------------------------------------------------------------------------
+
+// An application-level error reply (unknown table, not primary, ...): code and message.
+size_t ErrorMessageSize(const Status& status);
+Status EncodeErrorMessage(const Status& status, std::span<std::byte> out);
+// Returns the decoded Status (never OK), or DataLoss if the bytes are malformed.
+Status DecodeErrorMessage(std::span<const std::byte> bytes);
+
+}  // namespace bx::ps

@@ -1,0 +1,298 @@
+// The cluster file parser (include/bx/ps/cluster.h) and key-to-shard routing.
+#include "bx/ps/cluster.h"
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+namespace bx::ps {
+namespace {
+
+using nlohmann::json;
+
+// Sanity bounds: a cluster file is written by people; anything this large is a mistake.
+constexpr size_t kMaxShards = 1 << 20;
+constexpr size_t kMaxReplicas = 64;
+
+Status Bad(const std::string& path, const std::string& what) {
+  return InvalidArgument("cluster file: " + path + ": " + what);
+}
+
+// Reads an optional number field into *out; errors when present with the wrong type/range.
+template <typename T>
+Status GetNumber(const json& object, const std::string& path, const char* key, T* out) {
+  auto it = object.find(key);
+  if (it == object.end()) return Status::Ok();
+  const std::string where = path + "." + key;
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!it->is_number()) return Bad(where, "expected a number");
+    *out = it->template get<T>();
+  } else {
+    if (!it->is_number_integer() ||
+        (it->is_number_integer() && !it->is_number_unsigned() && it->template get<int64_t>() < 0)) {
+      return Bad(where, "expected a non-negative integer");
+    }
+    uint64_t v = it->template get<uint64_t>();
+    if (v > std::numeric_limits<T>::max()) return Bad(where, "value too large");
+    *out = static_cast<T>(v);
+  }
+  return Status::Ok();
+}
+
+Status CheckKeys(const json& object, const std::string& path, std::set<std::string> allowed) {
+  if (!object.is_object()) return Bad(path, "expected an object");
+  for (const auto& [key, value] : object.items()) {
+    if (!allowed.contains(key)) return Bad(path, "unknown field \"" + key + "\"");
+  }
+  return Status::Ok();
+}
+
+template <typename E>
+Status GetEnum(const json& object, const std::string& path, const char* key,
+               const std::map<std::string, E>& names, E* out) {
+  auto it = object.find(key);
+  if (it == object.end()) return Status::Ok();
+  std::string known;
+  for (const auto& [name, value] : names) known += (known.empty() ? "" : ", ") + name;
+  if (!it->is_string()) return Bad(path + "." + key, "expected one of " + known);
+  auto found = names.find(it->template get<std::string>());
+  if (found == names.end()) {
+    return Bad(path + "." + key,
+               "\"" + it->template get<std::string>() + "\" is not one of " + known);
+  }
+  *out = found->second;
+  return Status::Ok();
+}
+
+const std::map<std::string, TableKind> kTableKinds = {{"embedding", TableKind::kEmbedding},
+                                                      {"dense", TableKind::kDense}};
+const std::map<std::string, InitializerKind> kInitKinds = {{"zeros", InitializerKind::kZeros},
+                                                           {"constant", InitializerKind::kConstant},
+                                                           {"uniform", InitializerKind::kUniform},
+                                                           {"normal", InitializerKind::kNormal}};
+const std::map<std::string, OptimizerKind> kOptimizerKinds = {{"sgd", OptimizerKind::kSgd},
+                                                              {"adagrad", OptimizerKind::kAdagrad}};
+
+template <typename E>
+std::string NameOf(const std::map<std::string, E>& names, E value) {
+  for (const auto& [name, v] : names) {
+    if (v == value) return name;
+  }
+  return "?";
+}
+
+Status ParseTable(const json& j, const std::string& path, TableConfig* t) {
+  BX_RETURN_IF_ERROR(
+      CheckKeys(j, path, {"id", "name", "kind", "dim", "rows", "init", "optimizer"}));
+  if (!j.contains("id")) return Bad(path, "missing \"id\"");
+  if (!j.contains("dim")) return Bad(path, "missing \"dim\"");
+  BX_RETURN_IF_ERROR(GetNumber(j, path, "id", &t->id));
+  BX_RETURN_IF_ERROR(GetNumber(j, path, "dim", &t->dim));
+  BX_RETURN_IF_ERROR(GetNumber(j, path, "rows", &t->dense_rows));
+  BX_RETURN_IF_ERROR(GetEnum(j, path, "kind", kTableKinds, &t->kind));
+  if (auto it = j.find("name"); it != j.end()) {
+    if (!it->is_string()) return Bad(path + ".name", "expected a string");
+    t->name = it->get<std::string>();
+  }
+  if (t->dim == 0 || t->dim > kMaxDim) {
+    return Bad(path + ".dim", "must be 1.." + std::to_string(kMaxDim));
+  }
+  if (t->kind == TableKind::kDense && (t->dense_rows == 0 || t->dense_rows > kMaxDenseRows)) {
+    return Bad(path + ".rows", "a dense table needs 1.." + std::to_string(kMaxDenseRows) + " rows");
+  }
+  if (t->kind == TableKind::kEmbedding && t->dense_rows != 0) {
+    return Bad(path + ".rows", "only dense tables have rows");
+  }
+  if (auto it = j.find("init"); it != j.end()) {
+    const std::string p = path + ".init";
+    BX_RETURN_IF_ERROR(
+        CheckKeys(*it, p, {"kind", "value", "low", "high", "mean", "stddev", "seed"}));
+    InitializerConfig& c = t->init;
+    BX_RETURN_IF_ERROR(GetEnum(*it, p, "kind", kInitKinds, &c.kind));
+    BX_RETURN_IF_ERROR(GetNumber(*it, p, "value", &c.value));
+    BX_RETURN_IF_ERROR(GetNumber(*it, p, "low", &c.low));
+    BX_RETURN_IF_ERROR(GetNumber(*it, p, "high", &c.high));
+    BX_RETURN_IF_ERROR(GetNumber(*it, p, "mean", &c.mean));
+    BX_RETURN_IF_ERROR(GetNumber(*it, p, "stddev", &c.stddev));
+    BX_RETURN_IF_ERROR(GetNumber(*it, p, "seed", &c.seed));
+    if (c.kind == InitializerKind::kUniform && !(c.low < c.high)) {
+      return Bad(p, "uniform needs low < high");
+    }
+    if (c.kind == InitializerKind::kNormal && !(c.stddev >= 0)) {
+      return Bad(p, "normal needs stddev >= 0");
+    }
+  }
+  if (auto it = j.find("optimizer"); it != j.end()) {
+    const std::string p = path + ".optimizer";
+    BX_RETURN_IF_ERROR(
+        CheckKeys(*it, p, {"kind", "learning_rate", "initial_accumulator", "epsilon"}));
+    OptimizerConfig& o = t->optimizer;
+    BX_RETURN_IF_ERROR(GetEnum(*it, p, "kind", kOptimizerKinds, &o.kind));
+    BX_RETURN_IF_ERROR(GetNumber(*it, p, "learning_rate", &o.learning_rate));
+    BX_RETURN_IF_ERROR(GetNumber(*it, p, "initial_accumulator", &o.initial_accumulator));
+    BX_RETURN_IF_ERROR(GetNumber(*it, p, "epsilon", &o.epsilon));
+    if (!(o.learning_rate > 0)) return Bad(p + ".learning_rate", "must be > 0");
+    if (!(o.initial_accumulator >= 0)) return Bad(p + ".initial_accumulator", "must be >= 0");
+    if (!(o.epsilon > 0)) return Bad(p + ".epsilon", "must be > 0");
+  }
+  return Status::Ok();
+}
+
+Status ParseAddress(const json& replica, const std::string& path, const char* scheme,
+                    std::string* out) {
+  auto it = replica.find(scheme);
+  if (it == replica.end()) return Status::Ok();
+  const std::string prefix = std::string(scheme) + "://";
+  if (!it->is_string()) return Bad(path + "." + scheme, "expected a string");
+  std::string s = it->get<std::string>();
+  if (s.rfind(prefix, 0) != 0 || s.size() == prefix.size()) {
+    return Bad(path + "." + scheme, "\"" + s + "\" is not a " + prefix + "host:port address");
+  }
+  *out = std::move(s);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
+  json root = json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return InvalidArgument("cluster file: not valid JSON");
+  BX_RETURN_IF_ERROR(CheckKeys(root, "(root)", {"version", "transport", "tables", "shards"}));
+  uint32_t version = 0;
+  BX_RETURN_IF_ERROR(GetNumber(root, "(root)", "version", &version));
+  if (version != 1) return Bad("version", "must be 1");
+
+  ClusterSpec spec;
+  if (auto it = root.find("transport"); it != root.end()) {
+    if (!it->is_string() || (*it != "rdma" && *it != "tcp")) {
+      return Bad("transport", "expected \"rdma\" or \"tcp\"");
+    }
+    spec.transport = it->get<std::string>();
+  }
+
+  if (auto it = root.find("tables"); it != root.end()) {
+    if (!it->is_array()) return Bad("tables", "expected an array");
+    std::set<uint32_t> ids;
+    for (size_t i = 0; i < it->size(); ++i) {
+      const std::string path = "tables[" + std::to_string(i) + "]";
+      TableConfig t;
+      BX_RETURN_IF_ERROR(ParseTable((*it)[i], path, &t));
+      if (!ids.insert(t.id).second) return Bad(path + ".id", "duplicate table id");
+      spec.tables.push_back(std::move(t));
+    }
+  }
+
+  auto shards = root.find("shards");
+  if (shards == root.end()) return Bad("(root)", "missing \"shards\"");
+  if (!shards->is_array() || shards->empty() || shards->size() > kMaxShards) {
+    return Bad("shards", "expected an array of 1.." + std::to_string(kMaxShards) + " shards");
+  }
+  for (size_t s = 0; s < shards->size(); ++s) {
+    const std::string path = "shards[" + std::to_string(s) + "]";
+    const json& shard = (*shards)[s];
+    BX_RETURN_IF_ERROR(CheckKeys(shard, path, {"replicas"}));
+    auto replicas = shard.find("replicas");
+    if (replicas == shard.end() || !replicas->is_array() || replicas->empty() ||
+        replicas->size() > kMaxReplicas) {
+      return Bad(path + ".replicas",
+                 "expected an array of 1.." + std::to_string(kMaxReplicas) + " replicas");
+    }
+    ShardSpec shard_spec;
+    for (size_t r = 0; r < replicas->size(); ++r) {
+      const std::string rpath = path + ".replicas[" + std::to_string(r) + "]";
+      BX_RETURN_IF_ERROR(CheckKeys((*replicas)[r], rpath, {"rdma", "tcp"}));
+      ReplicaSpec replica;
+      BX_RETURN_IF_ERROR(ParseAddress((*replicas)[r], rpath, "rdma", &replica.rdma));
+      BX_RETURN_IF_ERROR(ParseAddress((*replicas)[r], rpath, "tcp", &replica.tcp));
+      if (replica.rdma.empty() && replica.tcp.empty()) {
+        return Bad(rpath, "needs an \"rdma\" or \"tcp\" address");
+      }
+      shard_spec.replicas.push_back(std::move(replica));
+    }
+    spec.shards.push_back(std::move(shard_spec));
+  }
+  return spec;
+}
+
+Result<ClusterSpec> LoadClusterFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cluster file " + path + ": cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  Result<ClusterSpec> spec = ParseClusterSpec(text.str());
+  if (!spec.ok()) return spec.status().WithContext(path);
+  return spec;
+}
+
+std::string ClusterSpecToJson(const ClusterSpec& spec) {
+  json root;
+  root["version"] = 1;
+  root["transport"] = spec.transport;
+  json tables = json::array();
+  for (const TableConfig& t : spec.tables) {
+    json j;
+    j["id"] = t.id;
+    j["name"] = t.name;
+    j["kind"] = NameOf(kTableKinds, t.kind);
+    j["dim"] = t.dim;
+    if (t.kind == TableKind::kDense) j["rows"] = t.dense_rows;
+    j["init"] = {{"kind", NameOf(kInitKinds, t.init.kind)},
+                 {"value", t.init.value},
+                 {"low", t.init.low},
+                 {"high", t.init.high},
+                 {"mean", t.init.mean},
+                 {"stddev", t.init.stddev},
+                 {"seed", t.init.seed}};
+    j["optimizer"] = {{"kind", NameOf(kOptimizerKinds, t.optimizer.kind)},
+                      {"learning_rate", t.optimizer.learning_rate},
+                      {"initial_accumulator", t.optimizer.initial_accumulator},
+                      {"epsilon", t.optimizer.epsilon}};
+    tables.push_back(std::move(j));
+  }
+  root["tables"] = std::move(tables);
+  json shards = json::array();
+  for (const ShardSpec& s : spec.shards) {
+    json replicas = json::array();
+    for (const ReplicaSpec& r : s.replicas) {
+      json j = json::object();
+      if (!r.rdma.empty()) j["rdma"] = r.rdma;
+      if (!r.tcp.empty()) j["tcp"] = r.tcp;
+      replicas.push_back(std::move(j));
+    }
+    shards.push_back({{"replicas", std::move(replicas)}});
+  }
+  root["shards"] = std::move(shards);
+  return root.dump(2);
+}
+
+uint32_t ShardOfKey(uint64_t key, uint32_t shard_count) {
+  unsigned __int128 product = static_cast<unsigned __int128>(Mix64(key)) * shard_count;
+  return static_cast<uint32_t>(product >> 64);
+}
+
+std::vector<ShardBatch> SplitByShard(std::span<const uint64_t> keys, uint32_t shard_count) {
+  std::vector<int32_t> slot(shard_count, -1);  // shard -> index in `batches`
+  std::vector<uint32_t> shard_of(keys.size());
+  size_t used = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    shard_of[i] = ShardOfKey(keys[i], shard_count);
+    if (slot[shard_of[i]] < 0) slot[shard_of[i]] = 0, ++used;
+  }
+  std::vector<ShardBatch> batches;
+  batches.reserve(used);
+  for (uint32_t s = 0; s < shard_count; ++s) {
+    if (slot[s] < 0) continue;
+    slot[s] = static_cast<int32_t>(batches.size());
+    batches.push_back(ShardBatch{s, {}, {}});
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ShardBatch& b = batches[slot[shard_of[i]]];
+    b.keys.push_back(keys[i]);
+    b.positions.push_back(static_cast<uint32_t>(i));
+  }
+  return batches;
+}
+
+}  // namespace bx::ps

@@ -1,0 +1,374 @@
+#include "ps/shard_replica.h"
+
+#include <string>
+
+namespace bx::ps {
+namespace {
+
+constexpr size_t kMaxBackups = 64;  // the owed-acks bitmask is one uint64_t
+
+Status NotPrimary(ShardReplica::Role role) {
+  return FailedPrecondition(role == ShardReplica::Role::kFenced
+                                ? "replica was deposed as primary; retry at the new primary"
+                                : "replica is not the primary of its shard");
+}
+
+}  // namespace
+
+ShardReplica::ShardReplica(std::unique_ptr<ShardState> state, Options options)
+    : options_(options), state_(std::move(state)) {
+  epoch_ = state_->epoch;
+}
+
+// Outstanding pushes' callbacks are dropped unrun. Links must be shut down first: a forward
+// completing after destruction would touch a dead object.
+ShardReplica::~ShardReplica() = default;
+
+// ---- Primary ---------------------------------------------------------------------------------
+
+Status ShardReplica::BecomePrimary(uint64_t epoch,
+                                   std::vector<std::shared_ptr<BackupLink>> backups) {
+  if (backups.size() > kMaxBackups) {
+    return InvalidArgument("at most " + std::to_string(kMaxBackups) + " backups per shard");
+  }
+  std::vector<std::function<void()>> calls;
+  {
+    std::lock_guard order(order_mu_);
+    if (epoch <= state_->epoch) {
+      return FailedPrecondition("promotion to epoch " + std::to_string(epoch) +
+                                " but this replica has seen epoch " +
+                                std::to_string(state_->epoch));
+    }
+    for (auto& [lsn, entry] : reordered_) {
+      for (ForwardDone& done : entry.second) {
+        calls.push_back([d = std::move(done)] { d(FailedPrecondition("epoch ended")); });
+      }
+    }
+    reordered_.clear();
+    state_->epoch = epoch;
+    state_->applied_lsn = 0;
+    {
+      std::lock_guard lock(mu_);
+      pushing_thread_ = std::this_thread::get_id();
+      role_ = Role::kPrimary;
+      epoch_ = epoch;
+      issued_lsn_ = 0;
+      backups_ = std::move(backups);
+      dead_backups_ = 0;
+      owed_.clear();
+    }
+    // Re-forward the log in the new epoch: a backup may lack pushes the old primary had not
+    // made durable; the ones it has are skipped there by push id.
+    for (const PushRequest& push : log_) ForwardLocked(push, ++state_->applied_lsn);
+  }
+  RunDeferred();
+  for (auto& call : calls) call();
+  return Status::Ok();
+}
+
+void ShardReplica::HandlePush(PushRequest push, PushDone done) {
+  Status refused;
+  {
+    std::lock_guard order(order_mu_);
+    Role role;
+    uint64_t undurable;
+    {
+      std::lock_guard lock(mu_);
+      pushing_thread_ = std::this_thread::get_id();
+      role = role_;
+      undurable = issued_lsn_ - DurableLsnLocked();
+    }
+    const PushAck ack{push.id, false};
+    if (role != Role::kPrimary) {
+      refused = NotPrimary(role);
+    } else {
+      switch (state_->dedup().Check(push.id)) {
+        case PushDedup::Verdict::kTooFarAhead:
+          refused = ResourceExhausted("push " + std::to_string(push.id.sequence) +
+                                      " is beyond the client's dedup window");
+          break;
+        case PushDedup::Verdict::kDuplicate:
+          // Applied before, maybe in an earlier epoch or not yet durable: ack once everything
+          // applied so far is on every live backup.
+          AddWaiterLocked(state_->applied_lsn, Waiter{PushAck{push.id, true}, std::move(done)});
+          break;
+        case PushDedup::Verdict::kNew: {
+          if (undurable >= options_.max_undurable_pushes) {
+            refused = ResourceExhausted("too many pushes awaiting backups; retry later");
+            break;
+          }
+          refused = state_->ValidatePush(push);
+          if (!refused.ok()) break;
+          refused = state_->ApplyPush(push);  // validated above: cannot fail
+          if (!refused.ok()) break;
+          state_->dedup().MarkApplied(push.id);
+          const uint64_t lsn = ++state_->applied_lsn;
+          AppendLogLocked(push);
+          AddWaiterLocked(lsn, Waiter{ack, std::move(done)});
+          ForwardLocked(log_.back(), lsn);
+          break;
+        }
+      }
+    }
+  }
+  RunDeferred();
+  if (!refused.ok()) done(refused);
+}
+
+void ShardReplica::AppendLogLocked(const PushRequest& push) {
+  log_.push_back(push);
+  while (log_.size() > options_.max_undurable_pushes) log_.pop_front();
+}
+
+void ShardReplica::ForwardLocked(const PushRequest& push, uint64_t lsn) {
+  std::vector<std::pair<size_t, std::shared_ptr<BackupLink>>> targets;
+  uint64_t epoch;
+  {
+    std::lock_guard lock(mu_);
+    epoch = epoch_;
+    issued_lsn_ = lsn;
+    uint64_t owed = 0;
+    for (size_t b = 0; b < backups_.size(); ++b) {
+      if (dead_backups_ & (uint64_t{1} << b)) continue;
+      owed |= uint64_t{1} << b;
+      targets.emplace_back(b, backups_[b]);
+    }
+    if (owed != 0) owed_[lsn] = owed;
+    // With no live backup the push is durable now; RunDeferred delivers the acks.
+    CollectReadyLocked(&deferred_);
+  }
+  if (targets.empty()) return;
+  // One ForwardedPush for all backups: Forward encodes it before returning.
+  const ForwardedPush forwarded{epoch, lsn, push};
+  for (auto& [b, link] : targets) {
+    link->Forward(forwarded, [this, epoch, lsn, b = b](Status s) {
+      OnForwardDone(epoch, lsn, b, std::move(s));
+    });
+  }
+}
+
+void ShardReplica::AddWaiterLocked(uint64_t lsn, Waiter waiter) {
+  std::lock_guard lock(mu_);
+  if (role_ != Role::kPrimary) {
+    deferred_.push_back([w = std::move(waiter)] {
+      w.done(Unavailable("replica stopped being primary before the push was durable"));
+    });
+    return;
+  }
+  if (lsn <= DurableLsnLocked()) {
+    deferred_.push_back([w = std::move(waiter)] { w.done(w.ack); });
+    return;
+  }
+  waiters_.emplace(lsn, std::move(waiter));
+}
+
+uint64_t ShardReplica::DurableLsnLocked() const {
+  return owed_.empty() ? issued_lsn_ : owed_.begin()->first - 1;
+}
+
+void ShardReplica::CollectReadyLocked(std::vector<std::function<void()>>* out) {
+  const uint64_t durable = DurableLsnLocked();
+  while (!waiters_.empty() && waiters_.begin()->first <= durable) {
+    auto node = waiters_.extract(waiters_.begin());
+    out->push_back([w = std::move(node.mapped())] { w.done(w.ack); });
+  }
+}
+
+void ShardReplica::StepDownLocked(Role role, const Status& reason,
+                                  std::vector<std::function<void()>>* calls) {
+  // mu_ held.
+  role_ = role;
+  owed_.clear();
+  backups_.clear();
+  dead_backups_ = 0;
+  for (auto& [lsn, waiter] : waiters_) {
+    calls->push_back([w = std::move(waiter), reason] { w.done(reason); });
+  }
+  waiters_.clear();
+}
+
+void ShardReplica::OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, Status status) {
+  std::vector<std::function<void()>> calls;
+  bool defer;
+  {
+    std::lock_guard lock(mu_);
+    if (epoch != epoch_ || role_ != Role::kPrimary) return;  // a completion from a past epoch
+    const uint64_t bit = uint64_t{1} << backup;
+    if (status.ok()) {
+      if (auto it = owed_.find(lsn); it != owed_.end() && (it->second &= ~bit) == 0) {
+        owed_.erase(it);
+      }
+    } else if (status.code() == StatusCode::kFailedPrecondition) {
+      // The backup follows a newer epoch: a new primary exists. Never ack from here again.
+      StepDownLocked(Role::kFenced,
+                     Unavailable("deposed as primary (" + status.message() + "); retry"), &calls);
+    } else {
+      // The backup is gone; it no longer counts towards durability.
+      dead_backups_ |= bit;
+      for (auto it = owed_.begin(); it != owed_.end();) {
+        it = (it->second &= ~bit) == 0 ? owed_.erase(it) : std::next(it);
+      }
+    }
+    CollectReadyLocked(&calls);
+    defer = pushing_thread_ == std::this_thread::get_id();
+    if (defer) {
+      for (auto& c : calls) deferred_.push_back(std::move(c));
+      calls.clear();
+    }
+  }
+  for (auto& call : calls) call();
+}
+
+void ShardReplica::RunDeferred() {
+  std::vector<std::function<void()>> calls;
+  {
+    std::lock_guard lock(mu_);
+    pushing_thread_ = {};
+    calls.swap(deferred_);
+  }
+  for (auto& call : calls) call();
+}
+
+// ---- Backup ----------------------------------------------------------------------------------
+
+void ShardReplica::HandleForward(ForwardedPush forwarded, ForwardDone done) {
+  std::vector<std::function<void()>> calls;
+  {
+    std::lock_guard order(order_mu_);
+    Status refused;
+    {
+      std::lock_guard lock(mu_);
+      pushing_thread_ = std::this_thread::get_id();
+      if (role_ == Role::kFenced) {
+        // Not FailedPrecondition: that would tell the sender it was deposed.
+        refused = Aborted("replica was deposed and must be rebuilt from a snapshot");
+      } else if (role_ == Role::kPrimary) {
+        if (forwarded.epoch > epoch_) {
+          StepDownLocked(Role::kFenced, Unavailable("a newer primary exists; retry there"),
+                         &deferred_);
+          refused = Aborted("replica was primary of an older epoch; rebuild it from a snapshot");
+        } else {
+          refused = FailedPrecondition("replica is primary of epoch " + std::to_string(epoch_));
+        }
+      }
+    }
+    if (refused.ok() && forwarded.epoch < state_->epoch) {
+      refused = FailedPrecondition("forward from epoch " + std::to_string(forwarded.epoch) +
+                                   ", replica follows epoch " + std::to_string(state_->epoch));
+    }
+    if (!refused.ok()) {
+      calls.push_back([d = std::move(done), refused] { d(refused); });
+    } else {
+      if (forwarded.epoch > state_->epoch) {
+        // A new primary: its lsns start again at 1; anything held from the old epoch is void.
+        for (auto& [lsn, entry] : reordered_) {
+          for (ForwardDone& d : entry.second) {
+            calls.push_back([d = std::move(d)] { d(FailedPrecondition("epoch ended")); });
+          }
+        }
+        reordered_.clear();
+        state_->epoch = forwarded.epoch;
+        state_->applied_lsn = 0;
+        std::lock_guard lock(mu_);
+        epoch_ = forwarded.epoch;
+      }
+      const uint64_t lsn = forwarded.lsn;
+      if (lsn <= state_->applied_lsn) {
+        calls.push_back([d = std::move(done)] { d(Status::Ok()); });
+      } else if (lsn == state_->applied_lsn + 1) {
+        Status result;
+        ApplyForwardLocked(forwarded, &result);
+        calls.push_back([d = std::move(done), result] { d(result); });
+        // Drain the forwards that were waiting for this one.
+        while (result.ok() && !reordered_.empty() &&
+               reordered_.begin()->first == state_->applied_lsn + 1) {
+          auto node = reordered_.extract(reordered_.begin());
+          ApplyForwardLocked(node.mapped().first, &result);
+          for (ForwardDone& d : node.mapped().second) {
+            calls.push_back([d = std::move(d), result] { d(result); });
+          }
+        }
+      } else if (auto it = reordered_.find(lsn); it != reordered_.end()) {
+        it->second.second.push_back(std::move(done));  // a resend of a forward still waiting
+      } else if (reordered_.size() >= options_.max_reordered_forwards) {
+        calls.push_back([d = std::move(done)] {
+          d(ResourceExhausted("backup holds too many out-of-order forwards"));
+        });
+      } else {
+        std::vector<ForwardDone> waiting;
+        waiting.push_back(std::move(done));
+        reordered_.emplace(lsn, std::make_pair(std::move(forwarded), std::move(waiting)));
+      }
+    }
+  }
+  RunDeferred();
+  for (auto& call : calls) call();
+}
+
+void ShardReplica::ApplyForwardLocked(const ForwardedPush& forwarded, Status* result) {
+  const PushRequest& push = forwarded.push;
+  switch (state_->dedup().Check(push.id)) {
+    case PushDedup::Verdict::kDuplicate:
+      break;  // a re-forward after failover of a push this replica already has
+    case PushDedup::Verdict::kTooFarAhead:
+      *result = Internal("backup diverged: forwarded push is beyond its dedup window");
+      return;
+    case PushDedup::Verdict::kNew:
+      if (Status s = state_->ApplyPush(push); !s.ok()) {
+        *result = Internal("backup diverged: cannot apply forwarded push: " + s.message());
+        return;
+      }
+      state_->dedup().MarkApplied(push.id);
+      AppendLogLocked(push);
+      break;
+  }
+  state_->applied_lsn = forwarded.lsn;
+  *result = Status::Ok();
+}
+
+// ---- Reads and state -------------------------------------------------------------------------
+
+Status ShardReplica::Fetch(uint32_t table_id, std::span<const uint64_t> keys,
+                           std::span<std::byte> out) const {
+  const Table* table = state_->table(table_id);
+  if (table == nullptr) return NotFound("fetch: no table " + std::to_string(table_id));
+  return table->Fetch(keys, out);
+}
+
+Result<uint32_t> ShardReplica::TableDim(uint32_t table_id) const {
+  const Table* table = state_->table(table_id);
+  if (table == nullptr) return NotFound("no table " + std::to_string(table_id));
+  return table->dim();
+}
+
+Status ShardReplica::EncodeFetchResponse(const FetchRequest& request,
+                                         std::span<std::byte> out) const {
+  Result<uint32_t> dim = TableDim(request.table_id);
+  if (!dim.ok()) return dim.status();
+  BX_RETURN_IF_ERROR(EncodeFetchResponseHeader(request.table_id, *dim, request.keys.size(), out));
+  return Fetch(request.table_id, request.keys, FetchResponseValues(out));
+}
+
+Status ShardReplica::Save(const std::string& path) {
+  std::lock_guard order(order_mu_);
+  return state_->Save(path);
+}
+
+ShardReplica::Role ShardReplica::role() const {
+  std::lock_guard lock(mu_);
+  return role_;
+}
+
+ShardReplica::Position ShardReplica::position() const {
+  std::lock_guard order(order_mu_);
+  return Position{state_->epoch, state_->applied_lsn};
+}
+
+size_t ShardReplica::live_backups() const {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (size_t b = 0; b < backups_.size(); ++b) n += (dead_backups_ >> b & 1) == 0;
+  return n;
+}
+
+}  // namespace bx::ps

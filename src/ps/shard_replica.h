@@ -1,0 +1,174 @@
+// ShardReplica: one replica of one shard, and the primary-backup protocol that keeps the
+// replicas of a shard identical and applies every push exactly once. No transport in here: the
+// RPC service calls HandlePush / HandleForward / Fetch, and the primary reaches its backups
+// through BackupLink. Protocol: docs/PS.md "Replication".
+//
+//  - Primary: a client push is checked against the dedup record; a new push is applied, given
+//    the next lsn of the primary's epoch, kept in a bounded log, and forwarded to every live
+//    backup in lsn order. The client's ack is sent when every live backup has it (durable). A
+//    retried push (duplicate id) is acked once everything applied so far is durable, so an ack
+//    never precedes the replication of the push it acknowledges.
+//  - Backup: forwarded pushes are applied in lsn order (out-of-order arrivals wait), deduplicated
+//    by push id like client pushes, and appended to the same bounded log.
+//  - Failover: whoever detects the primary's death promotes the live replica with the highest
+//    position() (epoch, then lsn) with BecomePrimary(new epoch, links). Backups apply in lsn
+//    order, so that replica holds everything any other survivor holds. It re-forwards its log
+//    (everything the old primary may not have made durable) in the new epoch, so every backup
+//    ends up with every push any survivor applied; backups skip the ones they have by push id.
+//  - Fencing: a backup refuses forwards from an older epoch; the primary that gets that refusal
+//    steps down (Role::kFenced), failing its waiting pushes with Unavailable, so a deposed
+//    primary cannot acknowledge anything.
+//
+// Thread-safety: every method may be called from any thread. Pushes, forwards, promotion and
+// Save are serialised by one lock (one order of application per shard, which is what makes the
+// replicas bitwise identical); Fetch runs concurrently with all of them under the tables'
+// stripe locks. Callbacks run on the calling thread or the thread that completes a forward,
+// never under a lock of this class, so they may call back into it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "bx/ps/wire.h"
+#include "bx/status.h"
+#include "ps/shard_state.h"
+
+namespace bx::ps {
+
+// The primary's connection to one backup.
+class BackupLink {
+ public:
+  virtual ~BackupLink() = default;
+  // Delivers `forwarded` to the backup (whose service calls HandleForward). `done` runs exactly
+  // once, on any thread (also inside Forward): OK when the backup holds the push;
+  // FailedPrecondition when the backup refused it for a stale epoch (this primary was
+  // deposed); any other error when the backup is unreachable (it is then dropped from the live
+  // backups; bringing it back takes a snapshot). Called in lsn order for one link.
+  virtual void Forward(const ForwardedPush& forwarded, std::function<void(Status)> done) = 0;
+};
+
+class ShardReplica {
+ public:
+  enum class Role {
+    kBackup,   // applies forwarded pushes; refuses client pushes
+    kPrimary,  // applies client pushes and forwards them
+    kFenced,   // a deposed primary: may hold pushes nobody else has; rebuild from a snapshot
+  };
+
+  struct Options {
+    PushDedup::Options dedup;
+    // The primary refuses a push (ResourceExhausted, retry later) while this many are applied
+    // but not durable, and every replica keeps its last `max_undurable_pushes` applied pushes
+    // for re-forwarding when promoted. Equal bounds are what make the re-forward complete: a
+    // push some survivor lacks was one of the old primary's last undurable ones.
+    size_t max_undurable_pushes = 1024;
+    // Out-of-order forwards a backup holds while waiting for a gap to fill.
+    size_t max_reordered_forwards = 4096;
+  };
+
+  struct Position {
+    uint64_t epoch = 0;
+    uint64_t lsn = 0;
+    friend auto operator<=>(const Position&, const Position&) = default;
+  };
+
+  using PushDone = std::function<void(Result<PushAck>)>;
+  using ForwardDone = std::function<void(Status)>;
+
+  // Starts as a backup at epoch 0 with empty tables.
+  ShardReplica() : ShardReplica(std::make_unique<ShardState>(), Options{}) {}
+  explicit ShardReplica(Options options)
+      : ShardReplica(std::make_unique<ShardState>(options.dedup), options) {}
+  // Starts as a backup over existing state (e.g. ShardState::Load), at its saved position.
+  ShardReplica(std::unique_ptr<ShardState> state, Options options);
+  ~ShardReplica();
+
+  Status CreateTable(const TableConfig& config) { return state_->CreateTable(config); }
+
+  // Makes this replica the primary of `epoch` (greater than any epoch it has seen) with these
+  // live backups, and re-forwards its log to them. Pushes are accepted at once; acks wait for
+  // the re-forwarded log to be durable.
+  Status BecomePrimary(uint64_t epoch, std::vector<std::shared_ptr<BackupLink>> backups);
+
+  // A client push. `done` gets the ack (duplicate = true for a retry of an applied push) once
+  // the push is on every live backup, or an error: FailedPrecondition (not primary: ask
+  // another replica), ResourceExhausted (too many outstanding: retry later), Unavailable
+  // (deposed while waiting: retry at the new primary), NotFound/InvalidArgument (bad push;
+  // nothing applied).
+  void HandlePush(PushRequest push, PushDone done);
+
+  // A push forwarded by the primary. `done` gets OK once it is applied here (or was already),
+  // FailedPrecondition for a stale epoch, or another error.
+  void HandleForward(ForwardedPush forwarded, ForwardDone done);
+
+  // Fetches from any role. `out` is dim * keys.size() floats' worth of bytes (e.g.
+  // FetchResponseValues of a response buffer).
+  Status Fetch(uint32_t table_id, std::span<const uint64_t> keys, std::span<std::byte> out) const;
+  // The dim of a table, to size a fetch response (NotFound if absent).
+  Result<uint32_t> TableDim(uint32_t table_id) const;
+  // Encodes a whole fetch response for `request` into `out`, which must be exactly
+  // FetchResponseSize(request.keys.size(), dim) bytes: values are written in place.
+  Status EncodeFetchResponse(const FetchRequest& request, std::span<std::byte> out) const;
+
+  // Saves tables, dedup record and position (pushes wait meanwhile; fetches go on).
+  Status Save(const std::string& path);
+
+  Role role() const;
+  Position position() const;
+  // Live backups of a primary (backups dropped after a failed forward are not counted).
+  size_t live_backups() const;
+  const ShardState& state() const { return *state_; }
+
+ private:
+  struct Waiter {
+    PushAck ack;
+    PushDone done;
+  };
+  // All below: order_mu_ held.
+  void ForwardLocked(const PushRequest& push, uint64_t lsn);
+  void ApplyForwardLocked(const ForwardedPush& forwarded, Status* result);
+  void AppendLogLocked(const PushRequest& push);
+  // Leaves the primary role; waiting pushes fail with `reason` (their callbacks go to *calls).
+  // mu_ held.
+  void StepDownLocked(Role role, const Status& reason, std::vector<std::function<void()>>* calls);
+  void AddWaiterLocked(uint64_t lsn, Waiter waiter);
+
+  // Forward completion: mu_ only.
+  void OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, Status status);
+  // Collects waiters whose lsn is durable. mu_ held.
+  void CollectReadyLocked(std::vector<std::function<void()>>* out);
+  uint64_t DurableLsnLocked() const;
+  // Ends an order_mu_ section: runs the callbacks deferred while it held the lock.
+  void RunDeferred();
+
+  const Options options_;
+  std::unique_ptr<ShardState> state_;
+
+  // order_mu_ serialises application (pushes, forwards, promotion, save); it is taken before
+  // mu_ when both are needed, never after.
+  mutable std::mutex order_mu_;
+  Role role_ = Role::kBackup;  // written under both locks; read under either
+  std::deque<PushRequest> log_;
+  // Backup: forwards of the current epoch that arrived ahead of a gap, by lsn.
+  std::map<uint64_t, std::pair<ForwardedPush, std::vector<ForwardDone>>> reordered_;
+
+  // mu_ guards the primary's replication progress.
+  mutable std::mutex mu_;
+  uint64_t epoch_ = 0;       // mirror of state_->epoch for forward completions
+  uint64_t issued_lsn_ = 0;  // mirror of state_->applied_lsn on the primary
+  std::vector<std::shared_ptr<BackupLink>> backups_;
+  uint64_t dead_backups_ = 0;                // bit i: backups_[i] failed
+  std::map<uint64_t, uint64_t> owed_;        // lsn -> bitmask of backups that have not acked
+  std::multimap<uint64_t, Waiter> waiters_;  // by the lsn that must be durable
+  std::thread::id pushing_thread_;           // thread holding order_mu_ in a push, if any
+  std::vector<std::function<void()>> deferred_;
+};
+
+}  // namespace bx::ps

@@ -1,0 +1,64 @@
+#include "ps/shard_state.h"
+
+#include <mutex>
+
+namespace bx::ps {
+namespace {
+
+bool SameConfig(const TableConfig& a, const TableConfig& b) {
+  const InitializerConfig &i = a.init, &j = b.init;
+  const OptimizerConfig &o = a.optimizer, &p = b.optimizer;
+  return a.id == b.id && a.name == b.name && a.kind == b.kind && a.dim == b.dim &&
+         a.dense_rows == b.dense_rows && i.kind == j.kind && i.value == j.value && i.low == j.low &&
+         i.high == j.high && i.mean == j.mean && i.stddev == j.stddev && i.seed == j.seed &&
+         o.kind == p.kind && o.learning_rate == p.learning_rate &&
+         o.initial_accumulator == p.initial_accumulator && o.epsilon == p.epsilon;
+}
+
+}  // namespace
+
+Status ShardState::CreateTable(const TableConfig& config) {
+  std::unique_lock lock(tables_mu_);
+  if (auto it = tables_.find(config.id); it != tables_.end()) {
+    if (SameConfig(it->second->config(), config)) return Status::Ok();
+    return FailedPrecondition("table " + std::to_string(config.id) +
+                              " exists with a different config");
+  }
+  Result<std::unique_ptr<Table>> table = Table::Create(config);
+  if (!table.ok()) return table.status();
+  tables_.emplace(config.id, std::move(table).value());
+  return Status::Ok();
+}
+
+Table* ShardState::table(uint32_t id) const {
+  std::shared_lock lock(tables_mu_);
+  auto it = tables_.find(id);
+  return it == tables_.end() ? nullptr : it->second.get();
+}
+
+std::vector<uint32_t> ShardState::table_ids() const {
+  std::shared_lock lock(tables_mu_);
+  std::vector<uint32_t> ids;
+  for (const auto& [id, table] : tables_) ids.push_back(id);
+  return ids;
+}
+
+Status ShardState::ValidatePush(const PushRequest& push) const {
+  const Table* t = table(push.table_id);
+  if (t == nullptr) return NotFound("push: no table " + std::to_string(push.table_id));
+  if (push.dim != t->dim()) {
+    return InvalidArgument("push: dim " + std::to_string(push.dim) + ", table " +
+                           std::to_string(push.table_id) + " has dim " + std::to_string(t->dim()));
+  }
+  if (push.gradients.size() != push.keys.size() * push.dim) {
+    return InvalidArgument("push: gradient count does not match keys x dim");
+  }
+  return t->ValidateKeys(push.keys);
+}
+
+Status ShardState::ApplyPush(const PushRequest& push) {
+  BX_RETURN_IF_ERROR(ValidatePush(push));
+  return table(push.table_id)->Push(push.keys, push.gradients);
+}
+
+}  // namespace bx::ps

@@ -1,0 +1,62 @@
+// ShardState: everything one replica of one shard holds — its tables, the dedup record of
+// applied pushes, and its replication position (epoch, lsn) — and its snapshot file.
+//
+// Thread-safety: tables() lookups and Table methods are safe from any thread (tables are only
+// added, never removed, and live as long as the ShardState). dedup() and the replication
+// position are not synchronised: the owner (ShardReplica) serialises pushes and saves.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "bx/ps/table_config.h"
+#include "bx/ps/wire.h"
+#include "bx/status.h"
+#include "ps/push_dedup.h"
+#include "ps/table.h"
+
+namespace bx::ps {
+
+class ShardState {
+ public:
+  explicit ShardState(PushDedup::Options dedup_options = {}) : dedup_(dedup_options) {}
+
+  // Creates a table. Creating an existing id again with an identical config is a no-op (every
+  // server may create the cluster file's tables at start); a different config is an error.
+  Status CreateTable(const TableConfig& config);
+  // The table with `id`, or null.
+  Table* table(uint32_t id) const;
+  std::vector<uint32_t> table_ids() const;
+
+  // Checks a push against the tables (known table, dim, gradient count, dense key range)
+  // without applying it.
+  Status ValidatePush(const PushRequest& push) const;
+  // Validates and applies a push (no dedup: that is the caller's decision).
+  Status ApplyPush(const PushRequest& push);
+
+  PushDedup& dedup() { return dedup_; }
+  const PushDedup& dedup() const { return dedup_; }
+
+  // Replication position: the epoch this replica last served or followed and the last lsn it
+  // applied in that epoch (see ShardReplica).
+  uint64_t epoch = 0;
+  uint64_t applied_lsn = 0;
+
+  // Writes the state to `path` atomically (path + ".tmp", fsync, rename). The caller ensures
+  // no push runs concurrently. Format: docs/PS.md "Snapshot file".
+  Status Save(const std::string& path) const;
+  // Reads a snapshot written by Save, verifying header, version and checksum.
+  static Result<std::unique_ptr<ShardState>> Load(const std::string& path,
+                                                  PushDedup::Options dedup_options = {});
+
+ private:
+  mutable std::shared_mutex tables_mu_;
+  std::map<uint32_t, std::unique_ptr<Table>> tables_;
+  PushDedup dedup_;
+};
+
+}  // namespace bx::ps

@@ -1,0 +1,169 @@
+#include "ps/table.h"
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "bx/ps/cluster.h"  // Mix64
+#include "ps/initializer.h"
+#include "ps/optimizer.h"
+
+namespace bx::ps {
+
+Status Table::ValidateConfig(const TableConfig& c) {
+  const std::string name = "table " + std::to_string(c.id);
+  if (c.dim == 0 || c.dim > kMaxDim) return InvalidArgument(name + ": dim out of range");
+  if (c.kind != TableKind::kEmbedding && c.kind != TableKind::kDense) {
+    return InvalidArgument(name + ": unknown kind");
+  }
+  if (c.kind == TableKind::kDense && (c.dense_rows == 0 || c.dense_rows > kMaxDenseRows)) {
+    return InvalidArgument(name + ": dense table needs 1.." + std::to_string(kMaxDenseRows) +
+                           " rows");
+  }
+  switch (c.init.kind) {
+    case InitializerKind::kZeros:
+    case InitializerKind::kConstant:
+      break;
+    case InitializerKind::kUniform:
+      if (!(c.init.low < c.init.high) || !std::isfinite(c.init.low) ||
+          !std::isfinite(c.init.high)) {
+        return InvalidArgument(name + ": uniform initialiser needs finite low < high");
+      }
+      break;
+    case InitializerKind::kNormal:
+      if (!(c.init.stddev >= 0) || !std::isfinite(c.init.mean)) {
+        return InvalidArgument(name + ": normal initialiser needs stddev >= 0");
+      }
+      break;
+    default:
+      return InvalidArgument(name + ": unknown initialiser");
+  }
+  const OptimizerConfig& o = c.optimizer;
+  if (o.kind != OptimizerKind::kSgd && o.kind != OptimizerKind::kAdagrad) {
+    return InvalidArgument(name + ": unknown optimiser");
+  }
+  if (!(o.learning_rate > 0) || !std::isfinite(o.learning_rate)) {
+    return InvalidArgument(name + ": learning rate must be > 0");
+  }
+  if (o.kind == OptimizerKind::kAdagrad && (!(o.initial_accumulator >= 0) || !(o.epsilon > 0))) {
+    return InvalidArgument(name + ": Adagrad needs initial_accumulator >= 0 and epsilon > 0");
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Table>> Table::Create(const TableConfig& config) {
+  BX_RETURN_IF_ERROR(ValidateConfig(config));
+  return std::unique_ptr<Table>(new Table(config));
+}
+
+Table::Table(const TableConfig& config) : config_(config), stride_(RowStride(config)) {}
+
+// The stripe uses the low bits of the mixed key; the shard router uses the high bits
+// (multiply-shift), so keys of one shard still spread over all stripes.
+Table::Stripe& Table::StripeOf(uint64_t key) {
+  return stripes_[Mix64(key) % kStripes];
+}
+const Table::Stripe& Table::StripeOf(uint64_t key) const {
+  return stripes_[Mix64(key) % kStripes];
+}
+
+Status Table::ValidateKeys(std::span<const uint64_t> keys) const {
+  if (config_.kind != TableKind::kDense) return Status::Ok();
+  for (uint64_t key : keys) {
+    if (key >= config_.dense_rows) {
+      return InvalidArgument("table " + std::to_string(config_.id) + ": key " +
+                             std::to_string(key) + " outside dense rows 0.." +
+                             std::to_string(config_.dense_rows - 1));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Table::Fetch(std::span<const uint64_t> keys, std::span<std::byte> out) const {
+  const size_t row_bytes = size_t{config_.dim} * sizeof(float);
+  if (out.size() != keys.size() * row_bytes) {
+    return InvalidArgument("fetch: output holds " + std::to_string(out.size()) + " bytes, need " +
+                           std::to_string(keys.size() * row_bytes));
+  }
+  BX_RETURN_IF_ERROR(ValidateKeys(keys));
+  std::vector<float> scratch;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::byte* dst = out.data() + i * row_bytes;
+    const Stripe& stripe = StripeOf(keys[i]);
+    {
+      std::shared_lock lock(stripe.mu);
+      auto it = stripe.index.find(keys[i]);
+      if (it != stripe.index.end()) {
+        std::memcpy(dst, stripe.rows.data() + it->second * stride_, row_bytes);
+        continue;
+      }
+    }
+    scratch.resize(config_.dim);
+    InitializeRow(config_.init, keys[i], scratch);
+    std::memcpy(dst, scratch.data(), row_bytes);
+  }
+  return Status::Ok();
+}
+
+Status Table::Fetch(std::span<const uint64_t> keys, std::span<float> out) const {
+  return Fetch(keys, std::as_writable_bytes(out));
+}
+
+Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradients) {
+  const size_t dim = config_.dim;
+  if (gradients.size() != keys.size() * dim) {
+    return InvalidArgument("push to table " + std::to_string(config_.id) + ": " +
+                           std::to_string(gradients.size()) + " gradients for " +
+                           std::to_string(keys.size()) + " keys of dim " + std::to_string(dim));
+  }
+  BX_RETURN_IF_ERROR(ValidateKeys(keys));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Stripe& stripe = StripeOf(keys[i]);
+    std::unique_lock lock(stripe.mu);
+    auto [it, inserted] = stripe.index.try_emplace(keys[i], stripe.rows.size() / stride_);
+    if (inserted) {
+      stripe.rows.resize(stripe.rows.size() + stride_);
+      std::span<float> row(stripe.rows.data() + it->second * stride_, stride_);
+      InitializeRow(config_.init, keys[i], row.first(dim));
+      InitializeOptimizerState(config_.optimizer, config_.dim, row);
+    }
+    ApplyGradient(config_.optimizer, config_.dim,
+                  std::span<float>(stripe.rows.data() + it->second * stride_, stride_),
+                  gradients.subspan(i * dim, dim));
+  }
+  return Status::Ok();
+}
+
+size_t Table::row_count() const {
+  size_t n = 0;
+  for (const Stripe& stripe : stripes_) {
+    std::shared_lock lock(stripe.mu);
+    n += stripe.index.size();
+  }
+  return n;
+}
+
+void Table::ForEachRow(const std::function<void(uint64_t, std::span<const float>)>& fn) const {
+  for (const Stripe& stripe : stripes_) {
+    std::shared_lock lock(stripe.mu);
+    for (const auto& [key, row] : stripe.index) {
+      fn(key, std::span<const float>(stripe.rows.data() + row * stride_, stride_));
+    }
+  }
+}
+
+Status Table::InsertRow(uint64_t key, std::span<const float> state) {
+  if (state.size() != stride_) return InvalidArgument("insert row: wrong row size");
+  BX_RETURN_IF_ERROR(ValidateKeys(std::span<const uint64_t>(&key, 1)));
+  Stripe& stripe = StripeOf(key);
+  std::unique_lock lock(stripe.mu);
+  auto [it, inserted] = stripe.index.try_emplace(key, stripe.rows.size() / stride_);
+  if (!inserted) {
+    return InvalidArgument("insert row: key " + std::to_string(key) + " already present");
+  }
+  stripe.rows.insert(stripe.rows.end(), state.begin(), state.end());
+  return Status::Ok();
+}
+
+}  // namespace bx::ps

@@ -1,0 +1,156 @@
+// Shard routing (stable, balanced) and the cluster file parser.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <numeric>
+
+#include "bx/ps/cluster.h"
+
+namespace bx::ps {
+namespace {
+
+// These values are part of the on-disk contract: a change re-shards every model.
+TEST(ShardOfKey, GoldenValuesAreStable) {
+  EXPECT_EQ(ShardOfKey(0, 16), 0u);
+  EXPECT_EQ(ShardOfKey(1, 16), 5u);
+  EXPECT_EQ(ShardOfKey(42, 16), 10u);
+  EXPECT_EQ(ShardOfKey(12345678901234567ull, 300), 141u);
+  EXPECT_EQ(ShardOfKey(~0ull, 124), 87u);
+  EXPECT_EQ(ShardOfKey(7, 3), 0u);
+  EXPECT_EQ(ShardOfKey(99, 1), 0u);
+}
+
+TEST(ShardOfKey, SequentialKeysAreBalanced) {
+  for (uint32_t shards : {3u, 16u, 124u}) {
+    std::vector<uint64_t> count(shards);
+    const uint64_t keys = 200000;
+    for (uint64_t k = 0; k < keys; ++k) {
+      uint32_t s = ShardOfKey(k, shards);
+      ASSERT_LT(s, shards);
+      ++count[s];
+    }
+    const double expected = static_cast<double>(keys) / shards;
+    for (uint32_t s = 0; s < shards; ++s) {
+      // ~5 standard deviations of a binomial count at these sizes.
+      EXPECT_NEAR(count[s], expected, 5 * std::sqrt(expected)) << shards << " shards, shard " << s;
+    }
+  }
+}
+
+TEST(SplitByShard, KeepsPositionsAndCoversEveryKey) {
+  std::vector<uint64_t> keys(1000);
+  std::iota(keys.begin(), keys.end(), 5000);
+  keys.push_back(5000);  // a repeated key goes to the same shard twice
+  auto batches = SplitByShard(keys, 7);
+  size_t total = 0;
+  uint32_t last_shard = 0;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    if (b > 0) {
+      EXPECT_GT(batches[b].shard, last_shard);
+    }
+    last_shard = batches[b].shard;
+    ASSERT_EQ(batches[b].keys.size(), batches[b].positions.size());
+    for (size_t i = 0; i < batches[b].keys.size(); ++i) {
+      EXPECT_EQ(keys[batches[b].positions[i]], batches[b].keys[i]);
+      EXPECT_EQ(ShardOfKey(batches[b].keys[i], 7), batches[b].shard);
+    }
+    total += batches[b].keys.size();
+  }
+  EXPECT_EQ(total, keys.size());
+  EXPECT_TRUE(SplitByShard({}, 7).empty());
+}
+
+constexpr const char* kExample = R"({
+  "version": 1,
+  "transport": "tcp",
+  "tables": [
+    {"id": 1, "name": "user", "kind": "embedding", "dim": 16,
+     "init": {"kind": "normal", "mean": 0, "stddev": 0.01, "seed": 7},
+     "optimizer": {"kind": "adagrad", "learning_rate": 0.05}},
+    {"id": 2, "name": "mlp", "kind": "dense", "dim": 256, "rows": 64}
+  ],
+  "shards": [
+    {"replicas": [{"rdma": "rdma://10.0.0.1:7000", "tcp": "tcp://10.0.0.1:7001"},
+                  {"tcp": "tcp://10.0.0.2:7001"}]},
+    {"replicas": [{"rdma": "rdma://10.0.0.3:7000"}]}
+  ]
+})";
+
+TEST(ClusterSpec, ParsesTheDocumentedExample) {
+  Result<ClusterSpec> spec = ParseClusterSpec(kExample);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->transport, "tcp");
+  ASSERT_EQ(spec->tables.size(), 2u);
+  EXPECT_EQ(spec->tables[0].init.kind, InitializerKind::kNormal);
+  EXPECT_EQ(spec->tables[0].init.seed, 7u);
+  EXPECT_EQ(spec->tables[0].optimizer.kind, OptimizerKind::kAdagrad);
+  EXPECT_FLOAT_EQ(spec->tables[0].optimizer.learning_rate, 0.05f);
+  EXPECT_EQ(spec->tables[1].kind, TableKind::kDense);
+  EXPECT_EQ(spec->tables[1].dense_rows, 64u);
+  ASSERT_EQ(spec->shards.size(), 2u);
+  EXPECT_EQ(spec->shards[0].replicas[0].rdma, "rdma://10.0.0.1:7000");
+  EXPECT_EQ(spec->shards[0].replicas[1].rdma, "");
+  EXPECT_EQ(spec->shards[0].replicas[1].tcp, "tcp://10.0.0.2:7001");
+
+  // Writing and reading back gives the same spec.
+  Result<ClusterSpec> again = ParseClusterSpec(ClusterSpecToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(ClusterSpecToJson(*again), ClusterSpecToJson(*spec));
+}
+
+TEST(ClusterSpec, LoadsFromAFile) {
+  const std::string path = ::testing::TempDir() + "/bx_ps_cluster.json";
+  std::ofstream(path) << kExample;
+  Result<ClusterSpec> spec = LoadClusterFile(path);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->shards.size(), 2u);
+  Result<ClusterSpec> missing = LoadClusterFile(path + ".absent");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+TEST(ClusterSpec, ErrorsNameWhatIsWrong) {
+  struct Case {
+    const char* json;
+    const char* expect;  // substring of the error
+  };
+  const Case cases[] = {
+      {"{", "not valid JSON"},
+      {R"({"version": 2, "shards": []})", "version"},
+      {R"({"version": 1})", "missing \"shards\""},
+      {R"({"version": 1, "shards": []})", "shards"},
+      {R"({"version": 1, "shards": [{"replicas": []}]})", "shards[0].replicas"},
+      {R"({"version": 1, "shards": [{"replicas": [{}]}]})", "shards[0].replicas[0]"},
+      {R"({"version": 1, "shards": [{"replicas": [{"rdma": "tcp://h:1"}]}]})",
+       "shards[0].replicas[0].rdma"},
+      {R"({"version": 1, "shards": [{"replicas": [{"tcp": 5}]}]})", "expected a string"},
+      {R"({"version": 1, "bogus": 1, "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
+       "unknown field \"bogus\""},
+      {R"({"version": 1, "transport": "udp", "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
+       "transport"},
+      {R"({"version": 1, "tables": [{"id": 1}], "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
+       "tables[0]: missing \"dim\""},
+      {R"({"version": 1, "tables": [{"id": 1, "dim": 0}], "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
+       "tables[0].dim"},
+      {R"({"version": 1, "tables": [{"id": -1, "dim": 4}], "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
+       "tables[0].id"},
+      {R"({"version": 1, "tables": [{"id": 1, "dim": 4, "kind": "dense"}], "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
+       "tables[0].rows"},
+      {R"({"version": 1, "tables": [{"id": 1, "dim": 4}, {"id": 1, "dim": 4}], "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
+       "duplicate table id"},
+      {R"({"version": 1, "tables": [{"id": 1, "dim": 4, "init": {"kind": "gauss"}}], "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
+       "tables[0].init.kind"},
+      {R"({"version": 1, "tables": [{"id": 1, "dim": 4, "optimizer": {"learning_rate": 0}}], "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
+       "learning_rate"},
+  };
+  for (const Case& c : cases) {
+    Result<ClusterSpec> spec = ParseClusterSpec(c.json);
+    ASSERT_FALSE(spec.ok()) << c.json;
+    EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(spec.status().message().find(c.expect), std::string::npos)
+        << "error \"" << spec.status().message() << "\" should mention \"" << c.expect << "\"";
+  }
+}
+
+}  // namespace
+}  // namespace bx::ps

@@ -1,0 +1,390 @@
+// Primary-backup replication and exactly-once pushes through failover, over an in-process fake
+// BackupLink that can deliver at once, hold forwards, lose them, or lose the acks.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <thread>
+
+#include "ps/shard_replica.h"
+
+namespace bx::ps {
+namespace {
+
+constexpr uint32_t kTable = 1;
+constexpr uint32_t kDim = 4;
+
+TableConfig TestTable() {
+  TableConfig c;
+  c.id = kTable;
+  c.dim = kDim;
+  c.init.kind = InitializerKind::kNormal;
+  c.init.seed = 5;
+  c.optimizer.kind = OptimizerKind::kAdagrad;
+  c.optimizer.learning_rate = 0.1f;
+  return c;
+}
+
+std::unique_ptr<ShardReplica> NewReplica(ShardReplica::Options options = {}) {
+  auto r = std::make_unique<ShardReplica>(options);
+  EXPECT_TRUE(r->CreateTable(TestTable()).ok());
+  return r;
+}
+
+// A link to a backup in the same process. Forwards go through the wire codec, as they would
+// over RPC.
+class FakeLink : public BackupLink {
+ public:
+  enum class Mode { kDeliver, kHold, kDead };
+  explicit FakeLink(ShardReplica* backup, Mode mode = Mode::kDeliver)
+      : backup_(backup), mode_(mode) {}
+
+  void Forward(const ForwardedPush& forwarded, std::function<void(Status)> done) override {
+    std::vector<std::byte> bytes(ForwardedPushSize(forwarded.push.keys.size(), forwarded.push.dim));
+    ASSERT_TRUE(EncodeForwardedPush(forwarded, bytes).ok());
+    Result<ForwardedPush> decoded = DecodeForwardedPush(bytes);
+    ASSERT_TRUE(decoded.ok());
+    ++forwarded_;
+    switch (mode_) {
+      case Mode::kDead:
+        done(Unavailable("fake link: backup unreachable"));
+        return;
+      case Mode::kHold:
+        held_.emplace_back(std::move(decoded).value(), std::move(done));
+        return;
+      case Mode::kDeliver:
+        backup_->HandleForward(std::move(decoded).value(), std::move(done));
+        return;
+    }
+  }
+  // Delivers the held forwards. With lose_acks the backup applies them but the primary never
+  // hears back (the primary died after forwarding).
+  void DeliverHeld(bool lose_acks = false) {
+    while (!held_.empty()) {
+      auto [f, done] = std::move(held_.front());
+      held_.pop_front();
+      if (lose_acks) {
+        backup_->HandleForward(std::move(f), [](Status) {});
+      } else {
+        backup_->HandleForward(std::move(f), std::move(done));
+      }
+    }
+  }
+  // The held forwards never leave (the primary died before sending them).
+  void LoseHeld() { held_.clear(); }
+  void set_mode(Mode mode) { mode_ = mode; }
+  size_t held() const { return held_.size(); }
+  int forwarded() const { return forwarded_; }
+
+ private:
+  ShardReplica* backup_;
+  Mode mode_;
+  std::deque<std::pair<ForwardedPush, std::function<void(Status)>>> held_;
+  int forwarded_ = 0;
+};
+
+// A client's view of one push: the callback's result, if it has run.
+struct Outcome {
+  std::optional<Result<PushAck>> result;
+  bool acked() const { return result && result->ok(); }
+  bool duplicate() const { return acked() && result->value().duplicate; }
+  StatusCode code() const { return result ? result->status().code() : StatusCode::kInternal; }
+};
+
+std::shared_ptr<Outcome> Push(ShardReplica& replica, const PushRequest& push) {
+  auto outcome = std::make_shared<Outcome>();
+  replica.HandlePush(push, [outcome](Result<PushAck> r) {
+    ASSERT_FALSE(outcome->result.has_value()) << "callback ran twice";
+    outcome->result = std::move(r);
+  });
+  return outcome;
+}
+
+PushRequest MakePush(uint64_t client, uint64_t sequence, std::vector<uint64_t> keys,
+                     float gradient = 1.0f) {
+  PushRequest p;
+  p.id = PushId{client, sequence};
+  p.table_id = kTable;
+  p.dim = kDim;
+  p.keys = std::move(keys);
+  for (size_t i = 0; i < p.keys.size() * kDim; ++i) p.gradients.push_back(gradient + 0.25f * i);
+  return p;
+}
+
+std::vector<float> Values(const ShardReplica& r, const std::vector<uint64_t>& keys) {
+  std::vector<float> v(keys.size() * kDim);
+  EXPECT_TRUE(r.Fetch(kTable, keys, std::as_writable_bytes(std::span<float>(v))).ok());
+  return v;
+}
+
+// What `pushes` give when each is applied exactly once, in order, on a fresh replica.
+std::vector<float> AppliedOnce(const std::vector<PushRequest>& pushes,
+                               const std::vector<uint64_t>& keys) {
+  ShardState state;
+  EXPECT_TRUE(state.CreateTable(TestTable()).ok());
+  for (const PushRequest& p : pushes) EXPECT_TRUE(state.ApplyPush(p).ok());
+  std::vector<float> v(keys.size() * kDim);
+  EXPECT_TRUE(state.table(kTable)->Fetch(keys, std::span<float>(v)).ok());
+  return v;
+}
+
+bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+const std::vector<uint64_t> kKeys = {11, 22, 33};
+
+TEST(ShardReplica, PrimaryReplicatesToBackupsAndAcks) {
+  auto p = NewReplica(), b1 = NewReplica(), b2 = NewReplica();
+  ASSERT_TRUE(p->BecomePrimary(
+                   1, {std::make_shared<FakeLink>(b1.get()), std::make_shared<FakeLink>(b2.get())})
+                  .ok());
+  std::vector<PushRequest> pushes = {MakePush(1, 1, {11, 22}), MakePush(2, 1, {22, 33}),
+                                     MakePush(1, 2, {11, 11, 33}, -2)};
+  for (const PushRequest& push : pushes) {
+    auto o = Push(*p, push);
+    ASSERT_TRUE(o->acked()) << (o->result ? o->result->status().ToString() : "no ack");
+    EXPECT_FALSE(o->duplicate());
+  }
+  const std::vector<float> want = AppliedOnce(pushes, kKeys);
+  EXPECT_TRUE(BitwiseEqual(Values(*p, kKeys), want));
+  EXPECT_TRUE(BitwiseEqual(Values(*b1, kKeys), want));
+  EXPECT_TRUE(BitwiseEqual(Values(*b2, kKeys), want));
+  EXPECT_EQ(b1->position(), (ShardReplica::Position{1, 3}));
+  EXPECT_EQ(p->position(), (ShardReplica::Position{1, 3}));
+}
+
+TEST(ShardReplica, RetryToThePrimaryIsAckedNotReapplied) {
+  auto p = NewReplica(), b = NewReplica();
+  ASSERT_TRUE(p->BecomePrimary(1, {std::make_shared<FakeLink>(b.get())}).ok());
+  PushRequest x = MakePush(9, 1, {11});
+  ASSERT_TRUE(Push(*p, x)->acked());
+  auto retry = Push(*p, x);
+  ASSERT_TRUE(retry->acked());
+  EXPECT_TRUE(retry->duplicate());
+  EXPECT_TRUE(BitwiseEqual(Values(*p, kKeys), AppliedOnce({x}, kKeys)));
+  EXPECT_TRUE(BitwiseEqual(Values(*b, kKeys), AppliedOnce({x}, kKeys)));
+}
+
+TEST(ShardReplica, AckWaitsForEveryLiveBackup) {
+  auto p = NewReplica(), b1 = NewReplica(), b2 = NewReplica();
+  auto slow = std::make_shared<FakeLink>(b2.get(), FakeLink::Mode::kHold);
+  ASSERT_TRUE(p->BecomePrimary(1, {std::make_shared<FakeLink>(b1.get()), slow}).ok());
+  auto o = Push(*p, MakePush(1, 1, {11}));
+  EXPECT_FALSE(o->result.has_value()) << "acked before the slow backup had the push";
+  // A retry meanwhile must not be acked early either.
+  auto retry = Push(*p, MakePush(1, 1, {11}));
+  EXPECT_FALSE(retry->result.has_value());
+  slow->DeliverHeld();
+  EXPECT_TRUE(o->acked());
+  EXPECT_TRUE(retry->duplicate());
+}
+
+TEST(ShardReplica, BackupRefusesClientPushes) {
+  auto b = NewReplica();
+  auto o = Push(*b, MakePush(1, 1, {11}));
+  EXPECT_EQ(o->code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(ShardReplica, InvalidPushIsRefusedAndNotRecordedAsApplied) {
+  auto p = NewReplica();
+  ASSERT_TRUE(p->BecomePrimary(1, {}).ok());
+  PushRequest bad = MakePush(1, 1, {11});
+  bad.table_id = 99;
+  EXPECT_EQ(Push(*p, bad)->code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Push(*p, MakePush(1, 1, {11}))->acked()) << "the id stays free for a valid push";
+}
+
+// Failover case 1: the primary applies X, forwards it, the backup applies it, and the primary
+// dies before it can ack. The client retries X at the promoted backup: acknowledged as a
+// duplicate, applied once.
+TEST(ShardReplica, FailoverPrimaryDiesAfterForwardingBeforeAck) {
+  auto p = NewReplica(), b = NewReplica();
+  auto link = std::make_shared<FakeLink>(b.get(), FakeLink::Mode::kHold);
+  ASSERT_TRUE(p->BecomePrimary(1, {link}).ok());
+  PushRequest earlier = MakePush(3, 1, {22});
+  auto first = Push(*p, earlier);
+  link->DeliverHeld();
+  ASSERT_TRUE(first->acked());
+
+  PushRequest x = MakePush(3, 2, {11, 22});
+  auto lost = Push(*p, x);
+  link->DeliverHeld(/*lose_acks=*/true);  // the primary dies here
+  EXPECT_FALSE(lost->result.has_value());
+
+  ASSERT_TRUE(b->BecomePrimary(2, {}).ok());
+  auto retry = Push(*b, x);
+  ASSERT_TRUE(retry->acked());
+  EXPECT_TRUE(retry->duplicate());
+  EXPECT_TRUE(BitwiseEqual(Values(*b, kKeys), AppliedOnce({earlier, x}, kKeys)));
+}
+
+// Failover case 2: the primary applies X and dies before the forward leaves. The retry at the
+// promoted backup applies X (once); the acknowledged earlier push is still there.
+TEST(ShardReplica, FailoverPrimaryDiesBeforeForwarding) {
+  auto p = NewReplica(), b = NewReplica();
+  auto link = std::make_shared<FakeLink>(b.get(), FakeLink::Mode::kHold);
+  ASSERT_TRUE(p->BecomePrimary(1, {link}).ok());
+  PushRequest earlier = MakePush(3, 1, {22});
+  auto first = Push(*p, earlier);
+  link->DeliverHeld();
+  ASSERT_TRUE(first->acked());
+
+  PushRequest x = MakePush(3, 2, {11, 22});
+  auto lost = Push(*p, x);
+  link->LoseHeld();  // the primary dies here
+  EXPECT_FALSE(lost->result.has_value());
+
+  ASSERT_TRUE(b->BecomePrimary(2, {}).ok());
+  auto retry = Push(*b, x);
+  ASSERT_TRUE(retry->acked());
+  EXPECT_FALSE(retry->duplicate());
+  auto again = Push(*b, x);
+  EXPECT_TRUE(again->duplicate());
+  EXPECT_TRUE(BitwiseEqual(Values(*b, kKeys), AppliedOnce({earlier, x}, kKeys)));
+}
+
+// Three replicas: the primary forwards X to backup 1 only, then dies. Backup 1 has the higher
+// position, so it is promoted; it re-forwards its log, so backup 2 gets X too, and the retry is
+// acked only once backup 2 has it. Both survivors end bitwise identical with X applied once.
+TEST(ShardReplica, FailoverWithTwoBackupsConvergesThroughReforward) {
+  auto p = NewReplica(), b1 = NewReplica(), b2 = NewReplica();
+  auto to_b1 = std::make_shared<FakeLink>(b1.get());
+  auto to_b2 = std::make_shared<FakeLink>(b2.get());
+  ASSERT_TRUE(p->BecomePrimary(1, {to_b1, to_b2}).ok());
+  PushRequest a = MakePush(1, 1, {11, 33});
+  ASSERT_TRUE(Push(*p, a)->acked());
+
+  to_b2->set_mode(FakeLink::Mode::kHold);
+  PushRequest x = MakePush(1, 2, {11, 22});
+  auto lost = Push(*p, x);
+  to_b2->LoseHeld();  // the primary dies: b1 has x, b2 does not
+  EXPECT_FALSE(lost->result.has_value());
+  ASSERT_GT(b1->position(), b2->position());
+
+  auto b1_to_b2 = std::make_shared<FakeLink>(b2.get(), FakeLink::Mode::kHold);
+  ASSERT_TRUE(b1->BecomePrimary(2, {b1_to_b2}).ok());
+  auto retry = Push(*b1, x);
+  EXPECT_FALSE(retry->result.has_value()) << "acked before b2 had x";
+  b1_to_b2->DeliverHeld();
+  ASSERT_TRUE(retry->acked());
+  EXPECT_TRUE(retry->duplicate());
+
+  const std::vector<float> want = AppliedOnce({a, x}, kKeys);
+  EXPECT_TRUE(BitwiseEqual(Values(*b1, kKeys), want));
+  EXPECT_TRUE(BitwiseEqual(Values(*b2, kKeys), want));
+
+  // Later pushes keep both identical.
+  b1_to_b2->set_mode(FakeLink::Mode::kDeliver);
+  PushRequest y = MakePush(2, 1, {33});
+  ASSERT_TRUE(Push(*b1, y)->acked());
+  EXPECT_TRUE(BitwiseEqual(Values(*b2, kKeys), AppliedOnce({a, x, y}, kKeys)));
+}
+
+// A primary that was replaced but is still running (a zombie) must not acknowledge: its
+// forward is refused for its stale epoch, it steps down, and the client retries at the new
+// primary, where the push is applied once.
+TEST(ShardReplica, DeposedPrimaryIsFencedByEpoch) {
+  auto p = NewReplica(), b = NewReplica();
+  ASSERT_TRUE(p->BecomePrimary(1, {std::make_shared<FakeLink>(b.get())}).ok());
+  ASSERT_TRUE(Push(*p, MakePush(1, 1, {11}))->acked());
+  ASSERT_TRUE(b->BecomePrimary(2, {}).ok());  // p was wrongly declared dead
+
+  PushRequest y = MakePush(1, 2, {22});
+  auto zombie = Push(*p, y);
+  ASSERT_TRUE(zombie->result.has_value());
+  EXPECT_EQ(zombie->code(), StatusCode::kUnavailable);
+  EXPECT_EQ(p->role(), ShardReplica::Role::kFenced);
+  EXPECT_EQ(Push(*p, MakePush(1, 3, {22}))->code(), StatusCode::kFailedPrecondition);
+
+  auto retry = Push(*b, y);
+  ASSERT_TRUE(retry->acked());
+  EXPECT_FALSE(retry->duplicate());
+  EXPECT_TRUE(BitwiseEqual(Values(*b, kKeys), AppliedOnce({MakePush(1, 1, {11}), y}, kKeys)));
+}
+
+TEST(ShardReplica, DeadBackupIsDroppedAndPushesContinue) {
+  auto p = NewReplica(), b1 = NewReplica(), b2 = NewReplica();
+  auto to_b2 = std::make_shared<FakeLink>(b2.get());
+  ASSERT_TRUE(p->BecomePrimary(1, {std::make_shared<FakeLink>(b1.get()), to_b2}).ok());
+  EXPECT_EQ(p->live_backups(), 2u);
+  to_b2->set_mode(FakeLink::Mode::kDead);
+  ASSERT_TRUE(Push(*p, MakePush(1, 1, {11}))->acked());
+  EXPECT_EQ(p->live_backups(), 1u);
+  ASSERT_TRUE(Push(*p, MakePush(1, 2, {11}))->acked());
+  EXPECT_EQ(to_b2->forwarded(), 1) << "a dead backup is not forwarded to again";
+  EXPECT_TRUE(BitwiseEqual(Values(*b1, kKeys), Values(*p, kKeys)));
+}
+
+TEST(ShardReplica, BackupAppliesForwardsInLsnOrder) {
+  auto b = NewReplica();
+  PushRequest one = MakePush(1, 1, {11}, 1), two = MakePush(1, 2, {11}, -3);
+  std::vector<Status> done;
+  b->HandleForward(ForwardedPush{1, 2, two}, [&](Status s) { done.push_back(s); });
+  EXPECT_TRUE(done.empty()) << "lsn 2 waits for lsn 1";
+  b->HandleForward(ForwardedPush{1, 1, one}, [&](Status s) { done.push_back(s); });
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_TRUE(done[0].ok() && done[1].ok());
+  EXPECT_TRUE(BitwiseEqual(Values(*b, kKeys), AppliedOnce({one, two}, kKeys)));
+  // A resend of an applied lsn is acked without applying; an old epoch is refused.
+  b->HandleForward(ForwardedPush{1, 1, one}, [&](Status s) { done.push_back(s); });
+  EXPECT_TRUE(done.back().ok());
+  b->HandleForward(ForwardedPush{2, 1, MakePush(2, 1, {33})}, [&](Status s) { done.push_back(s); });
+  b->HandleForward(ForwardedPush{1, 3, MakePush(2, 2, {33})}, [&](Status s) { done.push_back(s); });
+  EXPECT_EQ(done.back().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(b->position(), (ShardReplica::Position{2, 1}));
+}
+
+TEST(ShardReplica, TooManyUndurablePushesAreRefused) {
+  ShardReplica::Options options;
+  options.max_undurable_pushes = 2;
+  auto p = NewReplica(options), b = NewReplica(options);
+  auto link = std::make_shared<FakeLink>(b.get(), FakeLink::Mode::kHold);
+  ASSERT_TRUE(p->BecomePrimary(1, {link}).ok());
+  auto o1 = Push(*p, MakePush(1, 1, {11}));
+  auto o2 = Push(*p, MakePush(1, 2, {11}));
+  auto o3 = Push(*p, MakePush(1, 3, {11}));
+  EXPECT_EQ(o3->code(), StatusCode::kResourceExhausted);
+  link->DeliverHeld();
+  EXPECT_TRUE(o1->acked() && o2->acked());
+  link->set_mode(FakeLink::Mode::kDeliver);
+  EXPECT_TRUE(Push(*p, MakePush(1, 3, {11}))->acked()) << "room again once durable";
+}
+
+// Many client threads push to a primary with two backups (links deliver on the pushing thread,
+// as an RPC completion might) while fetches run: every push acked once, replicas identical.
+TEST(ShardReplica, ConcurrentPushesKeepReplicasIdentical) {
+  auto p = NewReplica(), b1 = NewReplica(), b2 = NewReplica();
+  ASSERT_TRUE(p->BecomePrimary(
+                   1, {std::make_shared<FakeLink>(b1.get()), std::make_shared<FakeLink>(b2.get())})
+                  .ok());
+  constexpr int kClients = 4, kPushes = 300;
+  std::atomic<int> acks{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      for (int s = 1; s <= kPushes; ++s) {
+        PushRequest push = MakePush(100 + c, s, {11, 22, static_cast<uint64_t>(s % 7)}, 0.5f * c);
+        for (int attempt = 0; attempt < 2; ++attempt) {  // every push is retried once
+          p->HandlePush(push, [&](Result<PushAck> r) {
+            ASSERT_TRUE(r.ok()) << r.status().ToString();
+            if (!r->duplicate) ++acks;
+          });
+        }
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    for (int i = 0; i < 300; ++i) (void)Values(*b1, kKeys);
+  });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(acks.load(), kClients * kPushes);
+  std::vector<uint64_t> keys = {0, 1, 2, 3, 4, 5, 6, 11, 22};
+  EXPECT_TRUE(BitwiseEqual(Values(*p, keys), Values(*b1, keys)));
+  EXPECT_TRUE(BitwiseEqual(Values(*p, keys), Values(*b2, keys)));
+  EXPECT_EQ(b2->position(), (ShardReplica::Position{1, kClients * kPushes}));
+}
+
+}  // namespace
+}  // namespace bx::ps

@@ -1,0 +1,342 @@
+// Wire codecs of the parameter server (include/bx/ps/wire.h); layouts in docs/PS.md.
+#include "bx/ps/wire.h"
+
+#include <limits>
+#include <string>
+
+#include "ps/byte_io.h"
+
+namespace bx::ps {
+namespace {
+
+constexpr uint32_t kMagic = 0x53505842;  // "BXPS" little-endian
+constexpr uint8_t kVersion = 1;
+constexpr size_t kHeaderSize = 8;
+// Byte sizes of the fixed parts that follow the header.
+constexpr size_t kFetchRequestFixed = 16;   // u32 table, u32 reserved, u64 key count
+constexpr size_t kFetchResponseFixed = 16;  // u32 table, u32 dim, u64 key count
+constexpr size_t kPushFixed = 32;     // u64 client, u64 sequence, u32 table, u32 dim, u64 count
+constexpr size_t kForwardFixed = 16;  // u64 epoch, u64 lsn (then the push body)
+constexpr size_t kAckFixed = 24;      // u64 client, u64 sequence, u8 flags, 7 reserved
+constexpr size_t kErrorFixed = 8;     // u32 code, u32 message length
+constexpr uint32_t kMaxErrorMessage = 64 * 1024;
+
+void PutHeader(ByteWriter& w, MessageType type) {
+  w.Put<uint32_t>(kMagic);
+  w.Put<uint8_t>(kVersion);
+  w.Put<uint8_t>(static_cast<uint8_t>(type));
+  w.Put<uint16_t>(0);
+}
+
+Status CheckHeader(ByteReader& r, MessageType expected) {
+  uint32_t magic;
+  uint8_t version, type;
+  uint16_t reserved;
+  if (!r.Get(&magic) || !r.Get(&version) || !r.Get(&type) || !r.Get(&reserved)) {
+    return DataLoss("ps message shorter than its 8-byte header");
+  }
+  if (magic != kMagic) return DataLoss("ps message: bad magic");
+  if (version != kVersion) {
+    return DataLoss("ps message: unsupported version " + std::to_string(version));
+  }
+  if (reserved != 0) return DataLoss("ps message: reserved header bits set");
+  if (type != static_cast<uint8_t>(expected)) {
+    return DataLoss("ps message: type " + std::to_string(type) + ", expected " +
+                    std::to_string(static_cast<int>(expected)));
+  }
+  return Status::Ok();
+}
+
+Status CheckOutSize(std::span<std::byte> out, size_t want, const char* what) {
+  if (out.size() != want) {
+    return InvalidArgument(std::string(what) + ": output span is " + std::to_string(out.size()) +
+                           " bytes, EncodedSize says " + std::to_string(want));
+  }
+  return Status::Ok();
+}
+
+// Checks a key count and dim from the wire and the exact number of bytes they imply.
+Status CheckCounts(uint64_t key_count, uint64_t dim, const char* what) {
+  if (key_count > kMaxKeysPerMessage) {
+    return DataLoss(std::string(what) + ": key count " + std::to_string(key_count) +
+                    " above the limit");
+  }
+  // key_count <= 2^24 and dim < 2^32, so the product fits in 64 bits.
+  if (key_count * dim > kMaxValuesPerMessage) {
+    return DataLoss(std::string(what) + ": " + std::to_string(key_count) + " keys x dim " +
+                    std::to_string(dim) + " above the value limit");
+  }
+  return Status::Ok();
+}
+
+Status CheckExactRemaining(const ByteReader& r, uint64_t want, const char* what) {
+  if (r.remaining() != want) {
+    return DataLoss(std::string(what) + ": body is " + std::to_string(r.remaining()) +
+                    " bytes, counts say " + std::to_string(want));
+  }
+  return Status::Ok();
+}
+
+// Encoders refuse what a decoder would refuse, so nothing we send is rejected by a peer.
+Status CheckPushShape(const PushRequest& p, const char* what) {
+  if (p.keys.size() > kMaxKeysPerMessage ||
+      static_cast<uint64_t>(p.keys.size()) * p.dim > kMaxValuesPerMessage) {
+    return InvalidArgument(std::string(what) + ": too many keys or values");
+  }
+  if (p.gradients.size() != p.keys.size() * p.dim) {
+    return InvalidArgument(std::string(what) + ": " + std::to_string(p.gradients.size()) +
+                           " gradients for " + std::to_string(p.keys.size()) + " keys x dim " +
+                           std::to_string(p.dim));
+  }
+  if (p.id.sequence == 0) return InvalidArgument(std::string(what) + ": push sequence 0");
+  return Status::Ok();
+}
+
+size_t PushBodySize(size_t key_count, uint32_t dim) {
+  return kPushFixed + key_count * sizeof(uint64_t) + key_count * dim * sizeof(float);
+}
+
+void PutPushBody(ByteWriter& w, const PushRequest& p) {
+  w.Put<uint64_t>(p.id.client_id);
+  w.Put<uint64_t>(p.id.sequence);
+  w.Put<uint32_t>(p.table_id);
+  w.Put<uint32_t>(p.dim);
+  w.Put<uint64_t>(p.keys.size());
+  w.PutBytes(p.keys.data(), p.keys.size() * sizeof(uint64_t));
+  w.PutBytes(p.gradients.data(), p.gradients.size() * sizeof(float));
+}
+
+Status GetPushBody(ByteReader& r, PushRequest* p, const char* what) {
+  uint64_t key_count;
+  if (!r.Get(&p->id.client_id) || !r.Get(&p->id.sequence) || !r.Get(&p->table_id) ||
+      !r.Get(&p->dim) || !r.Get(&key_count)) {
+    return DataLoss(std::string(what) + ": truncated");
+  }
+  if (p->id.sequence == 0) return DataLoss(std::string(what) + ": push sequence 0");
+  BX_RETURN_IF_ERROR(CheckCounts(key_count, p->dim, what));
+  BX_RETURN_IF_ERROR(CheckExactRemaining(
+      r, key_count * sizeof(uint64_t) + key_count * p->dim * sizeof(float), what));
+  p->keys.resize(key_count);
+  p->gradients.resize(key_count * p->dim);
+  r.GetBytes(p->keys.data(), key_count * sizeof(uint64_t));
+  r.GetBytes(p->gradients.data(), p->gradients.size() * sizeof(float));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<MessageType> PeekMessageType(std::span<const std::byte> bytes) {
+  ByteReader r(bytes);
+  uint32_t magic;
+  uint8_t version, type;
+  if (!r.Get(&magic) || !r.Get(&version) || !r.Get(&type)) {
+    return DataLoss("ps message shorter than its header");
+  }
+  if (magic != kMagic || version != kVersion) return DataLoss("ps message: bad magic or version");
+  if (type < static_cast<uint8_t>(MessageType::kFetchRequest) ||
+      type > static_cast<uint8_t>(MessageType::kError)) {
+    return DataLoss("ps message: unknown type " + std::to_string(type));
+  }
+  return static_cast<MessageType>(type);
+}
+
+// ---- Fetch ----------------------------------------------------------------------------------
+
+size_t FetchRequestSize(size_t key_count) {
+  return kHeaderSize + kFetchRequestFixed + key_count * sizeof(uint64_t);
+}
+
+Status EncodeFetchRequest(const FetchRequest& request, std::span<std::byte> out) {
+  if (request.keys.size() > kMaxKeysPerMessage) {
+    return InvalidArgument("fetch request: too many keys");
+  }
+  BX_RETURN_IF_ERROR(CheckOutSize(out, FetchRequestSize(request.keys.size()), "fetch request"));
+  ByteWriter w(out);
+  PutHeader(w, MessageType::kFetchRequest);
+  w.Put<uint32_t>(request.table_id);
+  w.Put<uint32_t>(0);
+  w.Put<uint64_t>(request.keys.size());
+  w.PutBytes(request.keys.data(), request.keys.size() * sizeof(uint64_t));
+  return Status::Ok();
+}
+
+Result<FetchRequest> DecodeFetchRequest(std::span<const std::byte> bytes) {
+  ByteReader r(bytes);
+  BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kFetchRequest));
+  FetchRequest request;
+  uint32_t reserved;
+  uint64_t key_count;
+  if (!r.Get(&request.table_id) || !r.Get(&reserved) || !r.Get(&key_count)) {
+    return DataLoss("fetch request: truncated");
+  }
+  if (reserved != 0) return DataLoss("fetch request: reserved field set");
+  BX_RETURN_IF_ERROR(CheckCounts(key_count, 0, "fetch request"));
+  BX_RETURN_IF_ERROR(CheckExactRemaining(r, key_count * sizeof(uint64_t), "fetch request"));
+  request.keys.resize(key_count);
+  r.GetBytes(request.keys.data(), key_count * sizeof(uint64_t));
+  return request;
+}
+
+size_t FetchResponseSize(size_t key_count, uint32_t dim) {
+  return kHeaderSize + kFetchResponseFixed + key_count * dim * sizeof(float);
+}
+
+Status EncodeFetchResponseHeader(uint32_t table_id, uint32_t dim, uint64_t key_count,
+                                 std::span<std::byte> out) {
+  if (key_count > kMaxKeysPerMessage || key_count * dim > kMaxValuesPerMessage) {
+    return InvalidArgument("fetch response: too many values");
+  }
+  BX_RETURN_IF_ERROR(CheckOutSize(out, FetchResponseSize(key_count, dim), "fetch response"));
+  ByteWriter w(out);
+  PutHeader(w, MessageType::kFetchResponse);
+  w.Put<uint32_t>(table_id);
+  w.Put<uint32_t>(dim);
+  w.Put<uint64_t>(key_count);
+  return Status::Ok();
+}
+
+std::span<std::byte> FetchResponseValues(std::span<std::byte> out) {
+  return out.subspan(kHeaderSize + kFetchResponseFixed);
+}
+
+void FetchResponseView::CopyRow(uint64_t row, std::span<float> out) const {
+  std::memcpy(out.data(), values_ + row * dim_ * sizeof(float), dim_ * sizeof(float));
+}
+
+Result<FetchResponseView> DecodeFetchResponse(std::span<const std::byte> bytes) {
+  ByteReader r(bytes);
+  BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kFetchResponse));
+  FetchResponseView v;
+  if (!r.Get(&v.table_id_) || !r.Get(&v.dim_) || !r.Get(&v.key_count_)) {
+    return DataLoss("fetch response: truncated");
+  }
+  BX_RETURN_IF_ERROR(CheckCounts(v.key_count_, v.dim_, "fetch response"));
+  BX_RETURN_IF_ERROR(
+      CheckExactRemaining(r, v.key_count_ * v.dim_ * sizeof(float), "fetch response"));
+  v.values_ = bytes.data() + r.position();
+  return v;
+}
+
+// ---- Push -----------------------------------------------------------------------------------
+
+size_t PushRequestSize(size_t key_count, uint32_t dim) {
+  return kHeaderSize + PushBodySize(key_count, dim);
+}
+
+Status EncodePushRequest(const PushRequest& request, std::span<std::byte> out) {
+  BX_RETURN_IF_ERROR(CheckPushShape(request, "push request"));
+  BX_RETURN_IF_ERROR(
+      CheckOutSize(out, PushRequestSize(request.keys.size(), request.dim), "push request"));
+  ByteWriter w(out);
+  PutHeader(w, MessageType::kPushRequest);
+  PutPushBody(w, request);
+  return Status::Ok();
+}
+
+Result<PushRequest> DecodePushRequest(std::span<const std::byte> bytes) {
+  ByteReader r(bytes);
+  BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kPushRequest));
+  PushRequest request;
+  BX_RETURN_IF_ERROR(GetPushBody(r, &request, "push request"));
+  return request;
+}
+
+size_t PushAckSize() {
+  return kHeaderSize + kAckFixed;
+}
+
+Status EncodePushAck(const PushAck& ack, std::span<std::byte> out) {
+  BX_RETURN_IF_ERROR(CheckOutSize(out, PushAckSize(), "push ack"));
+  ByteWriter w(out);
+  PutHeader(w, MessageType::kPushAck);
+  w.Put<uint64_t>(ack.id.client_id);
+  w.Put<uint64_t>(ack.id.sequence);
+  w.Put<uint8_t>(ack.duplicate ? 1 : 0);
+  const std::byte zeros[7] = {};
+  w.PutBytes(zeros, sizeof zeros);
+  return Status::Ok();
+}
+
+Result<PushAck> DecodePushAck(std::span<const std::byte> bytes) {
+  ByteReader r(bytes);
+  BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kPushAck));
+  PushAck ack;
+  uint8_t flags;
+  std::byte reserved[7];
+  if (!r.Get(&ack.id.client_id) || !r.Get(&ack.id.sequence) || !r.Get(&flags) ||
+      !r.GetBytes(reserved, sizeof reserved)) {
+    return DataLoss("push ack: truncated");
+  }
+  if (r.remaining() != 0) return DataLoss("push ack: trailing bytes");
+  if (flags > 1) return DataLoss("push ack: unknown flags");
+  for (std::byte b : reserved) {
+    if (b != std::byte{0}) return DataLoss("push ack: reserved bytes set");
+  }
+  ack.duplicate = flags == 1;
+  return ack;
+}
+
+// ---- Replication ----------------------------------------------------------------------------
+
+size_t ForwardedPushSize(size_t key_count, uint32_t dim) {
+  return kHeaderSize + kForwardFixed + PushBodySize(key_count, dim);
+}
+
+Status EncodeForwardedPush(const ForwardedPush& forwarded, std::span<std::byte> out) {
+  BX_RETURN_IF_ERROR(CheckPushShape(forwarded.push, "forwarded push"));
+  BX_RETURN_IF_ERROR(CheckOutSize(
+      out, ForwardedPushSize(forwarded.push.keys.size(), forwarded.push.dim), "forwarded push"));
+  ByteWriter w(out);
+  PutHeader(w, MessageType::kForwardedPush);
+  w.Put<uint64_t>(forwarded.epoch);
+  w.Put<uint64_t>(forwarded.lsn);
+  PutPushBody(w, forwarded.push);
+  return Status::Ok();
+}
+
+Result<ForwardedPush> DecodeForwardedPush(std::span<const std::byte> bytes) {
+  ByteReader r(bytes);
+  BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kForwardedPush));
+  ForwardedPush f;
+  if (!r.Get(&f.epoch) || !r.Get(&f.lsn)) return DataLoss("forwarded push: truncated");
+  if (f.lsn == 0) return DataLoss("forwarded push: lsn 0");
+  BX_RETURN_IF_ERROR(GetPushBody(r, &f.push, "forwarded push"));
+  return f;
+}
+
+// ---- Errors ---------------------------------------------------------------------------------
+
+size_t ErrorMessageSize(const Status& status) {
+  size_t n = std::min<size_t>(status.message().size(), kMaxErrorMessage);
+  return kHeaderSize + kErrorFixed + n;
+}
+
+Status EncodeErrorMessage(const Status& status, std::span<std::byte> out) {
+  if (status.ok()) return InvalidArgument("error message: status is OK");
+  BX_RETURN_IF_ERROR(CheckOutSize(out, ErrorMessageSize(status), "error message"));
+  size_t n = std::min<size_t>(status.message().size(), kMaxErrorMessage);
+  ByteWriter w(out);
+  PutHeader(w, MessageType::kError);
+  w.Put<uint32_t>(static_cast<uint32_t>(status.code()));
+  w.Put<uint32_t>(static_cast<uint32_t>(n));
+  w.PutBytes(status.message().data(), n);
+  return Status::Ok();
+}
+
+Status DecodeErrorMessage(std::span<const std::byte> bytes) {
+  ByteReader r(bytes);
+  BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kError));
+  uint32_t code, length;
+  if (!r.Get(&code) || !r.Get(&length)) return DataLoss("error message: truncated");
+  if (code == 0 || code > static_cast<uint32_t>(StatusCode::kUnimplemented)) {
+    return DataLoss("error message: bad status code " + std::to_string(code));
+  }
+  if (length > kMaxErrorMessage || r.remaining() != length) {
+    return DataLoss("error message: bad message length");
+  }
+  std::string message(length, '\0');
+  r.GetBytes(message.data(), length);
+  return Status(static_cast<StatusCode>(code), std::move(message));
+}
+
+}  // namespace bx::ps
