@@ -10,7 +10,10 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev
   libgoogle-perftools-dev libmimalloc-dev   # allocators compared by `bx bench alloc`
   clang-format
+  clang-14 libclang-rt-14-dev libfuzzer-14-dev   # fuzz/ (libFuzzer); the main build uses gcc
   sockperf iperf3                           # peers measured beside `bx bench msg`
+  libgrpc++-dev protobuf-compiler-grpc     # gRPC echo peer of `bx bench rpc` (tools/grpc_echo)
+  gnuplot-nox                               # plots of `bx sim incast --sweep`
 )
 
 missing=()

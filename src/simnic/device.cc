@@ -76,9 +76,10 @@ SimMr* Device::RegisterMr(SimPd* pd, void* addr, size_t length, uint64_t iova, i
   return mr;
 }
 
-void Device::DeregisterMr(SimMr* mr) {
+bool Device::DeregisterMr(SimMr* mr) {
   {
     std::unique_lock lock(mr_mu_);
+    if (mr->bound_windows > 0) return false;
     uint32_t slot = mr->mr.lkey >> 8;
     mr_slots_[slot] = nullptr;
     mr_free_.push_back(slot);
@@ -86,9 +87,11 @@ void Device::DeregisterMr(SimMr* mr) {
   counters_.registered_bytes.fetch_sub(mr->mr.length, std::memory_order_relaxed);
   counters_.memory_regions.fetch_sub(1, std::memory_order_relaxed);
   delete mr;
+  return true;
 }
 
 std::optional<MrView> Device::FindMr(uint32_t key) const {
+  if (key & kMwKeyBit) return std::nullopt;
   std::shared_lock lock(mr_mu_);
   uint32_t slot = key >> 8;
   if (slot >= mr_slots_.size()) return std::nullopt;

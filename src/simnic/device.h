@@ -58,8 +58,28 @@ class Device {
 
   // Memory regions. Keys are (slot << 8 | generation): a stale key never matches a reused slot.
   SimMr* RegisterMr(SimPd* pd, void* addr, size_t length, uint64_t iova, int access);
-  void DeregisterMr(SimMr* mr);
+  // False (and nothing changes) while memory windows are bound to the MR, as ibv_dereg_mr says.
+  bool DeregisterMr(SimMr* mr);
+  // An MR by its lkey or rkey; never a memory window.
   std::optional<MrView> FindMr(uint32_t key) const;
+
+  // Remote access: the host address of [addr, addr + length) when `rkey` (an MR's or a bound
+  // memory window's) lets `qp` access it with all of `access`; null otherwise.
+  uint8_t* ResolveRemote(const SimQp* qp, uint32_t rkey, uint64_t addr, uint64_t length,
+                         int access) const;
+
+  // Memory windows, type 2B (memory_windows.cc). Their keys have bit 31 set, so they never match
+  // an MR's; bits 30..8 are the slot and bits 7..0 the tag the consumer picks at each bind.
+  SimMw* AllocMw(SimPd* pd);  // null when the table is full
+  void DeallocMw(SimMw* mw);  // unbinds it first if bound
+  // Hardware thread, in send-queue order: a bind or local invalidate posted on `qp`. Each returns
+  // IBV_WC_SUCCESS or the status of the error completion.
+  ibv_wc_status BindMw(const SimQp* qp, const SendWqe& wqe);
+  ibv_wc_status InvalidateLocal(const SimQp* qp, uint32_t rkey);
+  // Responder: SEND_WITH_INV. False unless `rkey` names a window bound to `qp`.
+  bool InvalidateRemote(const SimQp* qp, uint32_t rkey);
+  // A destroyed QP's windows become free, so a later QP at the same address cannot use them.
+  void FreeWindowsOf(const SimQp* qp);
   // True when [addr, addr+length) lies within one MR of pd with all of `access`.
   bool IsRegistered(SimPd* pd, const void* addr, size_t length, int access) const;
 
@@ -83,10 +103,18 @@ class Device {
   std::atomic<bool> link_up_{true};
   DeviceCounters counters_;
 
+  // The key table: MRs and memory windows, looked up by the hardware, changed by application
+  // threads (register, allocate) and by the hardware (bind, invalidate).
   mutable std::shared_mutex mr_mu_;
   std::vector<SimMr*> mr_slots_;
   std::vector<uint8_t> mr_generation_;
   std::vector<uint32_t> mr_free_;
+  std::vector<SimMw*> mw_slots_;
+  std::vector<uint8_t> mw_generation_;
+  std::vector<uint32_t> mw_free_;
+
+  SimMw* FindMwLocked(uint32_t key) const;  // by slot only: the caller checks the tag
+  void UnbindLocked(SimMw* mw);
 
   mutable std::shared_mutex qp_mu_;
   std::unordered_map<uint32_t, SimQp*> qps_;

@@ -92,6 +92,7 @@ class Fabric {
   void StageWqe(SimQp* qp, SendWqe& wqe, uint64_t now);
   Reply Transmit(SimQp* qp, SendWqe& wqe, uint8_t* rnr_timer);
   void HandleReply(SimQp* qp, uint64_t index, Reply reply, uint8_t rnr_timer, uint64_t now);
+  void ExecuteLocal(SimQp* qp, uint64_t index);  // a bind or local invalidate
   void CompleteSend(SimQp* qp, uint64_t index, ibv_wc_status status);
   void FailSend(SimQp* qp, uint64_t index, ibv_wc_status status);
   void EnterError(SimQp* qp, ibv_event_type event);
@@ -112,7 +113,7 @@ class Fabric {
     uint32_t psn;
     ibv_wr_opcode opcode;
     bool solicited;
-    uint32_t imm_data;
+    uint32_t imm_data;  // or, for SEND_WITH_INV, the rkey the responder invalidates
     uint64_t remote_addr;
     uint32_t rkey;
     uint32_t length;

@@ -23,15 +23,28 @@ ibv_wc_opcode SendWcOpcode(ibv_wr_opcode op) {
       return IBV_WC_RDMA_WRITE;
     case IBV_WR_RDMA_READ:
       return IBV_WC_RDMA_READ;
+    case IBV_WR_BIND_MW:
+      return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV:
+      return IBV_WC_LOCAL_INV;
     default:
       return IBV_WC_SEND;
   }
+}
+
+// Binds and local invalidates run in the requester's own NIC: no packet, no PSN.
+bool IsLocalOp(ibv_wr_opcode op) {
+  return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
 }
 
 }  // namespace
 
 void Fabric::StageWqe(SimQp* qp, SendWqe& wqe, uint64_t now) {
   Device* dev = qp->device;
+  if (IsLocalOp(wqe.opcode)) {
+    wqe.ready_at_ns = now + dev->completion_delay_ns.load(std::memory_order_relaxed);
+    return;
+  }
   wqe.psn = qp->next_send_psn;
   qp->next_send_psn = (qp->next_send_psn + 1) & 0xffffff;
   wqe.retries_left = qp->attr.retry_cnt;
@@ -73,6 +86,15 @@ void Fabric::ServiceQp(SimQp* qp) {
         ScheduleTimer(qp, wqe.ready_at_ns);
         return;
       }
+    }
+    if (IsLocalOp(wqe.opcode)) {
+      // Executed once every request before it has completed, so a bind or invalidate is never
+      // undone by a retransmission and takes effect in send-queue order. A request still
+      // waiting for another process's reply holds it; that reply services the QP again.
+      if (qp->sq_hw_done < index) return;
+      ExecuteLocal(qp, index);
+      if (qp->state.load() != IBV_QPS_RTS) return;
+      continue;
     }
     uint8_t rnr_timer = 0;
     Reply reply = Transmit(qp, wqe, &rnr_timer);
@@ -179,6 +201,18 @@ void Fabric::HandleReply(SimQp* qp, uint64_t index, Reply reply, uint8_t rnr_tim
       return FailSend(qp, index, IBV_WC_LOC_PROT_ERR);
     case Reply::kPending:
       return;
+  }
+}
+
+void Fabric::ExecuteLocal(SimQp* qp, uint64_t index) {
+  SendWqe& wqe = qp->sq[index % qp->sq.size()];
+  ibv_wc_status status = wqe.opcode == IBV_WR_BIND_MW
+                             ? qp->device->BindMw(qp, wqe)
+                             : qp->device->InvalidateLocal(qp, wqe.imm_data);
+  if (status == IBV_WC_SUCCESS) {
+    CompleteSend(qp, index, status);
+  } else {
+    FailSend(qp, index, status);
   }
 }
 

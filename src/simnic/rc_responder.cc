@@ -9,7 +9,8 @@ namespace bx::simnic {
 namespace {
 
 bool ConsumesReceive(ibv_wr_opcode op) {
-  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV ||
+         op == IBV_WR_RDMA_WRITE_WITH_IMM;
 }
 
 }  // namespace
@@ -35,13 +36,12 @@ Reply Fabric::Respond(Device* device, const Request& req, uint8_t* rnr_timer) {
   const bool is_read = req.opcode == IBV_WR_RDMA_READ;
   if ((is_write || is_read) && req.length > 0) {
     int need = is_write ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
-    auto mr = device->FindMr(req.rkey);
-    if (!mr || mr->protection_domain != qp->protection_domain || (mr->access & need) != need ||
-        req.remote_addr < mr->iova || req.remote_addr + req.length > mr->iova + mr->length) {
+    uint8_t* host = device->ResolveRemote(qp, req.rkey, req.remote_addr, req.length, need);
+    if (host == nullptr) {
       EnterError(qp, IBV_EVENT_QP_ACCESS_ERR);
       return Reply::kRemoteAccess;
     }
-    iovec target{mr->host + (req.remote_addr - mr->iova), req.length};
+    iovec target{host, req.length};
     if (is_write) {
       CopySegments(&target, 1, req.source, req.source_count);
     } else {
@@ -59,12 +59,21 @@ Reply Fabric::Respond(Device* device, const Request& req, uint8_t* rnr_timer) {
     wc.byte_len = req.length;
     wc.wc_flags = IBV_WC_GRH;
     wc.opcode = req.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
-    if (req.opcode != IBV_WR_SEND) {
+    Reply reply = Reply::kAck;
+    if (req.opcode == IBV_WR_SEND_WITH_INV) {
+      // The window is invalidated before the completion reports it, so once the application
+      // sees IBV_WC_WITH_INV no further access through the key can succeed.
+      wc.wc_flags |= IBV_WC_WITH_INV;
+      wc.invalidated_rkey = req.imm_data;
+      if (!device->InvalidateRemote(qp, req.imm_data)) {
+        wc.status = IBV_WC_REM_INV_REQ_ERR;
+        reply = Reply::kRemoteInvalid;
+      }
+    } else if (req.opcode != IBV_WR_SEND) {
       wc.wc_flags |= IBV_WC_WITH_IMM;
       wc.imm_data = req.imm_data;
     }
-    Reply reply = Reply::kAck;
-    if (req.opcode != IBV_WR_RDMA_WRITE_WITH_IMM) {
+    if (reply == Reply::kAck && req.opcode != IBV_WR_RDMA_WRITE_WITH_IMM) {
       iovec place[kMaxSge];
       int place_count = 0;
       uint64_t capacity = 0;

@@ -31,6 +31,9 @@ inline constexpr int kMaxCqe = 1 << 20;
 inline constexpr int kMaxInlineData = 256;
 inline constexpr int kMaxQp = 1 << 18;
 inline constexpr int kMaxMr = 1 << 20;
+inline constexpr int kMaxMw = 1 << 20;
+// Bit 31 of a key marks a memory window: MR keys (slot < kMaxMr, shifted by 8) never set it.
+inline constexpr uint32_t kMwKeyBit = 1u << 31;
 inline constexpr uint64_t kMaxMrSize = 1ull << 40;
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;  // RC: 2 GB
 
@@ -74,6 +77,25 @@ struct SimMr {
   SimPd* protection_domain;
   uint64_t iova;  // the address remote peers use; equals mr.addr unless registered with an iova
   int access;
+  int bound_windows = 0;  // memory windows bound to it (under the device's key lock)
+};
+
+// A type 2B memory window. Allocated unbound ("free"); a bind work request executed by the
+// hardware binds it to part of an MR and to the QP that posted the bind; a local invalidate, a
+// SEND_WITH_INV from the peer or ibv_dealloc_mw frees it again. Every field after `mw` is guarded
+// by the device's key lock; `mw` itself belongs to the application.
+struct SimMw {
+  ibv_mw mw;
+  SimPd* protection_domain;
+  uint32_t handle;  // the key it was allocated with: its slot and that slot's generation
+  bool bound = false;
+  uint32_t rkey = 0;  // the key a remote access must present while bound
+  SimMr* mr = nullptr;
+  uint64_t addr = 0;  // window start, in the MR's iova space
+  uint64_t length = 0;
+  int access = 0;  // IBV_ACCESS_REMOTE_* granted through the window
+  bool zero_based = false;
+  const SimQp* qp = nullptr;  // type 2B: only this QP may use the window
 };
 
 struct SimChannel {
@@ -124,13 +146,23 @@ struct SendWqe {
   bool signaled;
   bool solicited;
   bool inlined;
-  uint32_t imm_data;  // network byte order, as the application gave it
+  uint32_t imm_data;  // network byte order, as the application gave it; for LOCAL_INV and
+                      // SEND_WITH_INV the rkey to invalidate (the two share a union in the WR)
   uint64_t remote_addr;
   uint32_t rkey;
   uint32_t length;  // total bytes
   int num_sge;
   ibv_sge sge[kMaxSge];
   uint8_t inline_data[kMaxInlineData];
+  // IBV_WR_BIND_MW, copied at post time: the window (by its handle, so a window deallocated
+  // meanwhile is not touched), its new rkey, and what the bind grants.
+  uint32_t bind_mw_handle;
+  uint32_t bind_rkey;
+  bool bind_has_mr;  // a type 2 bind names an MR; without one it fails
+  uint32_t bind_mr_lkey;
+  uint64_t bind_addr;
+  uint64_t bind_length;
+  int bind_access;
   // Requester progress (hardware thread only).
   uint32_t psn;
   uint8_t rnr_retries_left;

@@ -41,12 +41,14 @@ int FillDeviceAttr(Device* dev, ibv_device_attr* attr) {
   attr->hw_ver = 1;
   attr->max_qp = kMaxQp;
   attr->max_qp_wr = kMaxQpWr;
-  attr->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT;
+  attr->device_cap_flags =
+      IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   attr->max_sge = kMaxSge;
   attr->max_sge_rd = kMaxSge;
   attr->max_cq = kMaxQp;
   attr->max_cqe = kMaxCqe;
   attr->max_mr = kMaxMr;
+  attr->max_mw = kMaxMw;
   attr->max_pd = 1 << 16;
   attr->max_qp_rd_atom = 16;
   attr->max_qp_init_rd_atom = 16;
@@ -127,7 +129,7 @@ ibv_pd* AllocParentDomainOp(ibv_context* context, ibv_parent_domain_init_attr* a
 
 constexpr int kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                             IBV_ACCESS_RELAXED_ORDERING;
+                             IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING;
 
 // Real registration pins every page and fails with EFAULT on unmapped memory. mincore() walks
 // the same page tables and fails with ENOMEM on a hole, so the simnic refuses what hardware would.
@@ -315,7 +317,7 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
 int ibv_dereg_mr(ibv_mr* mr) {
   auto* sim = reinterpret_cast<SimMr*>(mr);
   SimPd* protection = sim->protection_domain;
-  ToSim(mr->context)->device->DeregisterMr(sim);
+  if (!ToSim(mr->context)->device->DeregisterMr(sim)) return EBUSY;  // windows are bound to it
   protection->users.fetch_sub(1);
   return 0;
 }

@@ -23,7 +23,28 @@ constexpr uint32_t kEmptyPollsBeforeYield = 64;
 
 bool SupportedOpcode(ibv_wr_opcode op) {
   return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
-         op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ;
+         op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ || op == IBV_WR_SEND_WITH_INV ||
+         op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
+}
+
+// A bind names a type 2 window; what else it needs is checked when the hardware executes it,
+// in order with the work requests before it, and fails with a completion (memory_windows.cc).
+bool PrepareBind(const ibv_send_wr* wr, SendWqe& wqe) {
+  ibv_mw* mw = wr->bind_mw.mw;
+  if (mw == nullptr || mw->type != IBV_MW_TYPE_2) return false;
+  const ibv_mw_bind_info& info = wr->bind_mw.bind_info;
+  wqe.bind_mw_handle = mw->handle;
+  wqe.bind_rkey = wr->bind_mw.rkey;
+  wqe.bind_has_mr = info.mr != nullptr;
+  wqe.bind_mr_lkey = info.mr != nullptr ? info.mr->lkey : 0;
+  wqe.bind_addr = info.addr;
+  wqe.bind_length = info.length;
+  wqe.bind_access = int(info.mw_access_flags);
+  // The application's copy of the rkey follows the bind at post time, as providers update a
+  // type 1 window's in ibv_bind_mw(); on a failed bind the application restores it
+  // (ibv_bind_mw(3)).
+  mw->rkey = wr->bind_mw.rkey;
+  return true;
 }
 
 int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
@@ -48,14 +69,22 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       rc = EINVAL;
       break;
     }
+    // Binds and local invalidates move no data: their scatter list is ignored.
+    const bool local_op = wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV;
+    const int num_sge = local_op ? 0 : wr->num_sge;
     uint64_t total = 0;
-    for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
-    bool inlined = (wr->send_flags & IBV_SEND_INLINE) && wr->opcode != IBV_WR_RDMA_READ;
+    for (int i = 0; i < num_sge; ++i) total += wr->sg_list[i].length;
+    bool inlined =
+        (wr->send_flags & IBV_SEND_INLINE) && wr->opcode != IBV_WR_RDMA_READ && !local_op;
     if (total > kMaxMsgSize || (inlined && total > qp->max_inline_data)) {
       rc = EINVAL;
       break;
     }
     SendWqe& wqe = qp->sq[posted % qp->sq.size()];
+    if (wr->opcode == IBV_WR_BIND_MW && !PrepareBind(wr, wqe)) {
+      rc = EINVAL;
+      break;
+    }
     wqe.wr_id = wr->wr_id;
     wqe.opcode = wr->opcode;
     wqe.signaled = (wr->send_flags & IBV_SEND_SIGNALED) != 0;
@@ -65,11 +94,11 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     wqe.remote_addr = wr->wr.rdma.remote_addr;
     wqe.rkey = wr->wr.rdma.rkey;
     wqe.length = uint32_t(total);
-    wqe.num_sge = wr->num_sge;
+    wqe.num_sge = num_sge;
     if (inlined) {
       // The NIC's WQE holds inline data: the buffer may be reused as soon as post returns.
       size_t off = 0;
-      for (int i = 0; i < wr->num_sge; ++i) {
+      for (int i = 0; i < num_sge; ++i) {
         std::memcpy(wqe.inline_data + off,
                     reinterpret_cast<const void*>(uintptr_t(wr->sg_list[i].addr)),
                     wr->sg_list[i].length);
@@ -77,7 +106,7 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       }
     } else {
       // A request with no scatter list may pass a null sg_list.
-      if (wr->num_sge > 0) std::memcpy(wqe.sge, wr->sg_list, sizeof(ibv_sge) * size_t(wr->num_sge));
+      if (num_sge > 0) std::memcpy(wqe.sge, wr->sg_list, sizeof(ibv_sge) * size_t(num_sge));
     }
     qp->sq_posted.store(posted + 1, std::memory_order_seq_cst);
     posted_any = true;
@@ -207,6 +236,7 @@ void InitContextOps(SimContext* c) {
   ops.post_recv = PostRecv;
   ops.poll_cq = PollCq;
   ops.req_notify_cq = ReqNotifyCq;
+  InitMemoryWindowOps(c);
 }
 
 }  // namespace bx::simnic
@@ -384,6 +414,7 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
     Fabric::ControlLock lock(Fabric::Get());
     Fabric::Get().ForgetQp(qp);
     qp->device->RemoveQp(ibqp->qp_num);
+    qp->device->FreeWindowsOf(qp);
   }
   qp->protection_domain->users.fetch_sub(1);
   ToSim(ibqp->send_cq)->users.fetch_sub(1);

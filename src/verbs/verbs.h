@@ -127,6 +127,11 @@ class Library {
   static ibv_pd* AllocParentDomain(ibv_context* context, ibv_parent_domain_init_attr* attr) {
     return ::ibv_alloc_parent_domain(context, attr);
   }
+  // Memory windows: inline in the header too (context ops), so nothing to resolve. A type 2
+  // window is bound and invalidated by work requests (IBV_WR_BIND_MW, IBV_WR_LOCAL_INV) through
+  // PostSend; AllocMw fails with EOPNOTSUPP where the provider has no windows.
+  static ibv_mw* AllocMw(ibv_pd* pd, ibv_mw_type type) { return ::ibv_alloc_mw(pd, type); }
+  static int DeallocMw(ibv_mw* mw) { return ::ibv_dealloc_mw(mw); }
 
   // The simnic extension API (include/bx/simnic.h). Every member is null on the system backend,
   // and null on the sim backend for a function this simnic build does not export.

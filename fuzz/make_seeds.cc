@@ -1,0 +1,144 @@
+// Writes the seed corpora in fuzz/corpus/<target>/ from the project's own encoders, so the seeds
+// follow the wire formats when they change. Run by `make fuzz-corpus`; the files are checked in.
+//
+//   fuzz_make_seeds <corpus dir>
+#include <arpa/inet.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/wire.h"
+#include "transport/rdma/bootstrap.h"
+#include "transport/tcp/frame.h"
+
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+namespace fs = std::filesystem;
+
+void Write(const fs::path& dir, const std::string& name, const Bytes& bytes) {
+  fs::create_directories(dir);
+  std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+}
+
+Bytes HelloBytes(const bx::rdma::Hello& h) {
+  Bytes b(64);
+  bx::rdma::EncodeHello(h, b.data());
+  return b;
+}
+
+void Put32(Bytes& b, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[at + i] = uint8_t(v >> (8 * i));
+}
+
+void BootstrapSeeds(const fs::path& dir) {
+  bx::rdma::Hello h;
+  h.qp_num = 0x123;
+  h.gid.raw[0] = 0xfe;
+  h.gid.raw[1] = 0x80;
+  h.recv_queue_depth = 64;
+  h.eager_limit = 16 << 10;
+  h.max_message_bytes = 1ull << 30;
+  h.psn = 0x4242;
+  Bytes valid = HelloBytes(h);
+  Bytes with_ready = valid;
+  with_ready.push_back(bx::rdma::kReady);
+  Write(dir, "hello_then_ready", with_ready);
+  Write(dir, "hello_only", valid);
+  Bytes wrong_ready = valid;
+  wrong_ready.push_back('X');
+  Write(dir, "hello_then_wrong_ready", wrong_ready);
+  Write(dir, "truncated", Bytes(valid.begin(), valid.begin() + 40));
+  Bytes bad_magic = valid;
+  bad_magic[0] ^= 0xff;
+  Write(dir, "bad_magic", bad_magic);
+  Bytes bad_version = valid;
+  bad_version[4] = 9;
+  Write(dir, "bad_version", bad_version);
+  Bytes qpn_zero = valid;
+  Put32(qpn_zero, 8, 0);
+  Write(dir, "qp_number_zero", qpn_zero);
+  Bytes deep = valid;
+  Put32(deep, 32, bx::rdma::kMaxRecvQueueDepth + 1);
+  Write(dir, "queue_too_deep", deep);
+  Bytes eager = valid;
+  Put32(eager, 36, bx::rdma::kMaxEagerLimit + 1);
+  Write(dir, "eager_too_big", eager);
+}
+
+Bytes FrameBytes(uint64_t length) {
+  auto header = bx::tcp::EncodeFrameHeader(length);
+  Bytes b(header.size());
+  std::memcpy(b.data(), header.data(), header.size());
+  return b;
+}
+
+void FrameSeeds(const fs::path& dir) {
+  Write(dir, "empty_payload", FrameBytes(0));
+  Write(dir, "one_kib", FrameBytes(1024));
+  Bytes limit = FrameBytes(4096);
+  for (int i = 0; i < 8; ++i) limit.push_back(uint8_t((4096ull >> (8 * i)) & 0xff));
+  Write(dir, "at_explicit_limit", limit);
+  Write(dir, "above_default_limit", FrameBytes((1ull << 30) + 1));
+  Bytes flags = FrameBytes(10);
+  flags[5] = 1;
+  Write(dir, "unknown_flag", flags);
+  Bytes version = FrameBytes(10);
+  version[4] = 2;
+  Write(dir, "unknown_version", version);
+}
+
+Bytes ImmBytes(bx::engine::Kind kind, uint16_t credits, uint16_t id, const void* payload,
+               size_t length) {
+  uint32_t wire = htonl(bx::engine::EncodeImm({kind, credits, id}));
+  Bytes b(4 + length);
+  std::memcpy(b.data(), &wire, 4);
+  if (length > 0) std::memcpy(b.data() + 4, payload, length);
+  return b;
+}
+
+void EngineSeeds(const fs::path& dir) {
+  using namespace bx::engine;
+  const char eager[] = "hello";
+  Write(dir, "eager", ImmBytes(Kind::kEager, 3, 1, eager, sizeof(eager)));
+  Write(dir, "credit", ImmBytes(Kind::kCredit, kMaxCreditsPerImm, 0, nullptr, 0));
+  RendezvousRequest request{1 << 20, 1, {}};
+  Write(dir, "rendezvous_request",
+        ImmBytes(Kind::kRendezvousRequest, 0, 7, &request, sizeof(request)));
+  RendezvousReply reply{0x7f0000001000, 0x1234, 0};
+  Write(dir, "rendezvous_reply", ImmBytes(Kind::kRendezvousReply, 0, 7, &reply, sizeof(reply)));
+  Write(dir, "rendezvous_done", ImmBytes(Kind::kRendezvousDone, 0, 7, nullptr, 0));
+  RemoteWriteDone done{1, 9, 0};
+  Write(dir, "remote_write_done", ImmBytes(Kind::kRemoteWriteDone, 0, 0, &done, sizeof(done)));
+  Write(dir, "short_request", ImmBytes(Kind::kRendezvousRequest, 0, 7, &request, 4));
+  Write(dir, "unknown_kind", ImmBytes(Kind(15), 0, 0, nullptr, 0));
+}
+
+void HttpSeeds(const fs::path& dir) {
+  auto text = [](std::string_view s) { return Bytes(s.begin(), s.end()); };
+  Write(dir, "get_metrics", text("GET /metrics HTTP/1.1\r\nHost: node1:9100\r\nAccept: */*"));
+  Write(dir, "head_query", text("HEAD /metrics?x=1 HTTP/1.0"));
+  Write(dir, "no_version", text("GET /metrics"));
+  Write(dir, "relative_target", text("GET metrics HTTP/1.1"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <corpus dir>\n", argv[0]);
+    return 2;
+  }
+  fs::path root = argv[1];
+  BootstrapSeeds(root / "fuzz_bootstrap_hello");
+  FrameSeeds(root / "fuzz_tcp_frame");
+  EngineSeeds(root / "fuzz_engine_wire");
+  HttpSeeds(root / "fuzz_http_request");
+  return 0;
+}
