@@ -1,0 +1,78 @@
+// Server internals shared by server.cc and server_call.cc.
+//
+// Threads: requests arrive on the transports' I/O threads (ServerConnection::OnMessage). They run
+// there (worker_threads == 0) or are queued for the worker pool. Responses may be sent from any
+// thread. Impl::mutex guards the method table after Start, the connection set and the stats.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "bx/rpc.h"
+#include "rpc/frame.h"
+
+namespace bx::rpc {
+
+struct MethodEntry {
+  std::string name;
+  Handler handler;
+};
+
+// One accepted socket. Owned by the socket's handlers and by every ServerCall on it; the socket
+// pointer is dropped when the socket ends, which breaks the handler <-> socket cycle.
+struct ServerConnection : std::enable_shared_from_this<ServerConnection> {
+  std::weak_ptr<Server::Impl> server;
+  std::mutex mutex;
+  std::shared_ptr<Socket> socket;  // guarded by mutex; null once closed
+  std::string scheme;
+
+  void OnMessage(Buffer frame);
+  void OnClose();
+  // Sends a frame if the socket is still open.
+  void Send(Buffer frame);
+  // Runs a request (on the I/O thread or a worker), unless its deadline has passed.
+  void Execute(ServerCall call);
+  static std::shared_ptr<ServerConnection> Of(const ServerCall& call) { return call.connection_; }
+};
+
+struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
+  ServerOptions options;
+  std::vector<MethodEntry> methods;  // index + 1 == method id; fixed after Start
+  std::unordered_map<std::string, uint32_t> method_ids;
+  std::string method_table;  // HelloAck payload
+  bool started = false;
+
+  std::unique_ptr<Transport> rdma;
+  std::unique_ptr<Transport> tcp;
+  std::vector<std::unique_ptr<Listener>> listeners;
+  ReplicaAddress address;
+
+  mutable std::mutex mutex;
+  std::unordered_set<std::shared_ptr<ServerConnection>> connections;  // guarded by mutex
+  ServerStats stats;                                                  // guarded by mutex
+  bool stopped = false;                                               // guarded by mutex
+
+  // Worker pool (worker_threads > 0).
+  std::mutex queue_mutex;
+  std::condition_variable queue_changed;
+  std::deque<ServerCall> queue;  // guarded by queue_mutex
+  bool stopping = false;         // guarded by queue_mutex
+  std::vector<std::thread> workers;
+
+  void Log(std::string_view line) const;
+  void Enqueue(ServerCall call);
+  void WorkerLoop();
+  void Count(uint64_t ServerStats::*field) {
+    std::lock_guard lock(mutex);
+    ++(stats.*field);
+  }
+};
+
+}  // namespace bx::rpc

@@ -1,0 +1,128 @@
+// Replica sets: the selection policies spread calls, a replica that cannot be reached is marked
+// down and skipped, and during a full outage the retry budget caps retries.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "rpc/tests/rpc_test_util.h"
+
+namespace bx::rpc::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A replica address where nothing listens: a server started and stopped again.
+ReplicaAddress DeadAddress() {
+  auto server = StartTestServer(0, "rdma,tcp");
+  ReplicaAddress address = server->address;
+  server->server->Stop();
+  return address;
+}
+
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout = 5s) {
+  auto until = Clock::now() + timeout;
+  while (Clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return done();
+}
+
+class RpcPolicyTest : public ::testing::TestWithParam<ReplicaPolicy> {};
+
+TEST_P(RpcPolicyTest, SpreadsCallsOverReadyReplicas) {
+  std::vector<std::unique_ptr<TestServer>> servers;
+  std::vector<ReplicaAddress> addresses;
+  for (int i = 0; i < 3; ++i) {
+    servers.push_back(StartTestServer(0, "tcp"));
+    addresses.push_back(servers.back()->address);
+  }
+  ClientOptions options = FastClientOptions();
+  options.policy = GetParam();
+  auto client = Client::Create(addresses, options);
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(WaitFor([&] {
+    for (const ReplicaInfo& r : (*client)->stats().replicas) {
+      if (r.state != ReplicaState::kUp) return false;
+    }
+    return true;
+  }));
+  constexpr int kCalls = 300;
+  std::vector<std::future<Result<Message>>> futures;
+  for (int i = 0; i < kCalls; ++i) futures.push_back((*client)->Call("count", Text(""), {}));
+  for (auto& f : futures) ASSERT_TRUE(f.get().ok());
+  for (const auto& server : servers) {
+    // Every policy uses every replica; round-robin exactly evenly.
+    EXPECT_GT(server->service->executions.load(), kCalls / 10u);
+    if (GetParam() == ReplicaPolicy::kRoundRobin) {
+      EXPECT_EQ(server->service->executions.load(), kCalls / 3u);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, RpcPolicyTest,
+                         ::testing::Values(ReplicaPolicy::kRoundRobin,
+                                           ReplicaPolicy::kLeastOutstanding,
+                                           ReplicaPolicy::kPowerOfTwoChoices));
+
+TEST(RpcReplicaTest, UnreachableReplicaIsMarkedDownAndSkipped) {
+  auto live = StartTestServer(0, "rdma,tcp");
+  auto client = Client::Create({DeadAddress(), live->address}, FastClientOptions());
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(WaitFor([&] {
+    auto stats = (*client)->stats();
+    return stats.replicas[0].state == ReplicaState::kDown &&
+           stats.replicas[1].state == ReplicaState::kUp;
+  }));
+  for (int i = 0; i < 20; ++i) {
+    // Not idempotent: each runs once, on the live replica.
+    EXPECT_TRUE((*client)->Call("count", Text(""), {}).get().ok());
+  }
+  EXPECT_EQ(live->service->executions.load(), 20u);
+  EXPECT_EQ((*client)->stats().replicas[1].transport, "rdma");
+}
+
+TEST(RpcReplicaTest, DownReplicaIsProbedBackUp) {
+  // Bring up a server on fixed ports after the client has marked them down.
+  auto first = StartTestServer(0, "tcp");
+  ReplicaAddress address = first->address;
+  first->server->Stop();
+  auto client = Client::Create({address}, FastClientOptions());
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(WaitFor([&] { return (*client)->stats().replicas[0].state == ReplicaState::kDown; }));
+  ServerOptions options;
+  options.log = [](std::string_view) {};
+  auto again = Server::Create(options);
+  ASSERT_TRUE(again.ok());
+  TestService service;
+  ASSERT_TRUE(service.Register(**again).ok());
+  Status started = (*again)->Start({address.tcp_url});
+  if (!started.ok()) GTEST_SKIP() << "port taken meanwhile: " << started.ToString();
+  ASSERT_TRUE(WaitFor([&] { return (*client)->stats().replicas[0].state == ReplicaState::kUp; }));
+  EXPECT_TRUE((*client)->Call("echo", Text("back"), {}).get().ok());
+  EXPECT_GE((*client)->stats().replica_state_changes, 2u);  // down, then up
+}
+
+TEST(RpcReplicaTest, RetryBudgetCapsRetriesDuringAFullOutage) {
+  ClientOptions options = FastClientOptions();
+  options.retry.max_attempts = 5;
+  options.retry.initial_backoff = 1ms;
+  options.retry.budget_ratio = 0.1;
+  options.retry.budget_max_tokens = 10;
+  auto client = Client::Create({DeadAddress(), DeadAddress()}, options);
+  ASSERT_TRUE(client.ok());
+  constexpr int kCalls = 200;
+  std::vector<std::future<Result<Message>>> futures;
+  for (int i = 0; i < kCalls; ++i) {
+    futures.push_back((*client)->Call("echo", Text("x"), {.timeout = 300ms, .idempotent = true}));
+  }
+  for (auto& f : futures) EXPECT_FALSE(f.get().ok());
+  ClientStats stats = (*client)->stats();
+  // Without a budget every call would retry 4 times (800 retries).
+  EXPECT_LE(stats.retries, 10u + kCalls / 10u + 1u);
+  EXPECT_GT(stats.retries_throttled, 0u);
+  EXPECT_EQ(stats.ok, 0u);
+}
+
+}  // namespace
+}  // namespace bx::rpc::testing

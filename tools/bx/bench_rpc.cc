@@ -1,0 +1,336 @@
+// `bx bench rpc`: bexpress RPC calls per second and p50/p99 latency for 64 B and 16 KB echo
+// requests with 1 and 64 calls outstanding, per transport, side by side in the same run with
+// gRPC C++ unary echo (tools/grpc_echo, built on first use by its build.sh into the build tree).
+//
+// Both sides are closed loops: the client keeps `outstanding` calls in flight and starts the next
+// one in the completion callback. bexpress runs its server in this process (inline dispatch: the
+// echo handler sends the request buffer back, no copy) with a client over rdma:// or tcp://;
+// gRPC runs its server and client as two processes (synchronous server, completion-queue client).
+// Latency is measured per call by the client, from Call() to its callback.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include <nlohmann/json.hpp>
+
+#include "bx/bemalloc.h"
+#include "bx/rpc.h"
+#include "commands.h"
+#include "transport/rdma/rdma_transport.h"
+#include "transport/tcp/tcp_transport.h"
+#include "verbs/verbs.h"
+
+#ifndef BX_SOURCE_DIR
+#define BX_SOURCE_DIR ""
+#endif
+#ifndef BX_BINARY_DIR
+#define BX_BINARY_DIR ""
+#endif
+
+namespace bx::tools {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+struct BenchRpcOptions {
+  std::string transport = "all";
+  bool json = false;
+  int calls = 0;  // per configuration; 0: 20000 for 64 B, 10000 for 16 KB
+  bool grpc = true;
+};
+
+struct Row {
+  std::string system;  // "bx-rpc" or "grpc"
+  std::string transport;
+  size_t size = 0;
+  int outstanding = 0;
+  double calls_per_sec = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+  uint64_t errors = 0;
+  std::string note;
+};
+
+const size_t kSizes[] = {64, 16384};
+const int kOutstanding[] = {1, 64};
+
+int CallsFor(const BenchRpcOptions& options, size_t size) {
+  if (options.calls > 0) return options.calls;
+  return size <= 64 ? 20000 : 10000;
+}
+
+Status EnsureMemoryPool() {
+  if (bemalloc::IsInitialized()) return Status::Ok();
+  Result<verbs::Device> device = verbs::Device::Open();
+  if (!device.ok()) return device.status().WithContext("bemalloc needs a device");
+  auto* kept = new verbs::Device(std::move(device).value());  // bemalloc uses it until exit
+  return bemalloc::Init(*kept);
+}
+
+// One closed loop of `calls` echo calls (after a tenth as many warm-up calls).
+Result<Row> RunBxLoop(rpc::Client& client, size_t size, int outstanding, int calls) {
+  const int warmup = std::max(100, calls / 10);
+  const int total = warmup + calls;
+  struct Loop {
+    std::mutex mutex;
+    std::condition_variable finished;
+    int started = 0;
+    int done = 0;
+    uint64_t errors = 0;
+    rpc::LatencyHistogram histogram;
+    rpc::Clock::time_point measure_start;
+    rpc::Clock::time_point end;
+  };
+  auto loop = std::make_shared<Loop>();
+  std::function<void()> start_one;
+  start_one = [&client, loop, size, total, warmup, &start_one] {
+    Result<rpc::Message> request = rpc::Message::Allocate(size);
+    if (!request.ok()) return;
+    const rpc::Clock::time_point start = rpc::Clock::now();
+    client.Call("echo", std::move(request).value(), {.timeout = 10s},
+                [loop, start, total, warmup, &start_one](Result<rpc::Message> reply) {
+                  const rpc::Clock::time_point now = rpc::Clock::now();
+                  bool more = false;
+                  {
+                    std::lock_guard lock(loop->mutex);
+                    ++loop->done;
+                    if (!reply.ok()) ++loop->errors;
+                    if (loop->done == warmup) loop->measure_start = now;
+                    if (loop->done > warmup) loop->histogram.Record(now - start);
+                    if (loop->started < total) {
+                      ++loop->started;
+                      more = true;
+                    }
+                    if (loop->done == total) {
+                      loop->end = now;
+                      loop->finished.notify_all();
+                    }
+                  }
+                  if (more) start_one();
+                });
+  };
+  {
+    std::lock_guard lock(loop->mutex);
+    loop->started = std::min(outstanding, total);
+  }
+  for (int i = 0; i < std::min(outstanding, total); ++i) start_one();
+  std::unique_lock lock(loop->mutex);
+  if (!loop->finished.wait_for(lock, 300s, [&] { return loop->done == total; })) {
+    return Status(StatusCode::kDeadlineExceeded, "bench rpc: loop did not finish in 300 s");
+  }
+  Row row;
+  row.size = size;
+  row.outstanding = outstanding;
+  const double seconds = std::chrono::duration<double>(loop->end - loop->measure_start).count();
+  row.calls_per_sec = seconds > 0 ? calls / seconds : 0;
+  row.p50_us = loop->histogram.PercentileUs(0.50);
+  row.p99_us = loop->histogram.PercentileUs(0.99);
+  row.errors = loop->errors;
+  return row;
+}
+
+Status RunBx(const std::string& scheme, const BenchRpcOptions& options, std::vector<Row>& rows) {
+  rpc::ServerOptions server_options;
+  auto server = rpc::Server::Create(server_options);
+  if (!server.ok()) return server.status();
+  BX_RETURN_IF_ERROR((*server)->AddMethod("echo", [](rpc::ServerCall call) {
+    rpc::Message request = std::move(call.request());
+    call.Respond(std::move(request));
+  }));
+  BX_RETURN_IF_ERROR((*server)->Start({scheme + "://127.0.0.1:0"}));
+  for (size_t size : kSizes) {
+    for (int outstanding : kOutstanding) {
+      rpc::ClientOptions client_options;
+      client_options.log = [](std::string_view line) {
+        // Connection set-up is expected; a fallback or a replica going down is worth a line.
+        if (line.find("connecting -> up") != std::string_view::npos) return;
+        std::fprintf(stderr, "bx rpc: %.*s\n", static_cast<int>(line.size()), line.data());
+      };
+      auto client = rpc::Client::Create({(*server)->address()}, client_options);
+      if (!client.ok()) return client.status();
+      BX_RETURN_IF_ERROR((*client)->WaitReady(5s));
+      Result<Row> row = RunBxLoop(**client, size, outstanding, CallsFor(options, size));
+      if (!row.ok()) return row.status();
+      row->system = "bx-rpc";
+      row->transport = scheme;
+      rows.push_back(*row);
+    }
+  }
+  return Status::Ok();
+}
+
+// --- gRPC ---
+
+std::string GrpcDir() {
+  return std::string(BX_BINARY_DIR) + "/grpc_echo";
+}
+
+Status EnsureGrpcBuilt() {
+  const std::string dir = GrpcDir();
+  if (std::filesystem::exists(dir + "/grpc_echo_client") &&
+      std::filesystem::exists(dir + "/grpc_echo_server")) {
+    return Status::Ok();
+  }
+  const std::string script = std::string(BX_SOURCE_DIR) + "/tools/grpc_echo/build.sh";
+  std::fprintf(stderr, "bench rpc: building the gRPC echo peer (%s), once...\n", script.c_str());
+  const std::string command = "'" + script + "' '" + dir + "'";
+  if (std::system(command.c_str()) != 0) {
+    return Unavailable("gRPC echo peer could not be built by " + script);
+  }
+  return Status::Ok();
+}
+
+// The gRPC server process: started with a pipe on stdin that keeps it alive.
+struct GrpcServer {
+  pid_t pid = -1;
+  int stdin_fd = -1;
+  int port = 0;
+  ~GrpcServer() {
+    if (stdin_fd >= 0) close(stdin_fd);
+    if (pid > 0) {
+      kill(pid, SIGTERM);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+Status StartGrpcServer(GrpcServer& server) {
+  int to_child[2], from_child[2];
+  if (pipe(to_child) != 0 || pipe(from_child) != 0) return Status::FromErrno(errno, "pipe");
+  const std::string path = GrpcDir() + "/grpc_echo_server";
+  server.pid = fork();
+  if (server.pid == 0) {
+    dup2(to_child[0], STDIN_FILENO);
+    dup2(from_child[1], STDOUT_FILENO);
+    close(to_child[1]);
+    close(from_child[0]);
+    execl(path.c_str(), path.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  server.stdin_fd = to_child[1];
+  FILE* out = fdopen(from_child[0], "r");
+  char line[64] = {};
+  if (out == nullptr || std::fgets(line, sizeof(line), out) == nullptr) {
+    if (out != nullptr) std::fclose(out);
+    return Unavailable("grpc_echo_server did not report its port");
+  }
+  std::fclose(out);
+  server.port = std::atoi(line);
+  return Status::Ok();
+}
+
+Status RunGrpc(const BenchRpcOptions& options, std::vector<Row>& rows) {
+  BX_RETURN_IF_ERROR(EnsureGrpcBuilt());
+  GrpcServer server;
+  BX_RETURN_IF_ERROR(StartGrpcServer(server));
+  for (size_t size : kSizes) {
+    for (int outstanding : kOutstanding) {
+      const std::string command =
+          fmt::format("'{}/grpc_echo_client' {} {} {} {}", GrpcDir(), server.port, size,
+                      outstanding, CallsFor(options, size));
+      FILE* pipe = popen(command.c_str(), "r");
+      if (pipe == nullptr) return Status::FromErrno(errno, "popen grpc_echo_client");
+      std::string output;
+      char chunk[512];
+      while (std::fgets(chunk, sizeof(chunk), pipe) != nullptr) output += chunk;
+      pclose(pipe);
+      json result = json::parse(output, nullptr, /*allow_exceptions=*/false);
+      if (result.is_discarded()) return Internal("grpc_echo_client printed: " + output);
+      Row row;
+      row.system = "grpc";
+      row.transport = "tcp";
+      row.size = size;
+      row.outstanding = outstanding;
+      row.calls_per_sec = result.value("calls_per_sec", 0.0);
+      row.p50_us = result.value("p50_us", 0.0);
+      row.p99_us = result.value("p99_us", 0.0);
+      row.errors = result.value("failed", 0);
+      rows.push_back(row);
+    }
+  }
+  return Status::Ok();
+}
+
+void RunBenchRpc(const BenchRpcOptions& options) {
+  std::vector<std::string> schemes;
+  if (options.transport == "all") {
+    schemes = {"rdma", "tcp"};
+  } else {
+    schemes = {options.transport};
+  }
+  tcp::RegisterTcpTransport();
+  rdma::RegisterRdmaTransport();
+  if (Status s = EnsureMemoryPool(); !s.ok()) {
+    std::fprintf(stderr, "bench rpc: %s\n", s.ToString().c_str());
+    throw CLI::RuntimeError(1);
+  }
+  std::vector<Row> rows;
+  for (const std::string& scheme : schemes) {
+    if (Status s = RunBx(scheme, options, rows); !s.ok()) {
+      std::fprintf(stderr, "bench rpc %s: %s\n", scheme.c_str(), s.ToString().c_str());
+      throw CLI::RuntimeError(1);
+    }
+  }
+  std::string grpc_note;
+  if (options.grpc) {
+    if (Status s = RunGrpc(options, rows); !s.ok()) grpc_note = s.ToString();
+  }
+  if (options.json) {
+    json out;
+    out["benchmark"] = "rpc";
+    out["results"] = json::array();
+    for (const Row& row : rows) {
+      out["results"].push_back({{"system", row.system},
+                                {"transport", row.transport},
+                                {"request_bytes", row.size},
+                                {"outstanding", row.outstanding},
+                                {"calls_per_sec", row.calls_per_sec},
+                                {"p50_us", row.p50_us},
+                                {"p99_us", row.p99_us},
+                                {"errors", row.errors}});
+    }
+    if (!grpc_note.empty()) out["grpc_unavailable"] = grpc_note;
+    fmt::print("{}\n", out.dump(2));
+    return;
+  }
+  fmt::print("{:<8} {:<5} {:>7} {:>5} {:>12} {:>10} {:>10} {:>6}\n", "SYSTEM", "VIA", "REQUEST",
+             "OUT", "CALLS/S", "P50_US", "P99_US", "ERRORS");
+  for (const Row& row : rows) {
+    fmt::print(
+        "{:<8} {:<5} {:>7} {:>5} {:>12.0f} {:>10.1f} {:>10.1f} {:>6}\n", row.system, row.transport,
+        row.size >= 1024 ? fmt::format("{}KB", row.size / 1024) : fmt::format("{}B", row.size),
+        row.outstanding, row.calls_per_sec, row.p50_us, row.p99_us, row.errors);
+  }
+  if (!grpc_note.empty()) fmt::print("grpc: not run ({})\n", grpc_note);
+}
+
+}  // namespace
+}  // namespace bx::tools
+
+void AddBenchRpcCommand(CLI::App* bench) {
+  auto options = std::make_shared<bx::tools::BenchRpcOptions>();
+  CLI::App* command = bench->add_subcommand(
+      "rpc", "RPC calls/s and p50/p99 for 64 B and 16 KB echo, 1 and 64 outstanding, vs gRPC");
+  command->add_option("--transport", options->transport, "rdma, tcp or all (side by side)")
+      ->check(CLI::IsMember({"tcp", "rdma", "all"}));
+  command->add_option("--calls", options->calls,
+                      "Measured calls per configuration (default: 20000 at 64 B, 10000 at 16 KB)");
+  command->add_flag("!--no-grpc", options->grpc, "Skip the gRPC peer");
+  command->add_flag("--json", options->json, "Print JSON instead of the table");
+  command->callback([options] { bx::tools::RunBenchRpc(*options); });
+}
