@@ -1,0 +1,99 @@
+// Parameters of the fabric simulation (issue 9). Defaults follow the HPCC ns-3 setup and the DCQCN
+// paper where the issue names them; docs/SIMULATION.md explains each choice.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace bx::sim {
+
+using TimeNs = int64_t;
+constexpr TimeNs kMicrosecond = 1000;
+constexpr TimeNs kMillisecond = 1000 * 1000;
+constexpr TimeNs kSecond = 1000 * 1000 * 1000;
+
+struct FabricConfig {
+  uint32_t hosts_per_leaf = 32;
+  uint32_t spines = 8;  // 32 x 25G down = 8 x 100G up: no oversubscription
+  double host_gbps = 25;
+  double uplink_gbps = 100;
+  TimeNs link_delay_ns = 1 * kMicrosecond;
+  uint64_t buffer_bytes = 32ull << 20;  // shared buffer per switch
+  uint32_t reserve_bytes = 4 << 10;     // per ingress port-queue
+  uint32_t resume_offset_bytes = 3 << 10;
+  uint32_t pfc_shift = 3;  // dynamic threshold alpha = 1/8
+  // Headroom per port = headroom_rtts x rate x link delay + headroom_cells x (MTU + header): the
+  // issue's 3 x rate x delay, plus two whole cells, because at 25G a 4 KB cell (1.33 us) takes
+  // longer than the link delay and the upstream finishes the cell it has started.
+  double headroom_rtts = 3;
+  uint32_t headroom_cells = 2;
+  uint32_t mtu_bytes = 4096;    // RoCE payload per cell
+  uint32_t header_bytes = 64;   // Ethernet+IP+UDP+BTH+ICRC+FCS, rounded
+  uint32_t control_bytes = 64;  // ACK, CNP, and SEND control messages on the wire
+  // RED at dequeue, for a 25G port; scaled linearly with port rate (as HPCC's configs do).
+  uint64_t ecn_kmin_bytes = 100000;
+  uint64_t ecn_kmax_bytes = 400000;
+  double ecn_pmax = 0.2;
+  // true: host h on leaf h % leaves (servers and trainers mixed in every rack);
+  // false: hosts fill racks in order (servers packed into the first racks).
+  bool interleave_hosts = true;
+};
+
+struct DcqcnConfig {
+  bool enabled = true;
+  double g = 1.0 / 256;
+  TimeNs alpha_interval_ns = 1 * kMicrosecond;
+  TimeNs decrease_interval_ns = 4 * kMicrosecond;
+  TimeNs increase_interval_ns = 300 * kMicrosecond;
+  uint32_t fast_recovery_steps = 1;  // F
+  double rate_ai_mbps = 5;           // per 25G of line rate
+  double rate_hai_mbps = 50;         // per 25G of line rate
+  double min_rate_mbps = 1000;
+  TimeNs cnp_interval_ns = 50 * kMicrosecond;  // at most one CNP per QP per interval
+};
+
+// The simulated engine: the same knobs as bx::engine::EngineConfig.
+struct EngineModelConfig {
+  uint32_t send_queue_depth = 32;
+  uint32_t recv_queue_depth = 64;
+  uint32_t eager_limit = 16 << 10;
+  uint32_t fragment_bytes = 64 << 10;
+  uint64_t window_bytes = 0;  // 0 = window off
+  // When the window is on, cut WRITE fragments to at most the window (see SIMULATION.md: with
+  // one message per QP per iteration a window larger than a fragment never binds).
+  bool fragment_fits_window = true;
+};
+
+struct TcpConfig {
+  uint32_t mss_bytes = 4096;  // same cell as RoCE so the fabric sees the same packet count
+  uint32_t initial_window_segments = 10;
+  double dctcp_g = 1.0 / 16;
+  TimeNs min_rto_ns = 1 * kMillisecond;
+  // Kernel stack cost per message, on each side (send and receive), added as latency.
+  TimeNs host_cost_ns = 5 * kMicrosecond;
+};
+
+struct WorkloadConfig {
+  uint32_t servers = 124;
+  uint32_t trainers = 346;
+  double mean_message_bytes = 20000;
+  double p99_message_bytes = 50000;
+  uint32_t fetch_request_bytes = 64;
+  TimeNs compute_ns = 1 * kMillisecond;
+  double compute_jitter = 0.1;  // uniform +-10% around compute_ns
+};
+
+enum class TransportKind { kRdma, kTcp };
+
+struct SimConfig {
+  FabricConfig fabric;
+  DcqcnConfig dcqcn;
+  EngineModelConfig engine;
+  TcpConfig tcp;
+  WorkloadConfig workload;
+  TransportKind transport = TransportKind::kRdma;
+  TimeNs duration_ns = 200 * kMillisecond;
+  uint64_t seed = 1;
+};
+
+}  // namespace bx::sim

@@ -1,0 +1,111 @@
+// The fabric: hosts, a two-tier leaf-spine of shared-buffer output-queued switches, the links
+// between them, PFC pauses and ECN marking. Hosts plug in through HostStack: the fabric asks a
+// host's stack for its next data packet when the NIC port is free, and hands it arriving packets.
+//
+// Every port has two FIFOs: control (ACKs, CNPs; strict priority, never paused) and data. A packet
+// costs two events per hop: its port's serialisation end and its arrival at the next node.
+// Single-threaded.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "sim/config.h"
+#include "sim/event_queue.h"
+#include "sim/packet.h"
+#include "sim/random.h"
+#include "sim/stats.h"
+#include "sim/switch_mmu.h"
+
+namespace bx::sim {
+
+class HostStack {
+ public:
+  virtual ~HostStack() = default;
+  // The NIC port of `host` is free: the next data packet, or kNoPacket. When a QP has data but
+  // its rate does not allow it yet, `*retry_at` is lowered to when it may send.
+  virtual uint32_t NextDataPacket(uint32_t host, TimeNs now, TimeNs* retry_at) = 0;
+  // A packet reached `host`; the stack owns it (and frees it).
+  virtual void OnPacket(uint32_t host, uint32_t packet) = 0;
+};
+
+class Network {
+ public:
+  Network(const FabricConfig& config, uint32_t hosts, EventQueue* events, Random* rng,
+          Stats* stats);
+
+  void SetHostStack(HostStack* stack) { stack_ = stack; }
+  PacketPool& packets() { return packets_; }
+  const FabricConfig& config() const { return config_; }
+  uint32_t hosts() const { return hosts_; }
+  uint32_t leaves() const { return leaves_; }
+  uint32_t LeafOf(uint32_t host) const;
+  double host_rate_mbps() const { return config_.host_gbps * 1000; }
+  // Serialisation time of `bytes` on a host link.
+  TimeNs HostSerialisation(uint32_t bytes) const;
+
+  // A host has new data: start its NIC port if idle.
+  void Kick(uint32_t host);
+  // Queue a NIC-generated control packet (ACK, CNP) on the host's port.
+  void SendControl(uint32_t host, uint32_t packet);
+
+  // Event handlers.
+  void OnTxDone(uint32_t port);
+  void OnArrive(uint32_t packet);
+  void OnPause(uint32_t port, bool pause);
+  void OnNicWake(uint32_t host);
+
+  // Closes the books at the end of a run (paused time still running) and peak occupancy.
+  void Finish(TimeNs now);
+  // Connected ports = directed links (each link counts once per direction).
+  uint32_t directed_links() const;
+
+ private:
+  struct Port {
+    uint32_t node;
+    uint32_t local;  // index within its node
+    uint32_t peer;   // global id of the port at the other end
+    uint32_t ps_per_byte;
+    PacketFifo control;
+    PacketFifo data;
+    uint64_t data_bytes = 0;  // egress data queue length (ECN, lossy admission)
+    uint64_t ecn_kmin = 0, ecn_kmax = 0;
+    bool busy = false;
+    bool paused = false;
+    TimeNs paused_since = 0;
+    PauseTier pauser = PauseTier::kCount;  // the tier that pauses this port
+    bool wake_pending = false;
+    TimeNs wake_at = 0;
+  };
+  struct Switch {
+    bool spine;
+    uint32_t first_port;
+    uint32_t ports;
+    std::unique_ptr<SwitchMmu> mmu;
+  };
+
+  uint32_t AddPort(uint32_t node, uint32_t local, double gbps);
+  void Connect(uint32_t a, uint32_t b);
+  uint32_t Route(const Switch& sw, uint32_t switch_index, const Packet& p) const;
+  void TryTransmit(uint32_t port);
+  void Transmit(uint32_t port, uint32_t packet);
+  void SendPause(const Switch& sw, uint32_t global_port, bool pause);
+  bool IsHostNode(uint32_t node) const { return node < hosts_; }
+
+  FabricConfig config_;
+  uint32_t hosts_;
+  uint32_t leaves_;
+  EventQueue* events_;
+  Random* rng_;
+  Stats* stats_;
+  HostStack* stack_ = nullptr;
+  PacketPool packets_;
+  std::vector<Port> ports_;
+  std::vector<uint32_t> host_port_;  // by host
+  std::vector<uint32_t> host_slot_;  // by host: its down-port index on its leaf
+  std::vector<uint32_t> host_leaf_;
+  std::vector<Switch> switches_;  // leaves, then spines; node id = hosts + index
+};
+
+}  // namespace bx::sim

@@ -1,0 +1,356 @@
+#include "sim/rdma_stack.h"
+
+#include <algorithm>
+
+namespace bx::sim {
+
+RdmaStack::Endpoint::Endpoint(const SimConfig& config, uint32_t fragment, double line_mbps)
+    : window(config.engine.window_bytes),
+      scheduler(fragment),
+      credits(config.engine.recv_queue_depth),
+      returner(config.engine.recv_queue_depth),
+      dcqcn(&config.dcqcn, line_mbps) {}
+
+RdmaStack::RdmaStack(const SimConfig& config, Network* network, EventQueue* events,
+                     MessageTable* messages, Stats* stats)
+    : config_(config),
+      network_(network),
+      events_(events),
+      messages_(messages),
+      stats_(stats),
+      servers_(config.workload.servers),
+      fragment_bytes_(config.engine.fragment_bytes) {
+  const EngineModelConfig& e = config.engine;
+  if (e.window_bytes != 0 && e.fragment_fits_window) {
+    fragment_bytes_ = uint32_t(std::min<uint64_t>(fragment_bytes_, e.window_bytes));
+  }
+  size_t qps = size_t(config.workload.servers) * config.workload.trainers;
+  endpoints_.reserve(qps * 2);
+  for (size_t i = 0; i < qps * 2; ++i) {
+    endpoints_.emplace_back(config, fragment_bytes_, network->host_rate_mbps());
+  }
+  rings_.resize(network->hosts());
+}
+
+uint32_t RdmaStack::HostOf(uint32_t endpoint) const {
+  uint32_t qp = endpoint / 2;
+  return endpoint % 2 == 0 ? servers_ + qp / servers_ : qp % servers_;
+}
+
+uint32_t RdmaStack::EndpointFor(uint32_t from, uint32_t to) const {
+  if (from >= servers_) return ((from - servers_) * servers_ + to) * 2;
+  return ((to - servers_) * servers_ + from) * 2 + 1;
+}
+
+uint32_t RdmaStack::NewWorkRequest(const WorkRequest& wr) {
+  if (free_work_requests_.empty()) {
+    work_requests_.push_back(wr);
+    return uint32_t(work_requests_.size() - 1);
+  }
+  uint32_t id = free_work_requests_.back();
+  free_work_requests_.pop_back();
+  work_requests_[id] = wr;
+  return id;
+}
+
+void RdmaStack::Append(WorkRequestList& list, uint32_t id) {
+  work_requests_[id].next = UINT32_MAX;
+  if (list.empty()) {
+    list.head = id;
+  } else {
+    work_requests_[list.tail].next = id;
+  }
+  list.tail = id;
+}
+
+uint32_t RdmaStack::PopFront(WorkRequestList& list) {
+  uint32_t id = list.head;
+  list.head = work_requests_[id].next;
+  if (list.head == UINT32_MAX) list.tail = UINT32_MAX;
+  return id;
+}
+
+uint32_t RdmaStack::Send(uint32_t from, uint32_t to, MessageKind kind, uint32_t bytes,
+                         TimeNs origin) {
+  Message m;
+  m.bytes = bytes;
+  m.from = from;
+  m.to = to;
+  m.enqueued = events_->now();
+  m.origin = origin;
+  m.kind = kind;
+  m.state = kQueued;
+  uint32_t id = messages_->Create(m);
+  uint32_t endpoint = EndpointFor(from, to);
+  Endpoint& e = endpoints_[endpoint];
+  if (e.message_tail == kNoMessage) {
+    e.message_head = id;
+  } else {
+    (*messages_)[e.message_tail].next = id;
+  }
+  e.message_tail = id;
+  Pump(endpoint);
+  return id;
+}
+
+void RdmaStack::Stall(Endpoint& e) {
+  // Once per wait, as SendWindow::NoteStall asks.
+  if (!e.stalled) e.window.NoteStall();
+  e.stalled = true;
+}
+
+void RdmaStack::Pump(uint32_t endpoint) {
+  Endpoint& e = endpoints_[endpoint];
+  while (e.posted < config_.engine.send_queue_depth) {
+    if (!e.control.empty()) {
+      if (!PumpControl(endpoint)) return;
+      continue;
+    }
+    if (!PumpMessage(endpoint)) return;
+  }
+}
+
+bool RdmaStack::PumpControl(uint32_t endpoint) {
+  Endpoint& e = endpoints_[endpoint];
+  const WorkRequest& wr = work_requests_[e.control.head];
+  bool credit_ok =
+      wr.what == What::kCredit ? e.credits.CanSendCreditUpdate() : e.credits.CanSendData();
+  if (!credit_ok) {
+    ++stats_->credit_stalls;
+    return false;
+  }
+  if (!e.window.CanPost(wr.bytes)) {
+    Stall(e);
+    return false;
+  }
+  uint32_t id = PopFront(e.control);
+  if (work_requests_[id].what == What::kCredit) e.credit_message_queued = false;
+  Post(endpoint, id);
+  return true;
+}
+
+bool RdmaStack::PumpMessage(uint32_t endpoint) {
+  Endpoint& e = endpoints_[endpoint];
+  if (e.message_head == kNoMessage) return false;
+  Message& m = (*messages_)[e.message_head];
+  if (m.state == kAwaitCts) return false;  // the flow left the ring when its RTS went
+  e.scheduler.Activate(0);
+  e.scheduler.Current();
+  WorkRequest wr;
+  wr.message = e.message_head;
+  if (m.state == kQueued && m.bytes <= config_.engine.eager_limit) {
+    wr.bytes = m.bytes;
+    wr.op = Op::kSend;
+    wr.what = What::kApp;
+  } else if (m.state == kQueued) {
+    wr.bytes = config_.fabric.control_bytes;
+    wr.op = Op::kSend;
+    wr.what = What::kRts;
+  } else {
+    wr.bytes = std::min(fragment_bytes_, m.bytes - m.posted);
+    bool last = m.posted + wr.bytes == m.bytes;
+    wr.op = last ? Op::kWriteWithImm : Op::kWrite;
+    wr.what = last ? What::kApp : What::kNone;
+  }
+  if (wr.op != Op::kWrite && !e.credits.CanSendData()) {
+    ++stats_->credit_stalls;
+    return false;
+  }
+  if (!e.window.CanPost(wr.bytes)) {
+    Stall(e);
+    return false;
+  }
+  if (!e.scheduler.Spend(wr.bytes)) {
+    e.scheduler.EndVisit();  // the next Current() tops the deficit up
+    return true;
+  }
+  Post(endpoint, NewWorkRequest(wr));
+  bool message_done = false;
+  if (wr.what == What::kRts) {
+    m.state = kAwaitCts;
+    e.scheduler.Deactivate();
+    return true;
+  }
+  if (wr.op == Op::kSend) {
+    message_done = true;
+  } else {
+    m.posted += wr.bytes;
+    message_done = m.posted == m.bytes;
+    e.scheduler.EndVisit();  // one fragment per visit
+  }
+  if (message_done) {
+    e.message_head = m.next;
+    if (e.message_head == kNoMessage) {
+      e.message_tail = kNoMessage;
+      if (e.scheduler.active(0)) {
+        e.scheduler.Current();
+        e.scheduler.Deactivate();
+      }
+    }
+  }
+  return true;
+}
+
+void RdmaStack::Post(uint32_t endpoint, uint32_t id) {
+  Endpoint& e = endpoints_[endpoint];
+  WorkRequest& wr = work_requests_[id];
+  if (wr.op != Op::kWrite) {
+    e.credits.Spend();
+    wr.credits = e.returner.Take(UINT32_MAX);
+  }
+  e.window.OnPosted(wr.bytes);
+  e.stalled = false;
+  ++e.posted;
+  Append(e.nic, id);
+  uint32_t host = HostOf(endpoint);
+  if (!e.in_ring) {
+    e.in_ring = true;
+    rings_[host].push_back(endpoint);
+  }
+  network_->Kick(host);
+}
+
+uint32_t RdmaStack::NextDataPacket(uint32_t host, TimeNs now, TimeNs* retry_at) {
+  std::deque<uint32_t>& ring = rings_[host];
+  const FabricConfig& fabric = config_.fabric;
+  for (size_t n = ring.size(); n > 0; --n) {
+    uint32_t endpoint = ring.front();
+    ring.pop_front();
+    Endpoint& e = endpoints_[endpoint];
+    if (e.nic.empty()) {
+      e.in_ring = false;
+      continue;
+    }
+    if (e.next_send > now) {
+      *retry_at = std::min(*retry_at, e.next_send);
+      ring.push_back(endpoint);
+      continue;
+    }
+    uint32_t wr_id = e.nic.head;
+    WorkRequest& wr = work_requests_[wr_id];
+    uint32_t payload = std::min(fabric.mtu_bytes, wr.bytes - wr.sent);
+    wr.sent += payload;
+    bool last = wr.sent == wr.bytes;
+    if (last) PopFront(e.nic);
+    PacketPool& pool = network_->packets();
+    uint32_t id = pool.Allocate();
+    Packet& p = pool[id];
+    p.type = PacketType::kRdmaData;
+    p.wire_bytes = payload + fabric.header_bytes;
+    p.src_host = host;
+    p.dst_host = HostOf(endpoint ^ 1);
+    p.flow = endpoint;
+    p.ref = wr_id;
+    p.last = last;
+    double rate = config_.dcqcn.enabled ? e.dcqcn.RateAt(now) : network_->host_rate_mbps();
+    // Pacing: the next cell of this QP may start once this one would have left at `rate`.
+    e.next_send = now + TimeNs(double(p.wire_bytes) * 8000.0 / rate + 0.5);
+    if (!e.nic.empty()) {
+      ring.push_back(endpoint);
+    } else {
+      e.in_ring = false;
+    }
+    return id;
+  }
+  return kNoPacket;
+}
+
+void RdmaStack::SendNicControl(uint32_t host, PacketType type, uint32_t dst, uint32_t flow,
+                               uint32_t ref) {
+  PacketPool& pool = network_->packets();
+  uint32_t id = pool.Allocate();
+  Packet& p = pool[id];
+  p.type = type;
+  p.wire_bytes = config_.fabric.control_bytes;
+  p.src_host = host;
+  p.dst_host = dst;
+  p.flow = flow;
+  p.ref = ref;
+  network_->SendControl(host, id);
+}
+
+void RdmaStack::OnPacket(uint32_t host, uint32_t id) {
+  PacketPool& pool = network_->packets();
+  Packet p = pool[id];
+  pool.Free(id);
+  TimeNs now = events_->now();
+  switch (p.type) {
+    case PacketType::kRdmaData: {
+      uint32_t receiver = p.flow ^ 1;
+      Endpoint& r = endpoints_[receiver];
+      if (p.ecn && (r.last_cnp < 0 || now - r.last_cnp >= config_.dcqcn.cnp_interval_ns)) {
+        r.last_cnp = now;
+        ++stats_->cnps;
+        SendNicControl(host, PacketType::kCnp, p.src_host, p.flow, 0);
+      }
+      if (p.last) {
+        SendNicControl(host, PacketType::kRdmaAck, p.src_host, p.flow, p.ref);
+        const WorkRequest& wr = work_requests_[p.ref];
+        if (wr.op != Op::kWrite) Receive(receiver, wr);
+      }
+      break;
+    }
+    case PacketType::kRdmaAck:
+      Complete(p.flow, p.ref);
+      break;
+    case PacketType::kCnp:
+      if (config_.dcqcn.enabled) endpoints_[p.flow].dcqcn.OnCnp(now);
+      break;
+    default:
+      break;
+  }
+}
+
+void RdmaStack::Receive(uint32_t endpoint, const WorkRequest& wr) {
+  Endpoint& r = endpoints_[endpoint];
+  if (wr.credits > 0) r.credits.Return(wr.credits);
+  if (r.returner.OnReceiveConsumed()) r.returner.OnReposted(r.returner.batch());
+  if (r.returner.NeedsCreditMessage() && !r.credit_message_queued) {
+    WorkRequest credit;
+    credit.bytes = config_.fabric.control_bytes;
+    credit.what = What::kCredit;
+    Append(r.control, NewWorkRequest(credit));
+    r.credit_message_queued = true;
+  }
+  switch (wr.what) {
+    case What::kRts: {
+      WorkRequest cts;
+      cts.bytes = config_.fabric.control_bytes;
+      cts.what = What::kCts;
+      cts.message = wr.message;
+      Append(r.control, NewWorkRequest(cts));
+      break;
+    }
+    case What::kCts:
+      // In order: the message awaiting its CTS is at the head of this endpoint's queue.
+      (*messages_)[wr.message].state = kWriting;
+      break;
+    case What::kApp:
+      sink_->OnDelivered(wr.message);
+      break;
+    default:
+      break;
+  }
+  Pump(endpoint);
+}
+
+void RdmaStack::Complete(uint32_t endpoint, uint32_t id) {
+  Endpoint& e = endpoints_[endpoint];
+  WorkRequest wr = work_requests_[id];
+  free_work_requests_.push_back(id);
+  e.window.OnCompleted(wr.bytes);
+  --e.posted;
+  if (wr.what == What::kApp) sink_->OnSendCompleted(wr.message);
+  Pump(endpoint);
+}
+
+void RdmaStack::Finish() {
+  for (const Endpoint& e : endpoints_) {
+    stats_->window_stalls += e.window.stalls();
+    stats_->dcqcn_rate_cuts += e.dcqcn.cuts();
+    stats_->max_outstanding_bytes =
+        std::max(stats_->max_outstanding_bytes, e.window.max_outstanding());
+  }
+}
+
+}  // namespace bx::sim

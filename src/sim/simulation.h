@@ -1,0 +1,35 @@
+// One run of the fabric simulation: builds the fabric, the host stacks and the workload from a
+// SimConfig, runs the event loop to duration_ns of virtual time, and summarises what happened.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "sim/config.h"
+#include "sim/stats.h"
+
+namespace bx::sim {
+
+struct SimResult {
+  SimConfig config;
+  Stats stats;
+  uint32_t fragment_bytes = 0;  // as the engines used it
+  double push_p50_us = 0, push_p99_us = 0;
+  double fetch_p50_us = 0, fetch_p99_us = 0;
+  uint64_t pfc_xoff = 0;
+  double paused_fraction = 0;  // paused link-time / (directed links x duration)
+  double paused_fraction_by_tier[size_t(PauseTier::kCount)] = {};
+  double sim_seconds = 0;
+  double wall_seconds = 0;
+  uint64_t events = 0;
+  uint32_t directed_links = 0;
+};
+
+SimResult RunSimulation(const SimConfig& config);
+
+// Percentile (0..100) of `values` in microseconds, nearest rank; 0 when empty. Reorders values.
+double PercentileUs(std::vector<TimeNs>& values, double percentile);
+
+const char* TierName(PauseTier tier);
+
+}  // namespace bx::sim

@@ -1,0 +1,69 @@
+// The TCP baseline: one kernel-TCP connection per (trainer, server) pair in the lossy class
+// (no PFC; switches drop past an egress dynamic threshold), DCTCP congestion control at the
+// sender, go-back-N recovery (three duplicate ACKs or a timeout), and a stated per-message
+// host-stack cost on each side, added as latency. No send window or credits: TCP has its own.
+//
+// Simplifications (docs/SIMULATION.md): an ACK per segment; the receiver keeps no out-of-order
+// segments; the receiver learns message boundaries from the sender's list (framing is free).
+// Single-threaded.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "sim/config.h"
+#include "sim/event_queue.h"
+#include "sim/messages.h"
+#include "sim/network.h"
+#include "sim/stats.h"
+
+namespace bx::sim {
+
+class TcpStack : public HostStack, public Transport {
+ public:
+  enum TimerKind : uint32_t { kAppend, kDeliver, kRetransmit };
+
+  TcpStack(const SimConfig& config, Network* network, EventQueue* events, MessageTable* messages,
+           Stats* stats);
+  void SetSink(MessageSink* sink) { sink_ = sink; }
+
+  uint32_t Send(uint32_t from, uint32_t to, MessageKind kind, uint32_t bytes,
+                TimeNs origin) override;
+  uint32_t NextDataPacket(uint32_t host, TimeNs now, TimeNs* retry_at) override;
+  void OnPacket(uint32_t host, uint32_t packet) override;
+  void OnTimer(uint32_t kind, uint32_t arg);
+
+ private:
+  struct Endpoint {
+    uint64_t stream_end = 0, snd_una = 0, snd_nxt = 0;
+    uint64_t rcv_nxt = 0;  // of the peer's stream
+    double cwnd = 0, ssthresh = 1e18, alpha = 1;
+    uint64_t window_end = 0, acked = 0, marked = 0;
+    uint32_t duplicate_acks = 0;
+    TimeNs rto_deadline = 0;
+    bool timer_armed = false;
+    bool in_ring = false;
+    uint32_t unacked_head = kNoMessage, tail = kNoMessage, undelivered = kNoMessage;
+  };
+
+  uint32_t HostOf(uint32_t endpoint) const;
+  uint32_t EndpointFor(uint32_t from, uint32_t to) const;
+  bool CanSend(const Endpoint& e) const;
+  void Wake(uint32_t endpoint);
+  void ArmTimer(uint32_t endpoint);
+  void OnData(uint32_t host, const Packet& p);
+  void OnAck(const Packet& p);
+
+  const SimConfig& config_;
+  Network* network_;
+  EventQueue* events_;
+  MessageTable* messages_;
+  Stats* stats_;
+  MessageSink* sink_ = nullptr;
+  uint32_t servers_;
+  std::vector<Endpoint> endpoints_;
+  std::vector<std::deque<uint32_t>> rings_;
+};
+
+}  // namespace bx::sim

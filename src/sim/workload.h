@@ -1,0 +1,52 @@
+// The paper's training workload (sections 2.1, 6.3, 8): parameter servers on hosts 0..S-1,
+// trainers on hosts S..S+T-1. Each iteration a trainer pushes one lognormal message to every
+// server, waits for all pushes to complete, fetches one lognormal message back from every
+// server, then computes for compute_ns (+- jitter) before the next iteration. Trainers start at
+// random offsets within one compute time, so they are loosely, not perfectly, synchronised.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sim/config.h"
+#include "sim/event_queue.h"
+#include "sim/messages.h"
+#include "sim/random.h"
+#include "sim/stats.h"
+
+namespace bx::sim {
+
+class Workload : public MessageSink {
+ public:
+  Workload(const WorkloadConfig& config, uint64_t seed, EventQueue* events, MessageTable* messages,
+           Stats* stats);
+  void SetTransport(Transport* transport) { transport_ = transport; }
+  void Start();
+  void OnTimer(uint32_t trainer);
+  void OnDelivered(uint32_t message) override;
+  void OnSendCompleted(uint32_t message) override;
+  // Pushes sent but not delivered by now count as incomplete.
+  void Finish();
+
+ private:
+  struct Trainer {
+    uint32_t pending = 0;
+    bool pushing = false;
+  };
+  uint32_t HostOfTrainer(uint32_t t) const { return config_.servers + t; }
+  void StartPush(uint32_t trainer);
+  void StartFetch(uint32_t trainer);
+
+  WorkloadConfig config_;
+  Random rng_;
+  LognormalSize sizes_;
+  EventQueue* events_;
+  MessageTable* messages_;
+  Stats* stats_;
+  Transport* transport_ = nullptr;
+  std::vector<Trainer> trainers_;
+  uint64_t pushes_sent_ = 0;
+  uint64_t pushes_delivered_ = 0;
+};
+
+}  // namespace bx::sim
