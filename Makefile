@@ -5,7 +5,8 @@ SANITIZE ?=
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test demo format format-check clean asan tsan
+.PHONY: all deps configure build test demo format format-check clean asan tsan test-asan test-tsan \
+	fuzz fuzz-smoke fuzz-build fuzz-corpus
 
 all: build
 
@@ -26,12 +27,38 @@ test: build
 demo: build
 	$(BUILD)/bin/bx devices
 	$(BUILD)/bin/bx selfcheck
+	$(BUILD)/bin/bx demo
 
-asan:
+# The whole suite under ASan+UBSan, and under TSan. `asan` and `tsan` are the old names.
+test-asan:
 	$(MAKE) test BUILD=build-asan SANITIZE=address BUILD_TYPE=Debug
 
-tsan:
+test-tsan:
 	$(MAKE) test BUILD=build-tsan SANITIZE=thread BUILD_TYPE=Debug
+
+asan: test-asan
+tsan: test-tsan
+
+# libFuzzer targets (fuzz/, docs/HARDENING.md), a separate clang-14 project: the gcc build above
+# never needs clang. `make fuzz` runs each target FUZZ_SECONDS; `make fuzz-smoke` ~10 s each.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+
+$(FUZZ_BUILD)/build.ninja:
+	cmake -S fuzz -B $(FUZZ_BUILD) -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14
+
+fuzz-build: deps $(FUZZ_BUILD)/build.ninja
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+
+fuzz: fuzz-build
+	fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+fuzz-smoke:
+	$(MAKE) fuzz FUZZ_SECONDS=10
+
+# Rewrites the checked-in seed corpora from the encoders (after a wire-format change).
+fuzz-corpus: fuzz-build
+	$(FUZZ_BUILD)/bin/fuzz_make_seeds fuzz/corpus
 
 format:
 	git ls-files '*.cc' '*.h' '*.c' | xargs clang-format -i
@@ -40,4 +67,4 @@ format-check:
 	git ls-files '*.cc' '*.h' '*.c' | xargs clang-format --dry-run --Werror
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan $(FUZZ_BUILD)

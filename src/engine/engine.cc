@@ -411,7 +411,11 @@ Engine::Step Engine::PumpChannel(ChannelId id) {
     return Step::kNext;
   }
   // Writing fragments to p, p+S, ...; one per visit, so other channels interleave.
-  uint32_t length = uint32_t(std::min<uint64_t>(config_.fragment_bytes, out.size() - out.offset));
+  // A fragment never exceeds the window: otherwise a window smaller than S would let S-sized
+  // requests through one at a time and bound nothing (the fabric simulator showed this).
+  uint64_t fragment = config_.fragment_bytes;
+  if (window_.enabled()) fragment = std::min(fragment, window_.limit());
+  uint32_t length = uint32_t(std::min<uint64_t>(fragment, out.size() - out.offset));
   const bool last = out.offset + length == out.size();
   // A known-target write ends with a SEND carrying the tag: two requests.
   const uint32_t slots = last && out.known_target ? 2 : 1;

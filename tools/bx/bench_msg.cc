@@ -27,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_common.h"
 #include "bx/bemalloc.h"
 #include "bx/buffer.h"
 #include "bx/transport.h"
@@ -85,15 +86,6 @@ uint64_t HardwareCpuNs() {
   Result<verbs::Library*> library = verbs::Library::Get();
   if (!library.ok() || (*library)->sim().hardware_cpu_ns == nullptr) return 0;
   return (*library)->sim().hardware_cpu_ns();
-}
-
-Status EnsureMemoryPool(const std::string& device_name) {
-  if (bemalloc::IsInitialized()) return Status::Ok();
-  Result<verbs::Device> device = verbs::Device::Open(device_name);
-  if (!device.ok()) return device.status().WithContext("bemalloc needs a device");
-  // Leaked on purpose: bemalloc uses the device until the process exits.
-  auto* kept = new verbs::Device(std::move(device).value());
-  return bemalloc::Init(*kept);
 }
 
 struct MsgResult {

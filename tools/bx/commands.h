@@ -13,6 +13,17 @@ void AddDevicesCommand(CLI::App* app);
 // `bx selfcheck [--json]`: SEND/RECV, WRITE, WRITE_WITH_IMM and READ between two devices.
 void AddSelfCheckCommand(CLI::App* app);
 
+// `bx stats --url http://host:port/metrics [--filter S] [--json]`: a running process's metrics.
+void AddStatsCommand(CLI::App* app);
+
+// `bx sim incast ...`: the fabric simulation of issue 9 (sim_command.cc, src/sim/).
+void AddSimCommand(CLI::App* app);
+
+// `bx demo`: an in-process parameter-server cluster, RDMA vs TCP (demo_command.cc).
+void AddDemoCommand(CLI::App* app);
+// `bx ps serve|rank|train --cluster FILE`: the PS roles as processes (ps_command.cc).
+void AddPsCommand(CLI::App* app);
+
 }  // namespace bx::tools
 
 // `bx bench alloc ...`: registered under the `bench` subcommand. Defined by tools/bx/bench_alloc.cc
@@ -22,3 +33,8 @@ void AddBenchAllocCommand(CLI::App* bench);
 // `bx bench msg ...`: message latency, throughput and host CPU per transport (bench_msg.cc).
 void AddBenchMsgCommand(CLI::App* bench);
 void AddBenchVerbsCommand(CLI::App* bench);
+
+// `bx bench fanout` and `bx bench incast`: QP multiplexing and the send window (bench_scaling.cc).
+void AddBenchScalingCommands(CLI::App* bench);
+// `bx bench rpc ...`: RPC calls/s and latency beside gRPC (bench_rpc.cc).
+void AddBenchRpcCommand(CLI::App* bench);

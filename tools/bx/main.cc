@@ -9,12 +9,18 @@ int main(int argc, char** argv) {
 
   bx::tools::AddDevicesCommand(&app);
   bx::tools::AddSelfCheckCommand(&app);
+  bx::tools::AddStatsCommand(&app);
+  bx::tools::AddSimCommand(&app);
+  bx::tools::AddDemoCommand(&app);
+  bx::tools::AddPsCommand(&app);
 
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (each prints --json on request)");
   bench->require_subcommand(1);
   AddBenchAllocCommand(bench);
   AddBenchMsgCommand(bench);
   AddBenchVerbsCommand(bench);
+  AddBenchScalingCommands(bench);
+  AddBenchRpcCommand(bench);
 
   CLI11_PARSE(app, argc, argv);
   return 0;

@@ -1,0 +1,308 @@
+#include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "ps/service/ps_service.h"
+
+namespace bx::ps {
+
+// Runs delayed retries (push backoff) on one thread, so RPC callbacks never sleep.
+class PsClient::Timer {
+ public:
+  Timer() : thread_([this] { Run(); }) {}
+  ~Timer() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // False once stopping: the caller then finishes the work itself.
+  bool After(std::chrono::microseconds delay, std::function<void()> fn) {
+    std::lock_guard lock(mu_);
+    if (stop_) return false;
+    tasks_.emplace(rpc::Clock::now() + delay, std::move(fn));
+    cv_.notify_all();
+    return true;
+  }
+
+ private:
+  void Run() {
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      if (tasks_.empty()) {
+        cv_.wait(lock);
+        continue;
+      }
+      auto first = tasks_.begin();
+      if (first->first > rpc::Clock::now()) {
+        cv_.wait_until(lock, first->first);
+        continue;
+      }
+      std::function<void()> fn = std::move(first->second);
+      tasks_.erase(first);
+      lock.unlock();
+      fn();
+      lock.lock();
+    }
+    // Pending retries end with Aborted rather than silently, so nobody waits forever.
+    std::multimap<rpc::Clock::time_point, std::function<void()>> left;
+    left.swap(tasks_);
+    lock.unlock();
+    for (auto& [when, fn] : left) fn();
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::multimap<rpc::Clock::time_point, std::function<void()>> tasks_;
+  std::thread thread_;
+};
+
+struct PsClient::PushAttempt {
+  uint32_t shard = 0;
+  std::string bytes;  // the encoded push, resent unchanged (same PushId) by every retry
+  rpc::Clock::time_point deadline;
+  uint32_t replica = 0;
+  uint32_t tried_this_round = 0;
+  std::function<void(Result<PushAck>)> done;
+};
+
+Result<std::unique_ptr<PsClient>> PsClient::Create(const ClusterSpec& spec,
+                                                   PsClientOptions options) {
+  if (spec.shards.empty()) return Status(StatusCode::kInvalidArgument, "cluster has no shards");
+  std::unique_ptr<PsClient> client(new PsClient());
+  client->client_id_ = options.client_id;
+  while (client->client_id_ == 0)
+    client->client_id_ = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
+  const bool rdma = options.transport == "rdma";
+  for (size_t i = 0; i < spec.shards.size(); ++i) {
+    auto shard = std::make_unique<Shard>();
+    std::vector<rpc::ReplicaAddress> addresses;
+    for (const ReplicaSpec& replica : spec.shards[i].replicas) {
+      rpc::ReplicaAddress address;
+      (rdma ? address.rdma_url : address.tcp_url) = rdma ? replica.rdma : replica.tcp;
+      if ((rdma ? address.rdma_url : address.tcp_url).empty()) {
+        return Status(StatusCode::kInvalidArgument, "shard " + std::to_string(i) +
+                                                        " has a replica without a " +
+                                                        options.transport + " address");
+      }
+      addresses.push_back(address);
+      Result<std::unique_ptr<rpc::Client>> one = rpc::Client::Create({address}, options.rpc);
+      if (!one.ok()) return one.status();
+      shard->replicas.push_back(std::move(one).value());
+    }
+    Result<std::unique_ptr<rpc::Client>> reads = rpc::Client::Create(addresses, options.rpc);
+    if (!reads.ok()) return reads.status();
+    shard->reads = std::move(reads).value();
+    client->shards_.push_back(std::move(shard));
+  }
+  client->timer_ = std::make_unique<Timer>();
+  return client;
+}
+
+PsClient::~PsClient() {
+  // The timer first: its pending retries then find no timer and end with Aborted; then the RPC
+  // clients, which fail their outstanding calls.
+  timer_.reset();
+  shards_.clear();
+}
+
+void PsClient::FetchAsync(uint32_t table, std::span<const uint64_t> keys,
+                          std::chrono::microseconds timeout,
+                          std::function<void(Result<FetchResult>)> done) {
+  auto batches = std::make_shared<std::vector<ShardBatch>>(SplitByShard(keys, shard_count()));
+  std::vector<rpc::SubCall> calls;
+  for (const ShardBatch& batch : *batches) {
+    FetchRequest request{table, batch.keys};
+    Result<rpc::Message> message = rpc::Message::Allocate(FetchRequestSize(batch.keys.size()));
+    if (!message.ok()) return done(message.status());
+    if (Status s = EncodeFetchRequest(request, {message->data(), message->size()}); !s.ok()) {
+      return done(s);
+    }
+    calls.push_back(rpc::SubCall{shards_[batch.shard]->reads.get(), std::string(kFetchMethod),
+                                 std::move(message).value(), /*idempotent=*/true});
+  }
+  size_t total = keys.size();
+  rpc::FanOut(
+      std::move(calls), timeout,
+      [batches, total, done = std::move(done)](rpc::FanOutResult result) {
+        if (!result.all_ok()) return done(result.results[result.failed[0]].status());
+        FetchResult out;
+        for (size_t b = 0; b < batches->size(); ++b) {
+          const rpc::Message& m = *result.results[b];
+          Result<FetchResponseView> view = DecodeFetchResponse({m.data(), m.size()});
+          if (!view.ok()) return done(view.status());
+          const ShardBatch& batch = (*batches)[b];
+          if (view->key_count() != batch.keys.size()) {
+            return done(Status(StatusCode::kDataLoss, "fetch response key count"));
+          }
+          if (b == 0) {
+            out.dim = view->dim();
+            out.values.resize(total * out.dim);
+          } else if (view->dim() != out.dim) {
+            return done(Status(StatusCode::kDataLoss, "shards disagree on dim"));
+          }
+          for (size_t i = 0; i < batch.keys.size(); ++i) {
+            view->CopyRow(i, {out.values.data() + size_t{batch.positions[i]} * out.dim, out.dim});
+          }
+        }
+        done(std::move(out));
+      });
+}
+
+Result<FetchResult> PsClient::Fetch(uint32_t table, std::span<const uint64_t> keys,
+                                    std::chrono::microseconds timeout) {
+  std::promise<Result<FetchResult>> promise;
+  auto future = promise.get_future();
+  FetchAsync(table, keys, timeout,
+             [&promise](Result<FetchResult> result) { promise.set_value(std::move(result)); });
+  return future.get();
+}
+
+void PsClient::PushAsync(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
+                         std::span<const float> gradients, std::chrono::microseconds timeout,
+                         std::function<void(Status)> done) {
+  if (gradients.size() != keys.size() * dim) {
+    return done(Status(StatusCode::kInvalidArgument, "gradients must be keys * dim floats"));
+  }
+  std::vector<ShardBatch> batches = SplitByShard(keys, shard_count());
+  if (batches.empty()) return done(Status::Ok());
+  struct Join {
+    std::mutex mu;
+    size_t left;
+    Status first_error;
+    std::function<void(Status)> done;
+  };
+  auto join = std::make_shared<Join>();
+  join->left = batches.size();
+  join->done = std::move(done);
+  for (ShardBatch& batch : batches) {
+    PushRequest push;
+    push.id = {client_id_, shards_[batch.shard]->sequence.fetch_add(1) + 1};
+    push.table_id = table;
+    push.dim = dim;
+    push.gradients.resize(batch.keys.size() * dim);
+    for (size_t i = 0; i < batch.keys.size(); ++i) {
+      std::copy_n(gradients.data() + size_t{batch.positions[i]} * dim, dim,
+                  push.gradients.data() + i * dim);
+    }
+    push.keys = std::move(batch.keys);
+    PushToShard(batch.shard, std::move(push), timeout, [join](Result<PushAck> ack) {
+      std::unique_lock lock(join->mu);
+      if (!ack.ok() && join->first_error.ok()) join->first_error = ack.status();
+      if (--join->left > 0) return;
+      Status status = join->first_error;
+      lock.unlock();
+      join->done(status);
+    });
+  }
+}
+
+Status PsClient::Push(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
+                      std::span<const float> gradients, std::chrono::microseconds timeout) {
+  std::promise<Status> promise;
+  auto future = promise.get_future();
+  PushAsync(table, dim, keys, gradients, timeout,
+            [&promise](Status status) { promise.set_value(std::move(status)); });
+  return future.get();
+}
+
+void PsClient::PushToShard(uint32_t shard, PushRequest push, std::chrono::microseconds timeout,
+                           std::function<void(Result<PushAck>)> done) {
+  if (shard >= shards_.size()) {
+    return done(Status(StatusCode::kInvalidArgument, "no such shard"));
+  }
+  auto attempt = std::make_shared<PushAttempt>();
+  attempt->shard = shard;
+  attempt->bytes.resize(PushRequestSize(push.keys.size(), push.dim));
+  if (Status s = EncodePushRequest(push, std::as_writable_bytes(std::span(attempt->bytes)));
+      !s.ok()) {
+    return done(s);
+  }
+  attempt->deadline = rpc::Clock::now() + timeout;
+  attempt->replica = shards_[shard]->primary.load(std::memory_order_relaxed);
+  attempt->done = std::move(done);
+  TryPush(std::move(attempt));
+}
+
+// One attempt at the replica we believe is primary. "Not primary" or an unreachable replica
+// moves on to the next one; a full round without success, or back-pressure, waits a little
+// before going on, so a failover in progress is not hammered.
+void PsClient::TryPush(std::shared_ptr<PushAttempt> attempt) {
+  auto remaining =
+      std::chrono::duration_cast<std::chrono::microseconds>(attempt->deadline - rpc::Clock::now());
+  if (remaining.count() <= 0) {
+    return attempt->done(Status(StatusCode::kDeadlineExceeded, "push not acknowledged in time"));
+  }
+  Shard& shard = *shards_[attempt->shard];
+  Result<rpc::Message> message = rpc::Message::CopyOf(attempt->bytes);
+  if (!message.ok()) return attempt->done(message.status());
+  // One RPC attempt per try: where to retry is this function's decision (the RPC client of one
+  // replica cannot know another replica became primary).
+  rpc::CallOptions options{.timeout = std::min(remaining, std::chrono::microseconds(500000)),
+                           .idempotent = true,
+                           .max_attempts = 1};
+  shard.replicas[attempt->replica]->Call(
+      kPushMethod, std::move(message).value(), options,
+      [this, attempt](Result<rpc::Message> reply) {
+        Shard& shard = *shards_[attempt->shard];
+        if (reply.ok()) {
+          Result<PushAck> ack = DecodePushAck({reply->data(), reply->size()});
+          if (ack.ok()) shard.primary.store(attempt->replica, std::memory_order_relaxed);
+          return attempt->done(std::move(ack));
+        }
+        StatusCode code = reply.status().code();
+        if (code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ||
+            code == StatusCode::kDataLoss) {
+          return attempt->done(reply.status());  // the push itself is bad: retrying cannot help
+        }
+        std::chrono::microseconds delay{0};
+        if (code == StatusCode::kResourceExhausted) {
+          delay = std::chrono::milliseconds(1);
+        } else {
+          push_failovers_.fetch_add(1, std::memory_order_relaxed);
+          attempt->replica = (attempt->replica + 1) % shard.replicas.size();
+          if (++attempt->tried_this_round >= shard.replicas.size()) {
+            attempt->tried_this_round = 0;
+            delay = std::chrono::milliseconds(5);
+          }
+        }
+        if (delay.count() == 0) return TryPush(attempt);
+        if (!timer_ || !timer_->After(delay, [this, attempt] { TryPush(attempt); })) {
+          attempt->done(Status(StatusCode::kAborted, "push client shutting down"));
+        }
+      });
+}
+
+PsClientStats PsClient::stats() const {
+  PsClientStats out;
+  out.push_failovers = push_failovers_.load();
+  auto add = [&out](const rpc::Client& client) {
+    rpc::ClientStats s = client.stats();
+    out.rpc.calls += s.calls;
+    out.rpc.ok += s.ok;
+    for (auto& [code, n] : s.errors) out.rpc.errors[code] += n;
+    out.rpc.attempts += s.attempts;
+    out.rpc.retries += s.retries;
+    out.rpc.retries_throttled += s.retries_throttled;
+    out.rpc.fallbacks_to_tcp += s.fallbacks_to_tcp;
+    out.rpc.returns_to_rdma += s.returns_to_rdma;
+    out.rpc.replica_state_changes += s.replica_state_changes;
+    out.rpc.connections_opened += s.connections_opened;
+    out.rpc.connections_failed += s.connections_failed;
+    out.rpc.heartbeats_sent += s.heartbeats_sent;
+    for (auto& [method, h] : s.latency) out.rpc.latency[method].Merge(h);
+  };
+  for (const auto& shard : shards_) {
+    add(*shard->reads);
+    for (const auto& replica : shard->replicas) add(*replica);
+  }
+  return out;
+}
+
+}  // namespace bx::ps

@@ -1,0 +1,127 @@
+#include <utility>
+
+#include "ps/service/ps_service.h"
+
+namespace bx::ps {
+
+namespace {
+
+std::span<const std::byte> Bytes(const rpc::Message& message) {
+  return {message.data(), message.size()};
+}
+
+}  // namespace
+
+void RpcBackupLink::Forward(const ForwardedPush& forwarded, std::function<void(Status)> done) {
+  Result<rpc::Message> message =
+      rpc::Message::Allocate(ForwardedPushSize(forwarded.push.keys.size(), forwarded.push.dim));
+  if (!message.ok()) return done(message.status());
+  if (Status s = EncodeForwardedPush(forwarded, {message->data(), message->size()}); !s.ok()) {
+    return done(s);
+  }
+  client_->Call(kForwardMethod, std::move(message).value(),
+                rpc::CallOptions{.timeout = timeout_, .idempotent = true},
+                [done = std::move(done)](Result<rpc::Message> reply) {
+                  done(reply.ok() ? Status::Ok() : reply.status());
+                });
+}
+
+Result<std::unique_ptr<PsServer>> PsServer::Create(const std::vector<TableConfig>& tables,
+                                                   PsServerOptions options) {
+  std::unique_ptr<PsServer> server(new PsServer(std::move(options)));
+  for (const TableConfig& table : tables) BX_RETURN_IF_ERROR(server->replica_.CreateTable(table));
+  Result<std::unique_ptr<rpc::Server>> rpc_server = rpc::Server::Create(server->options_.rpc);
+  if (!rpc_server.ok()) return rpc_server.status();
+  server->server_ = std::move(rpc_server).value();
+  BX_RETURN_IF_ERROR(server->Register());
+  return server;
+}
+
+PsServer::~PsServer() {
+  Stop();
+}
+
+void PsServer::Stop() {
+  server_->Stop();
+  // Backup clients are kept: the replica may still complete forwards through them, and their
+  // destruction fails those calls cleanly (Aborted) when this object goes.
+}
+
+Status PsServer::Register() {
+  BX_RETURN_IF_ERROR(server_->AddMethod(
+      std::string(kFetchMethod), [this](rpc::ServerCall call) { OnFetch(std::move(call)); }));
+  BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kPushMethod),
+                                        [this](rpc::ServerCall call) { OnPush(std::move(call)); }));
+  return server_->AddMethod(std::string(kForwardMethod),
+                            [this](rpc::ServerCall call) { OnForward(std::move(call)); });
+}
+
+Status PsServer::BecomePrimary(uint64_t epoch, const std::vector<rpc::ReplicaAddress>& backups) {
+  std::vector<std::shared_ptr<BackupLink>> links;
+  std::lock_guard lock(backups_mu_);
+  for (const rpc::ReplicaAddress& address : backups) {
+    Result<std::unique_ptr<rpc::Client>> client =
+        rpc::Client::Create({address}, options_.backup_client);
+    if (!client.ok()) return client.status();
+    std::shared_ptr<rpc::Client> shared = std::move(client).value();
+    backup_clients_.push_back(shared);
+    links.push_back(std::make_shared<RpcBackupLink>(shared, options_.forward_timeout));
+  }
+  return replica_.BecomePrimary(epoch, std::move(links));
+}
+
+// The response is allocated at its final size and the table writes the rows straight into it:
+// the values are copied once, from the table into the registered buffer the NIC sends from.
+void PsServer::OnFetch(rpc::ServerCall call) {
+  fetches_.fetch_add(1, std::memory_order_relaxed);
+  Result<FetchRequest> request = DecodeFetchRequest(Bytes(call.request()));
+  if (!request.ok()) return call.Fail(request.status());
+  Result<uint32_t> dim = replica_.TableDim(request->table_id);
+  if (!dim.ok()) return call.Fail(dim.status());
+  Result<rpc::Message> response =
+      rpc::Message::Allocate(FetchResponseSize(request->keys.size(), *dim));
+  if (!response.ok()) return call.Fail(response.status());
+  Status s = replica_.EncodeFetchResponse(*request, {response->data(), response->size()});
+  if (!s.ok()) return call.Fail(s);
+  call.Respond(std::move(response).value());
+}
+
+void PsServer::OnPush(rpc::ServerCall call) {
+  Result<PushRequest> push = DecodePushRequest(Bytes(call.request()));
+  if (!push.ok()) return call.Fail(push.status());
+  // ShardReplica's callback is a std::function (copyable); ServerCall is move-only.
+  auto shared = std::make_shared<rpc::ServerCall>(std::move(call));
+  replica_.HandlePush(std::move(push).value(), [this, shared](Result<PushAck> ack) {
+    if (!ack.ok()) {
+      push_errors_.fetch_add(1, std::memory_order_relaxed);
+      return shared->Fail(ack.status());
+    }
+    (ack->duplicate ? pushes_duplicate_ : pushes_acked_).fetch_add(1, std::memory_order_relaxed);
+    Result<rpc::Message> response = rpc::Message::Allocate(PushAckSize());
+    if (!response.ok()) return shared->Fail(response.status());
+    if (Status s = EncodePushAck(*ack, {response->data(), response->size()}); !s.ok()) {
+      return shared->Fail(s);
+    }
+    shared->Respond(std::move(response).value());
+  });
+}
+
+void PsServer::OnForward(rpc::ServerCall call) {
+  forwards_.fetch_add(1, std::memory_order_relaxed);
+  Result<ForwardedPush> forwarded = DecodeForwardedPush(Bytes(call.request()));
+  if (!forwarded.ok()) return call.Fail(forwarded.status());
+  auto shared = std::make_shared<rpc::ServerCall>(std::move(call));
+  replica_.HandleForward(std::move(forwarded).value(), [shared](Status status) {
+    if (!status.ok()) return shared->Fail(status);
+    Result<rpc::Message> empty = rpc::Message::Allocate(0);
+    if (!empty.ok()) return shared->Fail(empty.status());
+    shared->Respond(std::move(empty).value());
+  });
+}
+
+PsServerCounters PsServer::counters() const {
+  return {fetches_.load(), pushes_acked_.load(), pushes_duplicate_.load(), push_errors_.load(),
+          forwards_.load()};
+}
+
+}  // namespace bx::ps

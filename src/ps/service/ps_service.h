@@ -1,0 +1,162 @@
+// The parameter server on the network: PsServer puts one ShardReplica behind an rpc::Server
+// ("ps.Fetch", "ps.Push", "ps.Forward"), RpcBackupLink carries a primary's forwards to a backup
+// over an rpc::Client, and PsClient routes fetches and pushes of a whole cluster by shard.
+// Wire formats: docs/PS.md; the RPC layer: include/bx/rpc.h.
+//
+// Thread-safety: every public method may be called from any thread once Create returned.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bx/ps/cluster.h"
+#include "bx/ps/wire.h"
+#include "bx/rpc.h"
+#include "bx/status.h"
+#include "ps/shard_replica.h"
+
+namespace bx::ps {
+
+inline constexpr std::string_view kFetchMethod = "ps.Fetch";
+inline constexpr std::string_view kPushMethod = "ps.Push";
+inline constexpr std::string_view kForwardMethod = "ps.Forward";
+
+// A primary's link to one backup: each forward is one "ps.Forward" call. The call is marked
+// idempotent because the backup dedups by lsn and push id, so an RPC-level retry is harmless.
+class RpcBackupLink : public BackupLink {
+ public:
+  RpcBackupLink(std::shared_ptr<rpc::Client> client, std::chrono::microseconds timeout)
+      : client_(std::move(client)), timeout_(timeout) {}
+  void Forward(const ForwardedPush& forwarded, std::function<void(Status)> done) override;
+
+ private:
+  std::shared_ptr<rpc::Client> client_;
+  std::chrono::microseconds timeout_;
+};
+
+struct PsServerCounters {
+  uint64_t fetches = 0;
+  uint64_t pushes_acked = 0;      // acks sent for new pushes
+  uint64_t pushes_duplicate = 0;  // acks sent for retries of applied pushes
+  uint64_t push_errors = 0;
+  uint64_t forwards = 0;
+};
+
+struct PsServerOptions {
+  rpc::ServerOptions rpc;
+  ShardReplica::Options replica;
+  // Clients this server opens to its backups when it becomes primary.
+  rpc::ClientOptions backup_client;
+  std::chrono::microseconds forward_timeout = std::chrono::seconds(2);
+};
+
+class PsServer {
+ public:
+  // A backup replica (epoch 0) holding `tables`; not listening yet.
+  static Result<std::unique_ptr<PsServer>> Create(const std::vector<TableConfig>& tables,
+                                                  PsServerOptions options = {});
+  ~PsServer();  // Stop()
+
+  Status Start(const std::vector<std::string>& urls) { return server_->Start(urls); }
+  rpc::ReplicaAddress address() const { return server_->address(); }
+  // Promotes this replica to primary of `epoch`, forwarding to `backups` (one rpc::Client each).
+  Status BecomePrimary(uint64_t epoch, const std::vector<rpc::ReplicaAddress>& backups);
+  // Stops serving (listeners and connections close); the replica state stays readable.
+  void Stop();
+
+  ShardReplica& replica() { return replica_; }
+  PsServerCounters counters() const;
+  rpc::ServerStats rpc_stats() const { return server_->stats(); }
+
+ private:
+  explicit PsServer(PsServerOptions options) : options_(std::move(options)) {}
+  Status Register();
+  void OnFetch(rpc::ServerCall call);
+  void OnPush(rpc::ServerCall call);
+  void OnForward(rpc::ServerCall call);
+
+  PsServerOptions options_;
+  ShardReplica replica_;
+  std::unique_ptr<rpc::Server> server_;
+  std::mutex backups_mu_;
+  std::vector<std::shared_ptr<rpc::Client>> backup_clients_;
+  std::atomic<uint64_t> fetches_{0}, pushes_acked_{0}, pushes_duplicate_{0}, push_errors_{0},
+      forwards_{0};
+};
+
+// ---------------------------------------------------------------------------------------------
+
+struct PsClientOptions {
+  // "rdma" or "tcp": which url of each replica to use (the other is not used, so that a run
+  // measures one transport).
+  std::string transport = "rdma";
+  rpc::ClientOptions rpc;
+  uint64_t client_id = 0;  // 0: random
+};
+
+struct FetchResult {
+  uint32_t dim = 0;
+  std::vector<float> values;  // keys.size() * dim, row i for key i
+};
+
+struct PsClientStats {
+  uint64_t push_failovers = 0;  // a push moved to another replica of its shard
+  rpc::ClientStats rpc;         // summed over every rpc::Client of this PsClient
+};
+
+class PsClient {
+ public:
+  static Result<std::unique_ptr<PsClient>> Create(const ClusterSpec& spec,
+                                                  PsClientOptions options = {});
+  ~PsClient();
+
+  // Fetches `keys` of `table`: one sub-call per shard touched, all under one deadline. Reads go
+  // to any replica of a shard (the RPC client picks and fails over).
+  void FetchAsync(uint32_t table, std::span<const uint64_t> keys, std::chrono::microseconds timeout,
+                  std::function<void(Result<FetchResult>)> done);
+  Result<FetchResult> Fetch(uint32_t table, std::span<const uint64_t> keys,
+                            std::chrono::microseconds timeout);
+
+  // Pushes gradients (keys.size() * dim floats) to every shard touched, each shard's part with
+  // its own PushId; a part is retried with the same id (on another replica when the one it
+  // tried is not primary or unreachable) until acked or `timeout`. `done` gets OK when every
+  // part was acked.
+  void PushAsync(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
+                 std::span<const float> gradients, std::chrono::microseconds timeout,
+                 std::function<void(Status)> done);
+  Status Push(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
+              std::span<const float> gradients, std::chrono::microseconds timeout);
+  // One shard's push with a caller-chosen id (tests replay a push whose ack was lost).
+  void PushToShard(uint32_t shard, PushRequest push, std::chrono::microseconds timeout,
+                   std::function<void(Result<PushAck>)> done);
+
+  uint64_t client_id() const { return client_id_; }
+  uint32_t shard_count() const { return static_cast<uint32_t>(shards_.size()); }
+  PsClientStats stats() const;
+
+ private:
+  struct Shard {
+    std::unique_ptr<rpc::Client> reads;                  // all replicas
+    std::vector<std::unique_ptr<rpc::Client>> replicas;  // one per replica, for pushes
+    std::atomic<uint32_t> primary{0};                    // where pushes go first
+    std::atomic<uint64_t> sequence{0};                   // PushId sequences of this shard
+  };
+  struct PushAttempt;
+  class Timer;
+  PsClient() = default;
+  void TryPush(std::shared_ptr<PushAttempt> attempt);
+
+  uint64_t client_id_ = 0;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::unique_ptr<Timer> timer_;
+  std::atomic<uint64_t> push_failovers_{0};
+};
+
+}  // namespace bx::ps

@@ -1,0 +1,543 @@
+// `bx demo`: a small parameter-server cluster in this process (4 shards x 2 replicas, every
+// replica its own rpc::Server), driven by an inference workload (rankers with many outstanding
+// Fetch fan-outs) and a training workload (trainers: fetch, stand-in compute, push), first over
+// rdma:// on the simnic, then over tcp://, and the two side by side (issue 8).
+//
+// Host CPU per request is the process's CPU time minus the simnic's "hardware" threads (which a
+// real NIC would not charge to the host) and minus the trainers' stand-in compute (the same on
+// both transports; it would only dilute the difference). It covers servers and clients, since
+// both run here.
+#include <time.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "bx/bemalloc.h"
+#include "bx/ps/workload.h"
+#include "commands.h"
+#include "ps/service/ps_service.h"
+#include "transport/rdma/rdma_transport.h"
+#include "transport/tcp/tcp_transport.h"
+#include "transport/transport_registry.h"
+#include "verbs/verbs.h"
+
+namespace bx::tools {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace bx::ps;
+using Clock = std::chrono::steady_clock;
+
+struct DemoOptions {
+  double duration_s = 60;  // total over 2 workloads x 2 transports
+  int shards = 4;
+  int replicas = 2;
+  int rankers = 2;
+  int outstanding = 8;  // Fetch fan-outs in flight per ranker
+  int trainers = 4;
+  int compute_us = 200;  // stand-in forward/backward per training step
+  uint32_t dim = 64;
+  uint64_t key_space = 1 << 20;
+  bool json = false;
+};
+
+constexpr uint32_t kTable = 1;
+
+uint64_t ProcessCpuNs() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return uint64_t(now.tv_sec) * 1000000000 + uint64_t(now.tv_nsec);
+}
+uint64_t ThreadCpuNs() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return uint64_t(now.tv_sec) * 1000000000 + uint64_t(now.tv_nsec);
+}
+// CPU of the simnic's hardware threads (0 on a real NIC).
+uint64_t HardwareCpuNs() {
+  Result<verbs::Library*> library = verbs::Library::Get();
+  if (!library.ok() || (*library)->sim().hardware_cpu_ns == nullptr) return 0;
+  return (*library)->sim().hardware_cpu_ns();
+}
+
+[[noreturn]] void Fail(const std::string& what, const Status& status) {
+  std::fprintf(stderr, "demo: %s: %s\n", what.c_str(), status.ToString().c_str());
+  throw CLI::RuntimeError(1);
+}
+
+void Init() {
+  setenv("BX_VERBS", "sim", /*overwrite=*/0);  // the simnic unless the user chose otherwise
+  tcp::RegisterTcpTransport();
+  rdma::RegisterRdmaTransport();
+  if (bemalloc::IsInitialized()) return;
+  Result<verbs::Device> device = verbs::Device::Open("");
+  if (!device.ok()) Fail("open RDMA device", device.status());
+  // Leaked on purpose: bemalloc uses the device until the process exits.
+  auto* kept = new verbs::Device(std::move(device).value());
+  if (Status s = bemalloc::Init(*kept); !s.ok()) Fail("bemalloc", s);
+}
+
+struct Figures {
+  double fetch_mean_us = 0, fetch_p99_us = 0, push_p99_us = 0;
+  double requests_per_sec = 0, host_cpu_us_per_request = 0;
+  uint64_t requests = 0, errors = 0;
+  std::map<std::string, uint64_t> engine;  // rdma engine counters (client side)
+  uint64_t fallbacks = 0, rpc_retries = 0;
+};
+
+// The cluster, the client transport and the PS client for one scheme.
+class DemoCluster {
+ public:
+  DemoCluster(const DemoOptions& options, const std::string& scheme) : scheme_(scheme) {
+    TableConfig table;
+    table.id = kTable;
+    table.name = "embedding";
+    table.dim = options.dim;
+    table.init.kind = InitializerKind::kNormal;
+    table.init.seed = 7;
+    table.optimizer.kind = OptimizerKind::kAdagrad;
+    table.optimizer.learning_rate = 0.05f;
+    spec_.transport = scheme;
+    spec_.tables = {table};
+    auto quiet = [](std::string_view) {};
+    for (int s = 0; s < options.shards; ++s) {
+      ShardSpec shard;
+      std::vector<rpc::ReplicaAddress> addresses;
+      servers_.emplace_back();
+      for (int r = 0; r < options.replicas; ++r) {
+        PsServerOptions server_options;
+        server_options.rpc.worker_threads = 1;
+        server_options.rpc.log = quiet;
+        server_options.backup_client.log = quiet;
+        Result<std::unique_ptr<PsServer>> server = PsServer::Create(spec_.tables, server_options);
+        if (!server.ok()) Fail("server", server.status());
+        if (Status st = (*server)->Start({scheme + "://127.0.0.1:0"}); !st.ok()) {
+          Fail("listen", st);
+        }
+        addresses.push_back((*server)->address());
+        shard.replicas.push_back({addresses.back().rdma_url, addresses.back().tcp_url});
+        servers_.back().push_back(std::move(server).value());
+      }
+      std::vector<rpc::ReplicaAddress> backups(addresses.begin() + 1, addresses.end());
+      if (Status st = servers_.back()[0]->BecomePrimary(1, backups); !st.ok()) {
+        Fail("promote", st);
+      }
+      spec_.shards.push_back(shard);
+    }
+    // The clients' transport is ours, so that its engine counters can be read afterwards.
+    Result<std::unique_ptr<Transport>> transport = transport::CreateTransport(scheme, {});
+    if (!transport.ok()) Fail("client transport", transport.status());
+    transport_ = std::move(transport).value();
+    PsClientOptions client_options;
+    client_options.transport = scheme;
+    client_options.rpc.log = quiet;
+    (scheme == "rdma" ? client_options.rpc.rdma_transport : client_options.rpc.tcp_transport) =
+        transport_.get();
+    Result<std::unique_ptr<PsClient>> client = PsClient::Create(spec_, client_options);
+    if (!client.ok()) Fail("client", client.status());
+    client_ = std::move(client).value();
+  }
+  ~DemoCluster() {
+    client_.reset();  // before the transport it uses and the servers it talks to
+    transport_.reset();
+    servers_.clear();
+  }
+
+  PsClient& client() { return *client_; }
+  std::map<std::string, uint64_t> EngineCounters() {
+    std::map<std::string, uint64_t> out;
+    if (scheme_ != "rdma") return out;
+    Result<rdma::RdmaTransportInfo> info = rdma::GetRdmaTransportInfo(*transport_);
+    if (!info.ok()) return out;
+    for (const auto& engine : info->engines) {
+      for (const auto& [name, value] : engine.counters) out[name] += value;
+    }
+    return out;
+  }
+
+ private:
+  std::string scheme_;
+  ClusterSpec spec_;
+  std::vector<std::vector<std::unique_ptr<PsServer>>> servers_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<PsClient> client_;
+};
+
+struct Recorder {
+  std::mutex mu;
+  rpc::LatencyHistogram fetch, push;
+  std::atomic<uint64_t> requests{0}, errors{0};
+  void Fetch(Clock::duration latency) {
+    std::lock_guard lock(mu);
+    fetch.Record(latency);
+  }
+  void Push(Clock::duration latency) {
+    std::lock_guard lock(mu);
+    push.Record(latency);
+  }
+};
+
+// Prints "[rdma inference] 7.0/15.0 s  1234 requests" to stderr about twice a second.
+class Progress {
+ public:
+  Progress(std::string label, double seconds, Recorder& recorder)
+      : thread_([this, label, seconds, &recorder] {
+          auto start = Clock::now();
+          std::unique_lock lock(mu_);
+          while (!cv_.wait_for(lock, 500ms, [this] { return done_; })) {
+            double t = std::chrono::duration<double>(Clock::now() - start).count();
+            std::fprintf(stderr, "\r[%s] %5.1f/%.1f s  %8llu requests  %llu errors   ",
+                         label.c_str(), t, seconds,
+                         static_cast<unsigned long long>(recorder.requests.load()),
+                         static_cast<unsigned long long>(recorder.errors.load()));
+          }
+          std::fprintf(stderr, "\r%*s\r", 72, "");
+        }) {}
+  ~Progress() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// Rankers: each keeps `outstanding` fan-out fetches in flight; a request's size (the response's
+// value bytes) is log-uniform from 1 KiB to 2 MiB.
+void RunInference(const DemoOptions& options, PsClient& client, double seconds,
+                  Recorder& recorder) {
+  Result<ps::LogUniformSizes> sizes = ps::LogUniformSizes::Create();
+  if (!sizes.ok()) Fail("sizes", sizes.status());
+  ps::ZipfKeys keys(options.key_space);
+  auto end = Clock::now() +
+             std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  std::vector<std::thread> rankers;
+  for (int r = 0; r < options.rankers; ++r) {
+    rankers.emplace_back([&, r] {
+      ps::Rng rng(1000 + r);
+      std::mutex mu;
+      std::condition_variable cv;
+      int in_flight = 0;
+      while (Clock::now() < end) {
+        {
+          std::unique_lock lock(mu);
+          cv.wait(lock, [&] { return in_flight < options.outstanding; });
+          ++in_flight;
+        }
+        uint64_t n = std::max<uint64_t>(1, sizes->Sample(rng) / (4 * uint64_t{options.dim}));
+        std::vector<uint64_t> request(n);
+        for (auto& key : request) key = keys.Next(rng);
+        auto start = Clock::now();
+        client.FetchAsync(kTable, request, 2s, [&, start](Result<ps::FetchResult> result) {
+          if (result.ok()) {
+            recorder.Fetch(Clock::now() - start);
+            recorder.requests.fetch_add(1);
+          } else {
+            recorder.errors.fetch_add(1);
+          }
+          std::lock_guard lock(mu);
+          --in_flight;
+          cv.notify_all();
+        });
+      }
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return in_flight == 0; });
+    });
+  }
+  for (auto& ranker : rankers) ranker.join();
+}
+
+// Trainers: fetch a batch's rows, compute (busy CPU), push a gradient to every shard touched.
+// Batch sizes (push bytes) are lognormal with mean 20 KiB and P99 50 KiB. Returns the CPU the
+// stand-in compute took.
+uint64_t RunTraining(const DemoOptions& options, PsClient& client, double seconds,
+                     Recorder& recorder) {
+  Result<ps::LogNormalSizes> sizes = ps::LogNormalSizes::Create();
+  if (!sizes.ok()) Fail("sizes", sizes.status());
+  ps::ZipfKeys keys(options.key_space);
+  auto end = Clock::now() +
+             std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  std::atomic<uint64_t> compute_ns{0};
+  std::vector<std::thread> trainers;
+  for (int t = 0; t < options.trainers; ++t) {
+    trainers.emplace_back([&, t] {
+      ps::Rng rng(2000 + t);
+      std::vector<float> gradients;
+      while (Clock::now() < end) {
+        uint64_t n = ps::KeysForBytes(sizes->Sample(rng), options.dim);
+        std::vector<uint64_t> batch(n);
+        for (auto& key : batch) key = keys.Next(rng);
+        auto start = Clock::now();
+        Result<ps::FetchResult> rows = client.Fetch(kTable, batch, 2s);
+        if (!rows.ok()) {
+          recorder.errors.fetch_add(1);
+          continue;
+        }
+        recorder.Fetch(Clock::now() - start);
+        recorder.requests.fetch_add(1);
+        // Stand-in forward/backward: busy for compute_us, deriving a gradient from the rows.
+        uint64_t cpu_start = ThreadCpuNs();
+        auto busy_until = Clock::now() + std::chrono::microseconds(options.compute_us);
+        gradients.resize(rows->values.size());
+        float acc = 0;
+        do {
+          for (size_t i = 0; i < gradients.size(); ++i) {
+            acc = acc * 0.5f + rows->values[i];
+            gradients[i] = 0.001f * acc;
+          }
+        } while (Clock::now() < busy_until);
+        compute_ns.fetch_add(ThreadCpuNs() - cpu_start);
+        start = Clock::now();
+        Status pushed = client.Push(kTable, options.dim, batch, gradients, 2s);
+        if (!pushed.ok()) {
+          recorder.errors.fetch_add(1);
+          continue;
+        }
+        recorder.Push(Clock::now() - start);
+        recorder.requests.fetch_add(1);
+      }
+    });
+  }
+  for (auto& trainer : trainers) trainer.join();
+  return compute_ns.load();
+}
+
+Figures RunWorkload(const DemoOptions& options, const std::string& scheme, bool training,
+                    double seconds) {
+  DemoCluster cluster(options, scheme);
+  // Connections first, so set-up is not measured.
+  {
+    std::vector<uint64_t> warm;
+    for (uint64_t k = 0; k < 64; ++k) warm.push_back(Mix64(k));
+    Result<ps::FetchResult> r = cluster.client().Fetch(kTable, warm, 5s);
+    if (!r.ok()) Fail(scheme + " warm-up fetch", r.status());
+  }
+  Recorder recorder;
+  ps::PsClientStats before = cluster.client().stats();
+  std::map<std::string, uint64_t> engine_before = cluster.EngineCounters();
+  uint64_t cpu0 = ProcessCpuNs(), hw0 = HardwareCpuNs();
+  auto t0 = Clock::now();
+  uint64_t compute_ns = 0;
+  {
+    Progress progress(scheme + (training ? " training" : " inference"), seconds, recorder);
+    if (training) {
+      compute_ns = RunTraining(options, cluster.client(), seconds, recorder);
+    } else {
+      RunInference(options, cluster.client(), seconds, recorder);
+    }
+  }
+  double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  uint64_t cpu = ProcessCpuNs() - cpu0, hw = HardwareCpuNs() - hw0;
+  ps::PsClientStats after = cluster.client().stats();
+  Figures f;
+  f.requests = recorder.requests.load();
+  f.errors = recorder.errors.load();
+  f.fetch_mean_us = recorder.fetch.MeanUs();
+  f.fetch_p99_us = recorder.fetch.PercentileUs(0.99);
+  f.push_p99_us = recorder.push.PercentileUs(0.99);
+  f.requests_per_sec = elapsed > 0 ? f.requests / elapsed : 0;
+  double host_ns = double(cpu) - double(hw) - double(compute_ns);
+  f.host_cpu_us_per_request = f.requests ? host_ns / 1000.0 / f.requests : 0;
+  for (const auto& [name, value] : cluster.EngineCounters()) {
+    f.engine[name] = value - engine_before[name];
+  }
+  f.fallbacks = after.rpc.fallbacks_to_tcp - before.rpc.fallbacks_to_tcp;
+  f.rpc_retries = after.rpc.retries - before.rpc.retries;
+  return f;
+}
+
+// Reduction of `rdma` relative to `tcp` in percent (positive: rdma lower). For throughput the
+// caller passes the values swapped, so positive still means rdma is better.
+std::string Reduction(double rdma, double tcp) {
+  if (tcp <= 0) return "n/a";
+  return fmt::format("{:+.1f}%", 100.0 * (tcp - rdma) / tcp);
+}
+
+void PrintTable(const std::string& title, const Figures& rdma, const Figures& tcp, bool training) {
+  std::printf("\n%s\n", title.c_str());
+  std::printf("%-28s %12s %12s %12s\n", "", "RDMA", "TCP", "reduction");
+  auto row = [](const char* name, double r, double t, std::string red) {
+    std::printf("%-28s %12.1f %12.1f %12s\n", name, r, t, red.c_str());
+  };
+  row("fetch latency mean (us)", rdma.fetch_mean_us, tcp.fetch_mean_us,
+      Reduction(rdma.fetch_mean_us, tcp.fetch_mean_us));
+  row("fetch latency P99 (us)", rdma.fetch_p99_us, tcp.fetch_p99_us,
+      Reduction(rdma.fetch_p99_us, tcp.fetch_p99_us));
+  if (training) {
+    row("push latency P99 (us)", rdma.push_p99_us, tcp.push_p99_us,
+        Reduction(rdma.push_p99_us, tcp.push_p99_us));
+  } else {
+    std::printf("%-28s %12s %12s %12s\n", "push latency P99 (us)", "-", "-", "(no pushes)");
+  }
+  // For requests/s more is better: the column shows the gain instead (positive: rdma better).
+  row("requests per second", rdma.requests_per_sec, tcp.requests_per_sec,
+      tcp.requests_per_sec > 0
+          ? fmt::format("{:+.1f}% (gain)", 100.0 * (rdma.requests_per_sec - tcp.requests_per_sec) /
+                                               tcp.requests_per_sec)
+          : "n/a");
+  row("host CPU per request (us)", rdma.host_cpu_us_per_request, tcp.host_cpu_us_per_request,
+      Reduction(rdma.host_cpu_us_per_request, tcp.host_cpu_us_per_request));
+  std::printf("%-28s %12llu %12llu\n", "requests", static_cast<unsigned long long>(rdma.requests),
+              static_cast<unsigned long long>(tcp.requests));
+  std::printf("%-28s %12llu %12llu\n", "errors", static_cast<unsigned long long>(rdma.errors),
+              static_cast<unsigned long long>(tcp.errors));
+  auto counter = [&](const char* name) {
+    auto it = rdma.engine.find(name);
+    std::printf("%-28s %12s %12s\n", name,
+                it == rdma.engine.end() ? "n/a" : std::to_string(it->second).c_str(), "n/a");
+  };
+  counter("rnr_events");
+  counter("credit_stalls");
+  counter("window_stalls");
+  std::printf("%-28s %12llu %12llu\n", "fallbacks to tcp",
+              static_cast<unsigned long long>(rdma.fallbacks),
+              static_cast<unsigned long long>(tcp.fallbacks));
+}
+
+nlohmann::json ToJson(const Figures& f) {
+  nlohmann::json j = {{"fetch_mean_us", f.fetch_mean_us},
+                      {"fetch_p99_us", f.fetch_p99_us},
+                      {"push_p99_us", f.push_p99_us},
+                      {"requests_per_sec", f.requests_per_sec},
+                      {"host_cpu_us_per_request", f.host_cpu_us_per_request},
+                      {"requests", f.requests},
+                      {"errors", f.errors},
+                      {"fallbacks", f.fallbacks},
+                      {"rpc_retries", f.rpc_retries}};
+  for (const char* name : {"rnr_events", "credit_stalls", "window_stalls"}) {
+    auto it = f.engine.find(name);
+    j[name] = it == f.engine.end() ? nlohmann::json(nullptr) : nlohmann::json(it->second);
+  }
+  return j;
+}
+
+void RunDemo(const DemoOptions& options) {
+  Init();
+  double each = options.duration_s / 4;
+  std::map<std::string, std::map<std::string, Figures>> results;
+  for (const char* workload : {"inference", "training"}) {
+    for (const char* scheme : {"rdma", "tcp"}) {
+      results[workload][scheme] =
+          RunWorkload(options, scheme, std::string(workload) == "training", each);
+    }
+  }
+  if (options.json) {
+    nlohmann::json out;
+    for (auto& [workload, by_scheme] : results) {
+      for (auto& [scheme, figures] : by_scheme) out[workload][scheme] = ToJson(figures);
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf(
+      "bx demo: %d shards x %d replicas in-process, dim %u, %.0f s per workload and "
+      "transport (rdma on the %s)\n",
+      options.shards, options.replicas, options.dim, each,
+      std::getenv("BX_VERBS") ? std::getenv("BX_VERBS") : "default verbs");
+  PrintTable(fmt::format("inference: {} rankers x {} outstanding fan-out fetches, sizes "
+                         "log-uniform 1 KiB..2 MiB",
+                         options.rankers, options.outstanding),
+             results["inference"]["rdma"], results["inference"]["tcp"], false);
+  PrintTable(fmt::format("training: {} trainers, fetch + {} us compute + push, sizes lognormal "
+                         "mean 20 KiB P99 50 KiB (requests = fetches + pushes)",
+                         options.trainers, options.compute_us),
+             results["training"]["rdma"], results["training"]["tcp"], true);
+  std::printf(
+      "\nhost CPU = process CPU - simnic hardware threads - trainer compute (servers and clients "
+      "both in this process). Engine counters: client-side rdma engines only (server engines are "
+      "inside rpc::Server, not reachable through its API); tcp has no engine. Fallbacks: the demo "
+      "gives each run only one scheme's urls, so the RPC client has nothing to fall back to.\n");
+}
+
+}  // namespace
+
+// For `bx ps rank` / `bx ps train` (ps_command.cc): the same workloads against a cluster that
+// runs elsewhere. Declared there rather than in a header of its own, to keep the tree's shared
+// files untouched.
+void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool training,
+                   double seconds, int threads, bool json) {
+  Init();
+  DemoOptions options;
+  (training ? options.trainers : options.rankers) = threads;
+  if (spec.tables.empty()) Fail("cluster", Status(StatusCode::kInvalidArgument, "no tables"));
+  options.dim = spec.tables[0].dim;
+  PsClientOptions client_options;
+  client_options.transport = scheme;
+  Result<std::unique_ptr<PsClient>> client = PsClient::Create(spec, client_options);
+  if (!client.ok()) Fail("client", client.status());
+  Recorder recorder;
+  uint64_t cpu0 = ProcessCpuNs(), hw0 = HardwareCpuNs();
+  auto t0 = Clock::now();
+  uint64_t compute_ns = 0;
+  {
+    Progress progress(scheme + (training ? " training" : " inference"), seconds, recorder);
+    // The workloads use table kTable; a cluster file's first table must have that id.
+    if (spec.tables[0].id != kTable) {
+      Fail("cluster", Status(StatusCode::kInvalidArgument, "the first table must have id 1"));
+    }
+    if (training) {
+      compute_ns = RunTraining(options, **client, seconds, recorder);
+    } else {
+      RunInference(options, **client, seconds, recorder);
+    }
+  }
+  double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  Figures f;
+  f.requests = recorder.requests.load();
+  f.errors = recorder.errors.load();
+  f.fetch_mean_us = recorder.fetch.MeanUs();
+  f.fetch_p99_us = recorder.fetch.PercentileUs(0.99);
+  f.push_p99_us = recorder.push.PercentileUs(0.99);
+  f.requests_per_sec = f.requests / elapsed;
+  double host_ns = double(ProcessCpuNs() - cpu0) - double(HardwareCpuNs() - hw0) - compute_ns;
+  f.host_cpu_us_per_request = f.requests ? host_ns / 1000.0 / f.requests : 0;
+  ps::PsClientStats stats = (*client)->stats();
+  f.fallbacks = stats.rpc.fallbacks_to_tcp;
+  f.rpc_retries = stats.rpc.retries;
+  nlohmann::json j = ToJson(f);
+  j["push_failovers"] = stats.push_failovers;
+  if (json) {
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    for (auto& [key, value] : j.items())
+      std::printf("%-26s %s\n", key.c_str(), value.dump().c_str());
+  }
+  if (f.errors > 0) throw CLI::RuntimeError(1);
+}
+
+void AddDemoCommand(CLI::App* app) {
+  auto options = std::make_shared<DemoOptions>();
+  CLI::App* command = app->add_subcommand(
+      "demo", "A parameter-server cluster in this process: inference and training, RDMA vs TCP");
+  command->add_option("--duration", options->duration_s, "Total seconds (4 runs share it)");
+  command->add_option("--rankers", options->rankers, "Ranker threads");
+  command->add_option("--outstanding", options->outstanding, "Fetch fan-outs in flight per ranker");
+  command->add_option("--trainers", options->trainers, "Trainer threads");
+  command->add_option("--compute-us", options->compute_us, "Stand-in compute per training step");
+  command->add_option("--shards", options->shards, "Shards");
+  command->add_option("--replicas", options->replicas, "Replicas per shard");
+  command->add_flag("--json", options->json, "Print JSON instead of the tables");
+  command->callback([options] { RunDemo(*options); });
+}
+
+}  // namespace bx::tools
