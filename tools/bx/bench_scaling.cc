@@ -117,7 +117,8 @@ struct FanoutOptions {
 
 void RunFanout(const FanoutOptions& o) {
   if (Status s = EnsureMemoryPool(""); !s.ok()) Fail("fanout", s);
-  if (o.sockets < 1 || o.destinations < 1) Fail("fanout", InvalidArgument("need sockets, destinations >= 1"));
+  if (o.sockets < 1 || o.destinations < 1)
+    Fail("fanout", InvalidArgument("need sockets, destinations >= 1"));
   rdma::RdmaOptions options;
   auto server = MakeRdma("fanout", options);
   auto client = MakeRdma("fanout", options);
@@ -147,18 +148,19 @@ void RunFanout(const FanoutOptions& o) {
   auto [max_outstanding, qps] = EngineMax(*client, "max_outstanding_bytes");
   double p99 = Quantile(receiver.latencies_us, 0.99);
   double p50 = Quantile(receiver.latencies_us, 0.50);
-  json out = {{"sockets", o.sockets},
-              {"destinations", o.destinations},
-              {"qps", qps},
-              {"server_qps", EngineMax(*server, "max_outstanding_bytes").second},
-              {"bytes_per_socket", rss_after > rss_before ? (rss_after - rss_before) / o.sockets : 0},
-              {"msgs_per_sec", double(receiver.expected) / seconds},
-              {"p50_us", p50},
-              {"p99_us", p99},
-              {"max_outstanding_bytes", max_outstanding},
-              {"window_bytes", options.engine.send_window_bytes},
-              {"message_bytes", o.size},
-              {"messages", receiver.expected}};
+  json out = {
+      {"sockets", o.sockets},
+      {"destinations", o.destinations},
+      {"qps", qps},
+      {"server_qps", EngineMax(*server, "max_outstanding_bytes").second},
+      {"bytes_per_socket", rss_after > rss_before ? (rss_after - rss_before) / o.sockets : 0},
+      {"msgs_per_sec", double(receiver.expected) / seconds},
+      {"p50_us", p50},
+      {"p99_us", p99},
+      {"max_outstanding_bytes", max_outstanding},
+      {"window_bytes", options.engine.send_window_bytes},
+      {"message_bytes", o.size},
+      {"messages", receiver.expected}};
   for (auto& s : sockets) s->Close();
   if (o.json) {
     fmt::print("{}\n", out.dump(2));
@@ -189,8 +191,8 @@ json RunIncastOnce(const IncastOptions& o, uint64_t window_bytes) {
   auto client = MakeRdma("incast", options);
   Receiver receiver;
   receiver.expected = uint64_t(o.senders) * o.messages;
-  auto listener = server->Listen("rdma://127.0.0.1:0",
-                                 [&](const std::shared_ptr<Socket>&) { return receiver.Handlers(); });
+  auto listener = server->Listen(
+      "rdma://127.0.0.1:0", [&](const std::shared_ptr<Socket>&) { return receiver.Handlers(); });
   if (!listener.ok()) Fail("incast", listener.status());
   std::vector<std::shared_ptr<Socket>> senders;
   for (int i = 0; i < o.senders; ++i) {
@@ -250,11 +252,13 @@ void RunIncast(const IncastOptions& o) {
   fmt::print("{:>8} {:>10} {:>10} {:>10} {:>16} {:>14} {:>8}\n", "senders", "window", "p50_us",
              "p99_us", "max_outstanding", "stalls/engine", "GB/s");
   for (auto& r : results) {
-    std::string w = r["window_bytes"].is_null() ? "off" : std::to_string(r["window_bytes"].get<uint64_t>());
-    fmt::print("{:>8} {:>10} {:>10.0f} {:>10.0f} {:>16} {:>14} {:>8.2f}\n", r["senders"].get<int>(), w,
-               r["p50_us"].get<double>(), r["p99_us"].get<double>(),
+    std::string w =
+        r["window_bytes"].is_null() ? "off" : std::to_string(r["window_bytes"].get<uint64_t>());
+    fmt::print("{:>8} {:>10} {:>10.0f} {:>10.0f} {:>16} {:>14} {:>8.2f}\n", r["senders"].get<int>(),
+               w, r["p50_us"].get<double>(), r["p99_us"].get<double>(),
                r["max_outstanding_bytes"].get<uint64_t>(),
-               r["max_window_stalls_per_engine"].get<uint64_t>(), r["gbytes_per_sec"].get<double>());
+               r["max_window_stalls_per_engine"].get<uint64_t>(),
+               r["gbytes_per_sec"].get<double>());
   }
 }
 
