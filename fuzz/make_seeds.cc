@@ -70,6 +70,14 @@ void BootstrapSeeds(const fs::path& dir) {
   Bytes eager = valid;
   Put32(eager, 36, bx::rdma::kMaxEagerLimit + 1);
   Write(dir, "eager_too_big", eager);
+  // Version 3: an authenticating Hello (flag) is followed by the client's 32-byte nonce.
+  h.auth = true;
+  Bytes with_nonce = HelloBytes(h);
+  for (int i = 0; i < 32; ++i) with_nonce.push_back(uint8_t(0xa0 + i));
+  Write(dir, "hello_auth_then_nonce", with_nonce);
+  Bytes unknown_flag = valid;
+  unknown_flag[6] = 0x02;
+  Write(dir, "hello_unknown_flag", unknown_flag);
 }
 
 Bytes FrameBytes(uint64_t length) {

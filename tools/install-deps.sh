@@ -8,6 +8,7 @@ packages=(
   libjemalloc-dev                    # bemalloc's base allocator
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev
+  libssl-dev                         # libcrypto's HMAC-SHA256 for peer authentication
   libgoogle-perftools-dev libmimalloc-dev   # allocators compared by `bx bench alloc`
   clang-format
   clang-14 libclang-rt-14-dev libfuzzer-14-dev   # fuzz/ (libFuzzer); the main build uses gcc

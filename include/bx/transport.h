@@ -93,6 +93,17 @@ struct TransportOptions {
   size_t max_queued_bytes = size_t{256} << 20;
   // Device for rdma:// (empty: BX_DEVICE or the first device).
   std::string device;
+  // Shared secret peers must prove they know before a connection is accepted (empty: off). Both
+  // sides must set the same secret, or neither: a connection between a side with a secret and
+  // one without, or with different secrets, is refused on both sides ("peer failed
+  // authentication"), before the accepting side allocates anything for it (no QP, engine,
+  // buffer or socket). The proof is an HMAC-SHA256 challenge-response over a fresh nonce from
+  // each side (docs/HARDENING.md); the messages that follow are not encrypted.
+  std::string auth_secret;
+  // Connections the accepting side holds per remote IP address (0: unlimited): tcp:// sockets,
+  // rdma:// engines (each carries many sockets). One more is refused before anything is
+  // allocated, and its Connect fails with ResourceExhausted.
+  int max_connections_per_peer = 0;
 };
 
 class Transport {

@@ -35,6 +35,14 @@ std::string FormatAddress(std::string_view scheme, const sockaddr* address, sock
   return Url{std::string(scheme), host, static_cast<uint16_t>(std::atoi(port))}.ToString();
 }
 
+std::string FormatHost(const sockaddr* address, socklen_t length) {
+  char host[NI_MAXHOST];
+  if (getnameinfo(address, length, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0) return "?";
+  std::string text = host;
+  if (text.starts_with("::ffff:") && text.find('.') != std::string::npos) text.erase(0, 7);
+  return text;
+}
+
 Status SetNoDelay(int fd) {
   int one = 1;
   if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {

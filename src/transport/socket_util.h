@@ -22,6 +22,10 @@ Result<AddressList> Resolve(const Url& url, bool passive);
 
 // "scheme://10.0.0.1:7000" (IPv6 in brackets) for a socket address.
 std::string FormatAddress(std::string_view scheme, const sockaddr* address, socklen_t length);
+// The numeric host of a socket address without the port ("10.0.0.1", "::1"): the key
+// TransportOptions::max_connections_per_peer counts by. IPv4-mapped IPv6 addresses give the IPv4
+// form, so a peer counts the same over either family.
+std::string FormatHost(const sockaddr* address, socklen_t length);
 
 // Sets TCP_NODELAY: messages are whole frames already, and Nagle would hold the last segment of
 // each back for an acknowledgement (40 ms on a delayed ACK).

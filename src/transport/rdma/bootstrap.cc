@@ -11,7 +11,7 @@ namespace bx::rdma {
 namespace {
 
 // Layout of the 64-byte Hello:
-//   0 magic u32 | 4 version u16 | 6 reserved u16 | 8 qp_num u32 | 12 psn u32 | 16 gid[16]
+//   0 magic u32 | 4 version u16 | 6 flags u16 | 8 qp_num u32 | 12 psn u32 | 16 gid[16]
 //   32 recv_queue_depth u32 | 36 eager_limit u32 | 40 max_message_bytes u64 | 48 reserved[16]
 constexpr size_t kHelloBytes = 64;
 
@@ -82,6 +82,8 @@ void EncodeHello(const Hello& h, uint8_t out[64]) {
   Put32(out + 0, kHelloMagic);
   uint16_t version = htole16(kProtocolVersion);
   std::memcpy(out + 4, &version, 2);
+  uint16_t flags = htole16(h.auth ? kHelloFlagAuth : 0);
+  std::memcpy(out + 6, &flags, 2);
   Put32(out + 8, h.qp_num);
   Put32(out + 12, h.psn);
   std::memcpy(out + 16, h.gid.raw, 16);
@@ -100,7 +102,13 @@ Result<Hello> DecodeHello(const uint8_t in[64]) {
   if (version != kProtocolVersion)
     return FailedPrecondition("bootstrap: peer speaks protocol version " + std::to_string(version) +
                               ", this build speaks " + std::to_string(kProtocolVersion));
+  uint16_t flags;
+  std::memcpy(&flags, in + 6, 2);
+  flags = le16toh(flags);
+  if ((flags & ~kHelloFlagAuth) != 0)
+    return DataLoss("bootstrap: unknown Hello flags " + std::to_string(flags));
   Hello h;
+  h.auth = (flags & kHelloFlagAuth) != 0;
   h.qp_num = Get32(in + 8);
   h.psn = Get32(in + 12) & 0xffffff;
   std::memcpy(h.gid.raw, in + 16, 16);
@@ -126,10 +134,72 @@ Status SendHello(int fd, const Hello& hello) {
   return WriteAll(fd, buf, sizeof(buf), "hello");
 }
 
-Result<Hello> ReceiveHello(int fd, std::chrono::milliseconds timeout) {
+Result<Hello> ReceiveHello(int fd, std::chrono::milliseconds timeout, uint8_t* raw) {
   uint8_t buf[kHelloBytes];
   BX_RETURN_IF_ERROR(ReadExactly(fd, buf, sizeof(buf), timeout, "hello"));
+  if (raw != nullptr) std::memcpy(raw, buf, sizeof(buf));
   return DecodeHello(buf);
+}
+
+namespace {
+
+void EncodeRecord(uint32_t magic, uint16_t code, const uint8_t* nonce, uint8_t out[64]) {
+  std::memset(out, 0, kRecordBytes);
+  Put32(out, magic);
+  uint16_t version = htole16(kProtocolVersion);
+  std::memcpy(out + 4, &version, 2);
+  code = htole16(code);
+  std::memcpy(out + 6, &code, 2);
+  if (nonce != nullptr) std::memcpy(out + 8, nonce, kNonceBytes);
+}
+
+bool AllZero(const uint8_t* p, size_t n) {
+  uint8_t any = 0;
+  for (size_t i = 0; i < n; ++i) any |= p[i];
+  return any == 0;
+}
+
+}  // namespace
+
+void EncodeChallenge(const uint8_t nonce[kNonceBytes], uint8_t out[64]) {
+  EncodeRecord(kChallengeMagic, 0, nonce, out);
+}
+
+void EncodeRefusal(uint16_t code, uint8_t out[64]) {
+  EncodeRecord(kRefusalMagic, code, nullptr, out);
+}
+
+Result<Reply> DecodeReply(const uint8_t in[64]) {
+  uint32_t magic = Get32(in);
+  Reply reply;
+  if (magic == kHelloMagic) {
+    Result<Hello> hello = DecodeHello(in);
+    if (!hello.ok()) return hello.status();
+    reply.hello = *hello;
+    return reply;
+  }
+  if (magic != kChallengeMagic && magic != kRefusalMagic)
+    return DataLoss("bootstrap: not a bexpress RDMA peer (magic " + std::to_string(magic) + ")");
+  uint16_t version, code;
+  std::memcpy(&version, in + 4, 2);
+  std::memcpy(&code, in + 6, 2);
+  version = le16toh(version);
+  code = le16toh(code);
+  if (version != kProtocolVersion)
+    return FailedPrecondition("bootstrap: peer speaks protocol version " + std::to_string(version) +
+                              ", this build speaks " + std::to_string(kProtocolVersion));
+  if (magic == kChallengeMagic) {
+    if (code != 0 || !AllZero(in + 40, 24))
+      return DataLoss("bootstrap: malformed challenge (non-zero reserved bytes)");
+    reply.kind = Reply::Kind::kChallenge;
+    std::memcpy(reply.nonce, in + 8, kNonceBytes);
+    return reply;
+  }
+  if (code == 0 || !AllZero(in + 8, 56))
+    return DataLoss("bootstrap: malformed refusal (code 0 or non-zero reserved bytes)");
+  reply.kind = Reply::Kind::kRefusal;
+  reply.refusal = code;
+  return reply;
 }
 
 Status SendReady(int fd) {

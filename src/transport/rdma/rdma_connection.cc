@@ -174,6 +174,7 @@ void RdmaConnection::Teardown(const Status& why) {
   }
   engine_.reset();
   qp_.reset();
+  peer_slot_.Release();  // the peer's address may connect again
 }
 
 }  // namespace bx::rdma

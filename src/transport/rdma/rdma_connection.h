@@ -21,6 +21,7 @@
 #include "bx/transport.h"
 #include "engine/engine.h"
 #include "engine/io_thread.h"
+#include "transport/peer_limit.h"
 #include "verbs/rc_connect.h"
 
 namespace bx::rdma {
@@ -45,6 +46,8 @@ class RdmaConnection : public std::enable_shared_from_this<RdmaConnection> {
 
   // Set-up.
   void Attach(verbs::RcQueuePair qp, std::unique_ptr<engine::Engine> engine, int bootstrap_fd);
+  // Accepting side: the connection counts against max_connections_per_peer until Teardown.
+  void HoldPeerSlot(transport::PeerSlot slot) { peer_slot_ = std::move(slot); }
   engine::Engine::Callbacks EngineCallbacks();
   engine::Engine& engine() { return *engine_; }
   engine::IoThread& io() { return io_; }
@@ -89,6 +92,7 @@ class RdmaConnection : public std::enable_shared_from_this<RdmaConnection> {
   std::optional<verbs::RcQueuePair> qp_;
   std::unique_ptr<engine::Engine> engine_;
   int bootstrap_fd_ = -1;
+  transport::PeerSlot peer_slot_;
   bool registered_ = false;
   std::map<std::string, uint64_t> final_counters_;
   std::atomic<bool> torn_down_{false};  // written on the I/O thread, read anywhere

@@ -80,20 +80,40 @@ class RdmaListener : public Listener {
       (void)transport::SetNoDelay(fd);
       std::string peer =
           transport::FormatAddress("rdma", reinterpret_cast<sockaddr*>(&address), length);
-      Result<Hello> hello = ReceiveHello(fd, kAcceptHandshakeTimeout);
-      if (!hello.ok()) {
-        // Nothing was allocated for this peer; it sees the connection close.
-        std::fprintf(stderr, "bx rdma: refused %s: %s\n", peer.c_str(),
-                     hello.status().ToString().c_str());
-        ::close(fd);
-        continue;
-      }
-      // Sockets come later, one per channel the peer opens on this engine.
-      auto connection = transport_.Establish(fd, peer, &*hello, accept_, kAcceptHandshakeTimeout);
-      if (!connection.ok()) {
-        std::fprintf(stderr, "bx rdma: handshake with %s failed: %s\n", peer.c_str(),
-                     connection.status().ToString().c_str());
-      }
+      std::string host = transport::FormatHost(reinterpret_cast<sockaddr*>(&address), length);
+      Admit(fd, peer, host);
+    }
+  }
+
+  // Everything up to Establish runs before anything is allocated for the peer: its Hello, the
+  // authentication (bootstrap_auth.h) and the per-address limit. A refused peer gets a Refusal
+  // saying why and sees the connection close.
+  void Admit(int fd, const std::string& peer, const std::string& host) {
+    const TransportOptions& options = transport_.options();
+    auto deadline = std::chrono::steady_clock::now() + kAcceptHandshakeTimeout;
+    auto refused = [&](const Status& why) {
+      transport_.peers_refused_.fetch_add(1, std::memory_order_relaxed);
+      std::fprintf(stderr, "bx rdma: refused %s: %s\n", peer.c_str(), why.ToString().c_str());
+      ::close(fd);
+    };
+    uint8_t raw[kRecordBytes];
+    Result<Hello> hello = ReceiveHello(fd, kAcceptHandshakeTimeout, raw);
+    if (!hello.ok()) return refused(hello.status());
+    auto auth = AuthenticateConnectingPeer(fd, *hello, raw, options.auth_secret, deadline);
+    if (!auth.ok()) return refused(auth.status());
+    std::optional<transport::PeerSlot> slot = transport_.limiter_.TryAcquire(host);
+    if (!slot) {
+      SendRefusal(fd, transport::auth::Refusal::kTooManyConnections, deadline);
+      return refused(ResourceExhausted(
+          transport::auth::RefusalText(uint16_t(transport::auth::Refusal::kTooManyConnections))));
+    }
+    // Sockets come later, one per channel the peer opens on this engine.
+    auto connection =
+        transport_.Establish(fd, peer, &*hello, accept_, kAcceptHandshakeTimeout,
+                             auth->has_value() ? &**auth : nullptr, std::move(slot).value());
+    if (!connection.ok()) {
+      std::fprintf(stderr, "bx rdma: handshake with %s failed: %s\n", peer.c_str(),
+                   connection.status().ToString().c_str());
     }
   }
 
@@ -242,8 +262,8 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Acquire(
   SetBlocking(connected->fd);
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
-  auto connection =
-      Establish(connected->fd, key, nullptr, nullptr, std::max(left, std::chrono::milliseconds(1)));
+  auto connection = Establish(connected->fd, key, nullptr, nullptr,
+                              std::max(left, std::chrono::milliseconds(1)), nullptr, {});
   if (!connection.ok()) return connection.status();
   std::lock_guard lock(mu_);
   if (!(*connection)->torn_down()) destination->connections.push_back(*connection);
@@ -292,12 +312,15 @@ Result<std::shared_ptr<Socket>> RdmaTransportImpl::Connect(std::string_view url_
 
 Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
     int fd, std::string peer, const Hello* peer_hello, std::shared_ptr<AcceptState> accept,
-    std::chrono::milliseconds timeout) {
+    std::chrono::milliseconds timeout, const AcceptedAuth* auth, transport::PeerSlot slot) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  engines_created_.fetch_add(1, std::memory_order_relaxed);
   verbs::Library& lib = device_->lib();
   size_t index = next_io_.fetch_add(1, std::memory_order_relaxed) % io_.size();
   engine::IoThread& io = *io_[index];
   // From here on the connection owns fd and closes it however set-up ends.
   auto connection = std::make_shared<RdmaConnection>(*this, io, peer, std::move(accept));
+  connection->HoldPeerSlot(std::move(slot));
   const engine::EngineConfig& config = rdma_.engine;
   verbs::QueuePairAttrs attrs;
   attrs.max_send_wr = config.send_queue_depth;
@@ -337,8 +360,7 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
   mine.max_message_bytes = options_.max_message_bytes;
   Hello theirs;
   if (peer_hello == nullptr) {
-    BX_RETURN_IF_ERROR(SendHello(fd, mine));
-    auto hello = ReceiveHello(fd, timeout);
+    auto hello = ConnectingHandshake(fd, mine, options_.auth_secret, peer, deadline);
     if (!hello.ok()) return hello.status();
     theirs = *hello;
   } else {
@@ -363,7 +385,8 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
       !s.ok())
     return fail(s);
   if (peer_hello != nullptr) {
-    if (Status s = SendHello(fd, mine); !s.ok()) return fail(s);
+    if (Status s = SendAcceptingHello(fd, mine, options_.auth_secret, auth, deadline); !s.ok())
+      return fail(s);
     if (Status s = ReceiveReady(fd, timeout); !s.ok()) return fail(s);
   } else {
     if (Status s = SendReady(fd); !s.ok()) return fail(s);
@@ -377,6 +400,8 @@ RdmaTransportInfo RdmaTransportImpl::Info() {
   info.io_threads = int(io_.size());
   for (auto& io : io_) info.thread_domains += io->td() != nullptr ? 1 : 0;
   info.parent_domains = int(parent_domains_);
+  info.engines_created = engines_created_.load(std::memory_order_relaxed);
+  info.peers_refused = peers_refused_.load(std::memory_order_relaxed);
   std::vector<std::shared_ptr<RdmaConnection>> connections;
   {
     std::lock_guard lock(mu_);

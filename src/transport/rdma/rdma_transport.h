@@ -54,9 +54,15 @@ struct RdmaTransportInfo {
   int io_threads = 0;
   int thread_domains = 0;  // I/O threads that got a thread domain from the device
   int parent_domains = 0;  // ... and a parent domain carrying it
+  // Engines (QP, engine, receive buffers) ever set up, either side: a refused peer adds none.
+  uint64_t engines_created = 0;
+  // Bootstrap connections refused before anything was allocated (malformed Hello, failed
+  // authentication, max_connections_per_peer).
+  uint64_t peers_refused = 0;
   std::vector<RdmaEngineInfo> engines;
 };
-// `transport` must be an rdma:// transport (InvalidArgument otherwise).
+// `transport` must be an rdma:// transport (InvalidArgument otherwise). Visits every I/O
+// thread and waits for it: call it from an application thread, never from a handler.
 Result<RdmaTransportInfo> GetRdmaTransportInfo(Transport& transport);
 Result<std::unique_ptr<Transport>> CreateRdmaTransport(const TransportOptions& options,
                                                        const RdmaOptions& rdma);

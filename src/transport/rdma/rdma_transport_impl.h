@@ -11,7 +11,9 @@
 
 #include "bx/transport.h"
 #include "engine/io_thread.h"
+#include "transport/peer_limit.h"
 #include "transport/rdma/bootstrap.h"
+#include "transport/rdma/bootstrap_auth.h"
 #include "transport/rdma/rdma_connection.h"
 #include "transport/rdma/rdma_socket.h"
 #include "transport/rdma/rdma_transport.h"
@@ -41,12 +43,12 @@ class RdmaTransportImpl : public Transport {
   void ReleaseUser(const std::shared_ptr<RdmaConnection>& connection);
 
   // Runs the handshake on the connected TCP socket `fd` (owned from here on) and returns an
-  // active connection. `peer_hello` and `accept` are set on the accepting side, which has read
-  // the peer's Hello already.
-  Result<std::shared_ptr<RdmaConnection>> Establish(int fd, std::string peer,
-                                                    const Hello* peer_hello,
-                                                    std::shared_ptr<AcceptState> accept,
-                                                    std::chrono::milliseconds timeout);
+  // active connection. `peer_hello`, `accept` and `slot` are set on the accepting side, which
+  // has read the peer's Hello, authenticated it (`auth`, when a secret is set) and counted it
+  // against max_connections_per_peer already. Creates the QP, engine and receive buffers.
+  Result<std::shared_ptr<RdmaConnection>> Establish(
+      int fd, std::string peer, const Hello* peer_hello, std::shared_ptr<AcceptState> accept,
+      std::chrono::milliseconds timeout, const AcceptedAuth* auth, transport::PeerSlot slot);
 
  private:
   // Connections of this process to one listener url (the connecting side's pool).
@@ -57,7 +59,7 @@ class RdmaTransportImpl : public Transport {
   };
 
   RdmaTransportImpl(const TransportOptions& options, const RdmaOptions& rdma)
-      : options_(options), rdma_(rdma) {}
+      : options_(options), rdma_(rdma), limiter_(options.max_connections_per_peer) {}
   // A connection to `url` for one more socket: an existing one, or a new one while the
   // destination has fewer than engines_per_destination. Counts the socket as a user.
   Result<std::shared_ptr<RdmaConnection>> Acquire(const Url& url,
@@ -71,6 +73,10 @@ class RdmaTransportImpl : public Transport {
   std::vector<ibv_pd*> io_domains_;  // a parent domain per I/O thread (its thread domain)
   size_t parent_domains_ = 0;
   std::atomic<size_t> next_io_{0};
+  // Accepting side: engines per remote address (max_connections_per_peer).
+  transport::PeerLimiter limiter_;
+  std::atomic<uint64_t> engines_created_{0};  // Establish calls: QPs created, either side
+  std::atomic<uint64_t> peers_refused_{0};    // bootstrap connections refused before Establish
 
   std::mutex mu_;
   std::unordered_map<RdmaConnection*, std::shared_ptr<RdmaConnection>> connections_;

@@ -1,27 +1,177 @@
 #include "transport/tcp/tcp_listener.h"
 
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <optional>
 #include <utility>
 
 #include "transport/socket_util.h"
+#include "transport/tcp/handshake.h"
 #include "transport/tcp/tcp_socket.h"
 
 namespace bx::tcp {
+namespace {
+
+// A connection must finish its handshake within this; a silent one then closes.
+constexpr std::chrono::seconds kHandshakeTimeout{5};
+
+// What an accepted connection needs once it passes; shared by the acceptor and the handshakes
+// in flight, which may outlive it.
+struct AcceptContext {
+  TransportOptions options;
+  AcceptHandler on_accept;
+  std::shared_ptr<transport::PeerLimiter> limiter;
+};
+
+// One accepted connection running the accepting side of the handshake on its I/O thread,
+// reading exactly one record at a time (never into the frames that follow). Holds nothing for
+// the peer but itself and a timer until the peer passed; then hands the fd to a TcpSocket.
+class Handshaker final : public IoThread::Handler, public std::enable_shared_from_this<Handshaker> {
+ public:
+  Handshaker(int fd, std::shared_ptr<IoThread> io_thread, std::shared_ptr<AcceptContext> context,
+             std::string peer, std::string host)
+      : fd_(fd),
+        io_thread_(std::move(io_thread)),
+        context_(std::move(context)),
+        peer_(std::move(peer)),
+        host_(std::move(host)),
+        handshake_(context_->options.auth_secret) {}
+  ~Handshaker() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  // Any thread (the acceptor's). On failure the fd is closed when the last reference goes.
+  Status Start() {
+    int timer = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (timer < 0) return Status::FromErrno(errno, "timerfd_create");
+    itimerspec when{};
+    when.it_value.tv_sec = kHandshakeTimeout.count();
+    timerfd_settime(timer, 0, &when, nullptr);
+    timer_ = std::make_shared<Timer>(timer, weak_from_this());
+    // The timer first: once the fd is watched, events may run on the I/O thread at once.
+    if (Status s = io_thread_->Add(timer, EPOLLIN, timer_); !s.ok()) {
+      ::close(timer);
+      timer_->fd = -1;
+      return s;
+    }
+    Status s = io_thread_->Add(fd_, EPOLLIN, shared_from_this());
+    if (!s.ok()) {
+      std::shared_ptr<Timer> t = timer_;
+      io_thread_->Post([t, io = io_thread_] { t->Cancel(*io); });
+    }
+    return s;
+  }
+
+  void OnEvents(uint32_t) override {
+    while (fd_ >= 0) {
+      ssize_t n = recv(fd_, record_.data() + have_, record_.size() - have_, MSG_DONTWAIT);
+      if (n == 0) return End(Aborted("peer closed the connection during the handshake"));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) return;
+        return End(Status::FromErrno(errno, "tcp handshake read"));
+      }
+      have_ += size_t(n);
+      if (have_ < record_.size()) continue;
+      have_ = 0;
+      AcceptingHandshake::Step step = handshake_.OnRecord(record_);
+      if (!step.reply.empty() && !SendAll(step.reply)) return;
+      switch (step.outcome) {
+        case AcceptingHandshake::Outcome::kContinue:
+          continue;
+        case AcceptingHandshake::Outcome::kRefused:
+          return End(step.why);
+        case AcceptingHandshake::Outcome::kAuthenticated:
+          return Admit();
+      }
+    }
+  }
+
+  void Shutdown(const Status& reason) override { End(reason, /*log=*/false); }
+
+ private:
+  // The handshake's deadline: one timerfd, watched on the same I/O thread.
+  struct Timer final : IoThread::Handler {
+    Timer(int timer_fd, std::weak_ptr<Handshaker> owner) : fd(timer_fd), owner(std::move(owner)) {}
+    void OnEvents(uint32_t) override {
+      if (auto h = owner.lock()) h->End(DeadlineExceeded("no handshake within 5 s"));
+    }
+    void Shutdown(const Status&) override {
+      if (auto h = owner.lock()) h->End(Aborted("tcp transport shut down"), false);
+    }
+    void Cancel(IoThread& io) {
+      if (fd < 0) return;
+      io.Remove(fd, this);
+      ::close(fd);
+      fd = -1;
+    }
+    int fd;
+    std::weak_ptr<Handshaker> owner;
+  };
+
+  // The replies are a record or two on a fresh connection: the kernel takes them whole.
+  bool SendAll(const std::string& bytes) {
+    ssize_t n = send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n == ssize_t(bytes.size())) return true;
+    End(n < 0 ? Status::FromErrno(errno, "tcp handshake send")
+              : Aborted("tcp handshake: the kernel took a partial record"));
+    return false;
+  }
+
+  void Admit() {
+    std::optional<transport::PeerSlot> slot = context_->limiter->TryAcquire(host_);
+    if (!slot) {
+      (void)SendAll(AcceptingHandshake::Refuse(transport::auth::Refusal::kTooManyConnections));
+      return End(ResourceExhausted(
+          transport::auth::RefusalText(uint16_t(transport::auth::Refusal::kTooManyConnections))));
+    }
+    if (!SendAll(handshake_.Accept())) return;
+    if (timer_) timer_->Cancel(*io_thread_);
+    io_thread_->Remove(fd_, this);
+    std::shared_ptr<TcpSocket> socket =
+        TcpSocket::Create(fd_, io_thread_, context_->options, peer_);
+    fd_ = -1;  // the socket owns it now
+    socket->HoldPeerSlot(std::move(slot).value());
+    io_thread_->Post(
+        [socket, context = context_] { (void)socket->Start(context->on_accept(socket)); });
+  }
+
+  // Closes the connection unaccepted (on the I/O thread); idempotent.
+  void End(const Status& why, bool log = true) {
+    if (timer_) timer_->Cancel(*io_thread_);
+    if (fd_ < 0) return;
+    if (log)
+      std::fprintf(stderr, "bx tcp: refused %s: %s\n", peer_.c_str(), why.ToString().c_str());
+    io_thread_->Remove(fd_, this);
+    ::close(fd_);
+    fd_ = -1;
+  }
+
+  int fd_;
+  const std::shared_ptr<IoThread> io_thread_;
+  const std::shared_ptr<AcceptContext> context_;
+  const std::string peer_;
+  const std::string host_;
+  AcceptingHandshake handshake_;
+  HandshakeRecord record_{};
+  size_t have_ = 0;
+  std::shared_ptr<Timer> timer_;
+};
+
+}  // namespace
 
 // The listening socket's epoll handler. Everything but Start runs on the first I/O thread.
 class TcpListener::Acceptor final : public IoThread::Handler,
                                     public std::enable_shared_from_this<Acceptor> {
  public:
   Acceptor(int fd, std::vector<std::shared_ptr<IoThread>> io_threads,
-           const TransportOptions& options, AcceptHandler on_accept)
-      : fd_(fd),
-        io_threads_(std::move(io_threads)),
-        options_(options),
-        on_accept_(std::move(on_accept)) {}
+           std::shared_ptr<AcceptContext> context)
+      : fd_(fd), io_threads_(std::move(io_threads)), context_(std::move(context)) {}
   ~Acceptor() override {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -43,11 +193,11 @@ class TcpListener::Acceptor final : public IoThread::Handler,
       }
       (void)transport::SetNoDelay(fd);  // a failure only costs latency
       std::shared_ptr<IoThread> io_thread = io_threads_[next_thread_++ % io_threads_.size()];
-      std::shared_ptr<TcpSocket> socket = TcpSocket::Create(
-          fd, io_thread, options_,
-          transport::FormatAddress("tcp", reinterpret_cast<sockaddr*>(&address), length));
-      io_thread->Post(
-          [socket, self = shared_from_this()] { (void)socket->Start(self->on_accept_(socket)); });
+      const auto* sa = reinterpret_cast<sockaddr*>(&address);
+      auto handshaker = std::make_shared<Handshaker>(fd, io_thread, context_,
+                                                     transport::FormatAddress("tcp", sa, length),
+                                                     transport::FormatHost(sa, length));
+      (void)handshaker->Start();  // on failure the fd closes with the last reference
     }
   }
 
@@ -63,16 +213,17 @@ class TcpListener::Acceptor final : public IoThread::Handler,
  private:
   int fd_;
   const std::vector<std::shared_ptr<IoThread>> io_threads_;
-  const TransportOptions options_;
-  const AcceptHandler on_accept_;
+  const std::shared_ptr<AcceptContext> context_;
   size_t next_thread_ = 0;
 };
 
 Result<std::unique_ptr<TcpListener>> TcpListener::Start(
     int fd, std::string url, std::vector<std::shared_ptr<IoThread>> io_threads,
-    const TransportOptions& options, AcceptHandler on_accept) {
-  auto acceptor =
-      std::make_shared<Acceptor>(fd, std::move(io_threads), options, std::move(on_accept));
+    const TransportOptions& options, std::shared_ptr<transport::PeerLimiter> limiter,
+    AcceptHandler on_accept) {
+  auto context = std::make_shared<AcceptContext>(
+      AcceptContext{options, std::move(on_accept), std::move(limiter)});
+  auto acceptor = std::make_shared<Acceptor>(fd, std::move(io_threads), std::move(context));
   BX_RETURN_IF_ERROR(acceptor->Start());
   return std::unique_ptr<TcpListener>(new TcpListener(std::move(url), std::move(acceptor)));
 }

@@ -377,6 +377,7 @@ void TcpSocket::Teardown(Status reason) {
   }
   io_thread_->Remove(fd_, this);
   ::close(fd_);
+  peer_slot_.Release();
   incoming_.Reset();
   reading_payload_ = false;
   staging_ = {};

@@ -22,6 +22,7 @@
 
 #include "bx/transport.h"
 #include "transport/message_queue.h"
+#include "transport/peer_limit.h"
 #include "transport/tcp/frame.h"
 #include "transport/tcp/io_thread.h"
 
@@ -38,6 +39,9 @@ class TcpSocket final : public Socket,
 
   // Installs the handlers and registers with the I/O thread. Call once, from any thread.
   Status Start(SocketHandlers handlers);
+  // Accepted sockets: counts against max_connections_per_peer until the socket ends. Before
+  // Start.
+  void HoldPeerSlot(transport::PeerSlot slot) { peer_slot_ = std::move(slot); }
 
   void Send(Buffer message, SendCallback done) override;
   Result<Buffer> Receive(std::chrono::milliseconds timeout) override;
@@ -87,6 +91,7 @@ class TcpSocket final : public Socket,
 
   // I/O thread only (set before Start).
   SocketHandlers handlers_;
+  transport::PeerSlot peer_slot_;
   bool torn_down_ = false;
   std::vector<std::byte> staging_;  // received bytes not yet parsed: [staged_begin_, staged_end_)
   size_t staged_begin_ = 0;

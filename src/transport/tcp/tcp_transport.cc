@@ -10,7 +10,9 @@
 
 #include <fmt/core.h>
 
+#include "transport/peer_limit.h"
 #include "transport/socket_util.h"
+#include "transport/tcp/handshake.h"
 #include "transport/tcp/io_thread.h"
 #include "transport/tcp/tcp_listener.h"
 #include "transport/tcp/tcp_socket.h"
@@ -34,7 +36,9 @@ Result<Url> ParseTcpUrl(std::string_view text) {
 class TcpTransport final : public Transport {
  public:
   TcpTransport(const TransportOptions& options, std::vector<std::shared_ptr<IoThread>> io_threads)
-      : options_(options), io_threads_(std::move(io_threads)) {}
+      : options_(options),
+        io_threads_(std::move(io_threads)),
+        limiter_(std::make_shared<transport::PeerLimiter>(options.max_connections_per_peer)) {}
 
   ~TcpTransport() override {
     for (const std::shared_ptr<IoThread>& io_thread : io_threads_) {
@@ -51,7 +55,7 @@ class TcpTransport final : public Transport {
     Result<transport::ListeningSocket> listening = transport::ListenOn(*url, kListenBacklog);
     if (!listening.ok()) return listening.status();
     auto listener = TcpListener::Start(listening->fd, listening->url.ToString(), io_threads_,
-                                       options_, std::move(on_accept));
+                                       options_, limiter_, std::move(on_accept));
     if (!listener.ok()) return listener.status();
     return std::unique_ptr<Listener>(std::move(listener).value());
   }
@@ -63,6 +67,13 @@ class TcpTransport final : public Transport {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     Result<transport::ConnectedSocket> connected = transport::ConnectFirst(*url, deadline);
     if (!connected.ok()) return connected.status();
+    // Connected means accepted: the peer authenticated us (and we it) and took the socket.
+    if (Status s =
+            ConnectingHandshake(connected->fd, options_.auth_secret, connected->peer, deadline);
+        !s.ok()) {
+      ::close(connected->fd);
+      return s.WithContext("connect " + url->ToString());
+    }
     std::shared_ptr<IoThread> io_thread =
         io_threads_[next_thread_.fetch_add(1, std::memory_order_relaxed) % io_threads_.size()];
     std::shared_ptr<TcpSocket> socket =
@@ -74,6 +85,8 @@ class TcpTransport final : public Transport {
  private:
   const TransportOptions options_;
   const std::vector<std::shared_ptr<IoThread>> io_threads_;
+  // Sockets accepted by this transport's listeners, per remote address.
+  const std::shared_ptr<transport::PeerLimiter> limiter_;
   std::atomic<size_t> next_thread_{0};
 };
 

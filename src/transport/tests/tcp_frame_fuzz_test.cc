@@ -1,5 +1,6 @@
-// tcp:// only: a listener fed random and truncated frame headers through raw sockets must end
-// each connection with a clear error, never crash, and never allocate what a header claims.
+// tcp:// only: a listener fed random and truncated frame headers through raw sockets (after the
+// connection handshake) must end each connection with a clear error, never crash, and never
+// allocate what a header claims.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -12,6 +13,7 @@
 
 #include "bx/bemalloc.h"
 #include "transport/tcp/frame.h"
+#include "transport/tcp/handshake.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/tests/transports_under_test.h"
 
@@ -59,6 +61,10 @@ class TcpFrameFuzzTest : public ::testing::Test {
     address.sin_port = htons(port_);
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    // The handshake (handshake.h) first, as any client: the frames are what is fuzzed here.
+    Status accepted = ConnectingHandshake(
+        fd, "", "tcp://127.0.0.1", std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    EXPECT_TRUE(accepted.ok()) << accepted.ToString();
     size_t written = 0;
     while (written < bytes.size()) {
       ssize_t n = send(fd, bytes.data() + written, bytes.size() - written, MSG_NOSIGNAL);

@@ -1,0 +1,83 @@
+// The tcp:// connection handshake: before the first frame (frame.h), each new connection
+// exchanges 40-byte handshake records, so that the accepting side can authenticate the peer
+// (TransportOptions::auth_secret) and apply max_connections_per_peer before it creates a socket
+// for it or calls on_accept.
+//
+// Record, little-endian:
+//   offset  size  field
+//   0       4     magic    0x48545842, the bytes "BXTH"
+//   4       1     version  1
+//   5       1     type     1 Hello, 2 Proof, 3 Accept, 4 Refuse
+//   6       2     arg      Hello: flags (bit 0: the sender authenticates); Refuse: the reason
+//                          (transport/auth.h); otherwise 0
+//   8       32    data     Hello: the sender's nonce (zero without auth); Proof, Accept: an
+//                          HMAC-SHA256 proof (zero in an Accept without auth); Refuse: zero
+//
+// Flow without a secret:                     With a secret on both sides:
+//   C -> A  Hello                              C -> A  Hello (auth, client nonce)
+//   A -> C  Accept | Refuse                    A -> C  Hello (auth, server nonce) | Refuse
+//                                              C -> A  Proof (client proof)
+//                                              A -> C  Accept (server proof) | Refuse
+// Proofs (transport/auth.h), with context kAuthContext and each Hello as its 40 bytes sent:
+//   client proof = HMAC(secret, ctx || 'C' || client nonce || server nonce || client Hello)
+//   server proof = HMAC(secret, ctx || 'A' || server nonce || client nonce || server Hello)
+// The accepting side checks the per-address limit after authentication, before Accept. The
+// connecting side's Connect returns only after Accept (and the server's proof) checked out; a
+// Refuse becomes an error that says why. Frames follow the Accept directly.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "bx/status.h"
+#include "transport/auth.h"
+
+namespace bx::tcp {
+
+inline constexpr size_t kHandshakeRecordBytes = 40;
+inline constexpr uint32_t kHandshakeMagic = 0x48545842;  // "BXTH" read as a little-endian u32
+inline constexpr uint8_t kHandshakeVersion = 1;
+inline constexpr std::string_view kAuthContext = "bexpress tcp handshake v1";
+
+using HandshakeRecord = std::array<uint8_t, kHandshakeRecordBytes>;
+
+// Connecting side, on a connected socket (blocking or not): runs the whole handshake before
+// `deadline`. OK once the peer accepted; otherwise why not (RefusedBy for a refusal, "peer failed
+// authentication ..." when the accepting side's proof is wrong or missing).
+Status ConnectingHandshake(int fd, const std::string& secret, const std::string& peer,
+                           std::chrono::steady_clock::time_point deadline);
+
+// Accepting side, fed one record at a time by a non-blocking reader. Allocates nothing per peer
+// beyond itself.
+class AcceptingHandshake {
+ public:
+  enum class Outcome {
+    kContinue,       // send `reply`, then feed the next record
+    kAuthenticated,  // the peer may be accepted: check the limit, then send Accept()
+    kRefused,        // send `reply` (a Refuse, possibly empty), then close; `why` says why
+  };
+  struct Step {
+    Outcome outcome = Outcome::kContinue;
+    std::string reply;  // bytes to send before going on
+    Status why;
+  };
+
+  explicit AcceptingHandshake(std::string secret) : secret_(std::move(secret)) {}
+  Step OnRecord(const HandshakeRecord& record);
+  // The Accept record (carrying the server's proof when a secret is set).
+  std::string Accept() const;
+  static std::string Refuse(transport::auth::Refusal code);
+
+ private:
+  const std::string secret_;
+  int received_ = 0;
+  transport::auth::Nonce client_nonce_{};
+  transport::auth::Nonce server_nonce_{};
+  HandshakeRecord client_hello_{};
+  HandshakeRecord server_hello_{};
+};
+
+}  // namespace bx::tcp
