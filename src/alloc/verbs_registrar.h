@@ -1,6 +1,7 @@
 // VerbsRegistrar: registers bemalloc regions in a verbs device's protection domain.
 //
-// Access is LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ, plus IBV_ACCESS_RELAXED_ORDERING, an
+// Access is LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | MW_BIND (the engine binds memory windows
+// over single rendezvous destinations), plus IBV_ACCESS_RELAXED_ORDERING, an
 // optional flag: the loader registers through ibv_reg_mr_iova2 when the library has it, and a
 // device that does not support relaxed ordering ignores the flag, as libibverbs specifies.
 //
@@ -13,7 +14,7 @@
 namespace bx::bemalloc {
 
 inline constexpr unsigned kRegionAccess =
-    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND;
 
 class VerbsRegistrar : public Registrar {
  public:

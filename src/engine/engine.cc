@@ -3,7 +3,12 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
+
+#include "bx/bemalloc.h"
 
 namespace bx::engine {
 namespace {
@@ -11,6 +16,17 @@ namespace {
 // Receive work requests carry this bit in wr_id: error completions have no reliable opcode, so
 // the wr_id is what tells a failed receive from a failed send.
 constexpr uint64_t kReceiveTag = uint64_t{1} << 63;
+
+// Once per process: thousands of engines would otherwise repeat it.
+void SayUnscopedOnce(const std::string& why) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    std::fprintf(stderr,
+                 "bexpress: scoped remote writes are off (%s); rendezvous replies grant the "
+                 "whole bemalloc region's rkey\n",
+                 why.c_str());
+  });
+}
 
 }  // namespace
 
@@ -88,7 +104,11 @@ std::map<std::string, uint64_t> EngineCounters::ToMap() const {
           {"receive_batches_posted", receive_batches_posted},
           {"batches_posted", batches},
           {"requests_posted", requests_posted},
-          {"rnr_events", rnr_events}};
+          {"rnr_events", rnr_events},
+          {"windows_allocated", windows_allocated},
+          {"windows_bound", windows_bound},
+          {"windows_invalidated", windows_invalidated},
+          {"unscoped_rendezvous", unscoped_rendezvous}};
 }
 
 Engine::Engine(verbs::Library& lib, ibv_qp* qp, const EngineConfig& config, Callbacks callbacks)
@@ -102,10 +122,71 @@ Engine::Engine(verbs::Library& lib, ibv_qp* qp, const EngineConfig& config, Call
       receive_wrs_(config.recv_queue_depth),
       receive_sges_(config.recv_queue_depth),
       window_(config.send_window_bytes),
-      scheduler_(config.fragment_bytes) {}
+      scheduler_(config.fragment_bytes) {
+  if (config_.scoped_remote_writes) ProbeWindows();
+}
+
+// Windows need the device to have type 2 windows and bemalloc regions to be verbs MRs (with
+// IBV_ACCESS_MW_BIND, as the registrar gives them). One window is allocated now, so a provider
+// that advertises windows but cannot allocate them is found before the first rendezvous.
+void Engine::ProbeWindows() {
+  if (bemalloc::RegisteredDevice() == nullptr) {
+    NoWindows("bemalloc regions are not verbs memory regions");
+    return;
+  }
+  ibv_device_attr attr{};
+  if (int rc = lib_.query_device(qp_->context, &attr); rc != 0) {
+    NoWindows(std::string("ibv_query_device: ") + std::strerror(rc));
+    return;
+  }
+  if (attr.max_mw <= 0) {
+    NoWindows("the device has no memory windows (max_mw = 0)");
+    return;
+  }
+  scoped_ = true;
+  if (int32_t w = AcquireWindow(); w >= 0) free_windows_.push_back(uint32_t(w));
+}
+
+void Engine::NoWindows(const std::string& why) {
+  scoped_ = false;
+  SayUnscopedOnce(why);
+}
+
+// A window from the pool, or a new one; -1 when none can be allocated (the reply then carries
+// the region rkey). A failure before any window exists turns scoping off for the engine.
+int32_t Engine::AcquireWindow() {
+  if (!free_windows_.empty()) {
+    uint32_t w = free_windows_.back();
+    free_windows_.pop_back();
+    return int32_t(w);
+  }
+  errno = 0;
+  ibv_mw* mw = verbs::Library::AllocMw(qp_->pd, IBV_MW_TYPE_2);
+  if (mw == nullptr) {
+    std::string why =
+        std::string("ibv_alloc_mw(type 2): ") + std::strerror(errno != 0 ? errno : ENOMEM);
+    if (windows_.empty()) {
+      NoWindows(why);
+    } else {
+      SayUnscopedOnce(why + ", for some rendezvous");
+    }
+    return -1;
+  }
+  windows_.push_back(Window{mw, mw->rkey, false, 0, Buffer()});
+  return int32_t(windows_.size() - 1);
+}
+
+void Engine::DeallocWindows() {
+  // Deallocating a bound window invalidates it: nothing can reach its buffer afterwards.
+  for (Window& w : windows_) {
+    if (w.mw != nullptr) verbs::Library::DeallocMw(w.mw);
+    w.mw = nullptr;
+  }
+}
 
 Engine::~Engine() {
   if (!failed_) Fail(Aborted("engine destroyed"), /*notify=*/false);
+  DeallocWindows();
 }
 
 void Engine::SetPeer(const PeerLimits& peer) {
@@ -165,14 +246,14 @@ Status Engine::OpenChannel(ChannelId channel) {
     return FailedPrecondition("channel " + std::to_string(channel) + " is still in use on QP " +
                               std::to_string(qp_->qp_num));
   ++counters_.channels_opened;
-  control_.push_back({Kind::kChannelOpen, channel, {}});
+  control_.push_back({Kind::kChannelOpen, channel, {}, -1, 0, nullptr});
   dirty = true;
   return Status::Ok();
 }
 
 void Engine::AcceptChannel(ChannelId channel) {
   if (ChannelOpen(channel)) {
-    control_.push_back({Kind::kChannelAccept, channel, {}});
+    control_.push_back({Kind::kChannelAccept, channel, {}, -1, 0, nullptr});
     dirty = true;
   }
 }
@@ -180,7 +261,7 @@ void Engine::AcceptChannel(ChannelId channel) {
 void Engine::QueueClose(ChannelId id, Channel& channel) {
   if (channel.close_queued) return;
   channel.close_queued = true;
-  control_.push_back({Kind::kChannelClose, id, {}});
+  control_.push_back({Kind::kChannelClose, id, {}, -1, 0, nullptr});
   dirty = true;
 }
 
@@ -288,10 +369,28 @@ void Engine::Start() {
 void Engine::EmitControl() {
   Control control = control_.front();
   control_.pop_front();
+  if (control.window >= 0) {
+    // The bind goes first on the same send queue: the rkey is valid before the SEND carrying it
+    // can reach the peer (type 2 binds execute in send-queue order).
+    auto& bind = chain_.Prepare();
+    bind.wr.opcode = IBV_WR_BIND_MW;
+    bind.wr.num_sge = 0;
+    bind.wr.bind_mw.mw = windows_[uint32_t(control.window)].mw;
+    bind.wr.bind_mw.rkey = control.reply.rkey;
+    bind.wr.bind_mw.bind_info.mr = control.mr;
+    bind.wr.bind_mw.bind_info.addr = control.reply.addr;
+    bind.wr.bind_mw.bind_info.length = control.length;
+    bind.wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    ++counters_.windows_bound;
+  }
   auto& slot = chain_.Prepare();
   slot.wr.opcode = IBV_WR_SEND_WITH_IMM;
-  if (control.kind == Kind::kRendezvousReply)
+  if (control.kind == Kind::kRendezvousReply) {
     SetInline(slot, &control.reply, sizeof(control.reply));
+    if (callbacks_.on_granted)
+      callbacks_.on_granted(control.id, RemoteBuffer{control.reply.addr, control.reply.rkey},
+                            control.length);
+  }
   PrepareImm(slot, control.kind, control.id);
   if (control.kind == Kind::kChannelClose) {
     if (Channel* channel = Find(control.id)) channel->close_sent = true;
@@ -302,6 +401,13 @@ void Engine::EmitControl() {
 void Engine::Pump() {
   dirty = false;
   if (failed_ || !started_) return;
+  // Invalidates first, in a batch of their own: a received message waits on them, and as the
+  // last request of its batch an invalidate is signalled, so its completion does not wait for
+  // data posted after it.
+  if (!invalidations_.empty()) {
+    EmitInvalidations();
+    if (failed_) return;
+  }
   while (chain_.free_slots() > 0) {
     // Control first: a peer's transfer waits on our rendezvous replies.
     if (!control_.empty()) {
@@ -309,6 +415,8 @@ void Engine::Pump() {
         ++counters_.credit_stalls;
         break;
       }
+      // A reply with a window takes two slots (bind, then SEND), no credit for the bind.
+      if (control_.front().window >= 0 && chain_.free_slots() < 2) break;
       EmitControl();
       continue;
     }
@@ -325,6 +433,40 @@ void Engine::Pump() {
   }
   if (int rc = chain_.PostPending(qp_, &verbs::Library::PostSend); rc != 0)
     Fail(Status::FromErrno(rc, "ibv_post_send on QP " + std::to_string(qp_->qp_num)));
+}
+
+// LOCAL_INV of each window whose transfer has ended: no bytes, no credit (it reaches nobody).
+void Engine::EmitInvalidations() {
+  while (!invalidations_.empty() && chain_.free_slots() > 0) {
+    uint32_t w = invalidations_.front();
+    invalidations_.pop_front();
+    auto& slot = chain_.Prepare();
+    slot.wr.opcode = IBV_WR_LOCAL_INV;
+    slot.wr.num_sge = 0;
+    slot.wr.invalidate_rkey = windows_[w].rkey;
+    slot.window = w + 1;
+  }
+  if (int rc = chain_.PostPending(qp_, &verbs::Library::PostSend); rc != 0)
+    Fail(Status::FromErrno(rc, "ibv_post_send on QP " + std::to_string(qp_->qp_num)));
+}
+
+// The window's invalidate completed: the peer can no longer reach its buffer, which may now go
+// to the application (or be freed, after an abort); the window goes back to the pool.
+void Engine::OnInvalidated(uint32_t w) {
+  ++counters_.windows_invalidated;
+  Window& window = windows_[w];
+  Buffer aborted = std::move(window.buffer);
+  const bool releases = std::exchange(window.releases, false);
+  const ChannelId channel = window.channel;
+  free_windows_.push_back(w);
+  aborted.Reset();
+  if (!releases) return;
+  auto it = held_.find(channel);
+  if (it == held_.end()) return;
+  for (Held& held : it->second) {
+    if (held.window == int32_t(w)) held.window = -1;
+  }
+  FlushHeld(channel);
 }
 
 // May a request of `bytes` (taking `slots` chain slots) go now? kBlocked stops the whole pump
@@ -481,11 +623,21 @@ void Engine::OnCompletion(const ibv_wc& wc) {
 void Engine::OnSendCompletion(const ibv_wc& wc) {
   ++counters_.signalled_completions;
   chain_.RetireThrough(wc.wr_id, [this](WorkRequestChain::Slot& slot) { Retire(slot, Status()); });
+  for (size_t i = 0; i < invalidated_.size() && !failed_; ++i) OnInvalidated(invalidated_[i]);
+  invalidated_.clear();
   dirty = true;
 }
 
 void Engine::Retire(WorkRequestChain::Slot& slot, const Status& status) {
   window_.OnCompleted(slot.bytes);
+  if (slot.window != 0) {
+    uint32_t w = slot.window - 1;
+    slot.window = 0;
+    // Handled after the retiring pass (it may run application callbacks); after a failure the
+    // windows are gone and held buffers are freed with the rest of the engine's state.
+    if (status.ok() && !failed_) invalidated_.push_back(w);
+    return;
+  }
   if (slot.cookie == nullptr) return;
   std::unique_ptr<Outgoing> out(static_cast<Outgoing*>(slot.cookie));
   slot.cookie = nullptr;
@@ -513,6 +665,60 @@ void Engine::Deliver(ChannelId id, Buffer message) {
   ++counters_.messages_received;
   counters_.bytes_received += message.size();
   callbacks_.on_message(id, std::move(message));
+}
+
+void Engine::OnRemoteWrite(ChannelId id, uint16_t tag) {
+  Channel* channel = Find(id);
+  if (channel == nullptr) {
+    Fail(DataLoss("remote write for a channel that is not open"));
+    return;
+  }
+  if (channel->closing) {
+    ++counters_.messages_dropped;
+  } else {
+    ++counters_.messages_received;
+    if (callbacks_.on_remote_write) callbacks_.on_remote_write(id, tag);
+  }
+}
+
+void Engine::Emit(ChannelId channel, Held event) {
+  auto it = held_.find(channel);
+  if (it != held_.end()) {
+    it->second.push_back(std::move(event));
+    return;
+  }
+  Process(channel, event);
+}
+
+void Engine::Process(ChannelId channel, Held& event) {
+  switch (event.what) {
+    case Held::What::kMessage:
+      Deliver(channel, std::move(event.buffer));
+      return;
+    case Held::What::kRemoteWrite:
+      OnRemoteWrite(channel, event.tag);
+      return;
+    case Held::What::kPeerClose:
+      OnPeerClosed(channel);
+      return;
+  }
+}
+
+// Hands over the channel's held events up to the first one still waiting for an invalidate.
+void Engine::FlushHeld(ChannelId channel) {
+  while (!failed_) {
+    auto it = held_.find(channel);  // again each time: a callback may have changed the map
+    if (it == held_.end()) return;
+    if (it->second.empty()) {
+      held_.erase(it);
+      return;
+    }
+    if (it->second.front().window >= 0) return;
+    Held event = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) held_.erase(it);
+    Process(channel, event);
+  }
 }
 
 void Engine::OnPeerOpened(ChannelId id) {
@@ -577,7 +783,7 @@ bool Engine::Dispatch(const Imm& imm, uint32_t slot, uint32_t byte_len) {
     case Kind::kEager: {
       Buffer message = std::move(receive_buffers_[slot]);
       message.Resize(byte_len);
-      Deliver(imm.id, std::move(message));
+      Emit(imm.id, Held{Held::What::kMessage, std::move(message), 0, -1});
       return true;
     }
     case Kind::kRendezvousRequest: {
@@ -600,8 +806,22 @@ bool Engine::Dispatch(const Imm& imm, uint32_t slot, uint32_t byte_len) {
         return false;
       }
       RendezvousReply reply{reinterpret_cast<uint64_t>(dest->data()), dest->rkey(), 0};
-      incoming_.emplace(imm.id, Incoming{request.channel, std::move(dest).value()});
-      control_.push_back({Kind::kRendezvousReply, imm.id, reply});
+      Control control{Kind::kRendezvousReply, imm.id, reply, -1, request.size, nullptr};
+      if (scoped_) {
+        // The peer gets a window over exactly the `size` bytes asked for; a fresh tag makes
+        // every earlier key of the window stale.
+        control.window = AcquireWindow();
+        if (control.window >= 0) {
+          Window& window = windows_[uint32_t(control.window)];
+          window.rkey = ibv_inc_rkey(window.rkey);
+          control.reply.rkey = window.rkey;
+          control.mr = static_cast<ibv_mr*>(bemalloc::GetMR(dest->data())->handle);
+        } else {
+          ++counters_.unscoped_rendezvous;
+        }
+      }
+      incoming_.emplace(imm.id, Incoming{request.channel, std::move(dest).value(), control.window});
+      control_.push_back(control);
       return true;
     }
     case Kind::kRendezvousReply: {
@@ -630,7 +850,17 @@ bool Engine::Dispatch(const Imm& imm, uint32_t slot, uint32_t byte_len) {
       // on this QP, so the whole message is in memory now.
       Incoming incoming = std::move(it->second);
       incoming_.erase(it);
-      Deliver(incoming.channel, std::move(incoming.buffer));
+      if (incoming.window < 0) {
+        Emit(incoming.channel, Held{Held::What::kMessage, std::move(incoming.buffer), 0, -1});
+        return true;
+      }
+      // The message waits (with whatever of its channel follows) until the window is invalid.
+      Window& window = windows_[uint32_t(incoming.window)];
+      window.releases = true;
+      window.channel = incoming.channel;
+      held_[incoming.channel].push_back(
+          Held{Held::What::kMessage, std::move(incoming.buffer), 0, incoming.window});
+      invalidations_.push_back(uint32_t(incoming.window));
       return true;
     }
     case Kind::kRemoteWriteDone: {
@@ -639,31 +869,35 @@ bool Engine::Dispatch(const Imm& imm, uint32_t slot, uint32_t byte_len) {
         Fail(DataLoss("malformed remote-write notification"));
         return false;
       }
-      Channel* channel = Find(done.channel);
-      if (channel == nullptr) {
+      if (Find(done.channel) == nullptr) {
         Fail(DataLoss("remote write for a channel that is not open"));
         return false;
       }
-      if (channel->closing) {
-        ++counters_.messages_dropped;
-      } else {
-        ++counters_.messages_received;
-        if (callbacks_.on_remote_write) callbacks_.on_remote_write(done.channel, done.tag);
-      }
+      Emit(done.channel, Held{Held::What::kRemoteWrite, Buffer(), done.tag, -1});
       return true;
     }
     case Kind::kChannelOpen:
       OnPeerOpened(imm.id);
       return true;
     case Kind::kChannelClose:
-      OnPeerClosed(imm.id);
+      Emit(imm.id, Held{Held::What::kPeerClose, Buffer(), 0, -1});
       return true;
-    case Kind::kRendezvousAbort:
-      if (incoming_.erase(imm.id) == 0) {
+    case Kind::kRendezvousAbort: {
+      auto it = incoming_.find(imm.id);
+      if (it == incoming_.end()) {
         Fail(DataLoss("abort of unknown rendezvous " + std::to_string(imm.id)));
         return false;
       }
+      if (it->second.window >= 0) {
+        // Freed only once the peer cannot write into it any more.
+        uint32_t w = uint32_t(it->second.window);
+        windows_[w].buffer = std::move(it->second.buffer);
+        windows_[w].releases = false;
+        invalidations_.push_back(w);
+      }
+      incoming_.erase(it);
       return true;
+    }
     case Kind::kChannelAccept:
       if (Find(imm.id) == nullptr) {
         Fail(DataLoss("peer accepted channel " + std::to_string(imm.id) + ", never opened"));
@@ -687,6 +921,11 @@ void Engine::Fail(const Status& why, bool notify) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_ERR;
   lib_.modify_qp(qp_, &attr, IBV_QP_STATE);
+  // Windows go before the buffers they cover: no bound window outlives its memory.
+  DeallocWindows();
+  windows_.clear();
+  free_windows_.clear();
+  invalidations_.clear();
   chain_.DropAll([&](WorkRequestChain::Slot& slot) { Retire(slot, why); });
   for (auto& [id, channel] : channels_) {
     if (channel.current) {
@@ -697,6 +936,7 @@ void Engine::Fail(const Status& why, bool notify) {
     channel.FailQueued(why);
   }
   channels_.clear();
+  held_.clear();
   incoming_.clear();
   control_.clear();
   rendezvous_.clear();
@@ -712,6 +952,7 @@ EngineCounters Engine::counters() const {
   c.max_outstanding_bytes = window_.max_outstanding();
   c.window_bytes = window_.limit();
   c.scheduler_rounds = scheduler_.rounds();
+  c.windows_allocated = windows_.size();
   return c;
 }
 

@@ -27,6 +27,14 @@
 // bemalloc. An eager message's buffer is handed to the application as is (no copy) and a fresh
 // one takes its place when the batch of k = depth/2 is reposted.
 //
+// Scoped remote writes (EngineConfig::scoped_remote_writes): a rendezvous destination is
+// reachable only through a type 2 memory window bound to exactly its bytes. The window is bound
+// on our send queue ahead of the reply that carries its rkey, and invalidated (LOCAL_INV) when
+// the last fragment or an abort arrives; the buffer reaches the application (or is freed) only
+// once the invalidate has completed. Later events of the same channel (eager messages, remote
+// writes, the peer's close) wait behind it, so per-channel order is kept. Windows come from a
+// per-engine pool and are reused. Without window support the reply carries the region's rkey.
+//
 // Threads: constructed anywhere; from Start() on, every method runs on the owning I/O thread.
 #pragma once
 
@@ -69,6 +77,9 @@ struct EngineConfig {
   // during an incast to N x 128 KiB (see docs/SIMULATION.md for what the fabric model says).
   uint64_t send_window_bytes = 128 << 10;
   uint64_t max_message_bytes = uint64_t{1} << 30;
+  // Rendezvous destinations through a memory window bound to exactly the buffer (see above);
+  // off, or where the device has no type 2 windows, the peer gets the whole region's rkey.
+  bool scoped_remote_writes = true;
 };
 
 // What the peer told us at connection set-up.
@@ -104,6 +115,10 @@ struct EngineCounters {
   uint64_t rnr_events = 0;  // RNR-retry-exceeded completions: credits should make it stay 0
   uint64_t signalled_completions = 0, receive_batches_posted = 0;
   uint64_t batches = 0, requests_posted = 0;  // from the chain
+  // Scoped remote writes: windows in the pool, binds and invalidates posted, and rendezvous
+  // replies that carried a region rkey although scoping was asked for (no window available).
+  uint64_t windows_allocated = 0, windows_bound = 0, windows_invalidated = 0;
+  uint64_t unscoped_rendezvous = 0;
   std::map<std::string, uint64_t> ToMap() const;
 };
 
@@ -126,6 +141,9 @@ class Engine {
     // Tracing (tests use it to check scheduling order): a data request of `channel` was just
     // prepared, `bytes` long; `last` when it is the message's final request.
     std::function<void(ChannelId, uint32_t bytes, bool last)> on_prepared;
+    // Tracing (tests): a rendezvous reply granting the peer `length` bytes at `target` for its
+    // message `id` was just prepared.
+    std::function<void(uint16_t id, RemoteBuffer target, uint64_t length)> on_granted;
   };
 
   // `qp` is an RC QP in INIT (or later) whose both queues complete to the I/O thread's CQ; the
@@ -167,6 +185,8 @@ class Engine {
   void Fail(const Status& why, bool notify = true);
 
   bool failed() const { return failed_; }
+  // Whether rendezvous replies grant memory windows (config asked for it and the device has them).
+  bool scoped_remote_writes() const { return scoped_; }
   const Status& failure() const { return failure_; }
   uint32_t qp_num() const { return qp_->qp_num; }
   EngineCounters counters() const;
@@ -187,6 +207,25 @@ class Engine {
     Kind kind;
     uint16_t id;
     RendezvousReply reply;  // kRendezvousReply only
+    int32_t window = -1;    // kRendezvousReply: the window to bind first, or -1 (region rkey)
+    uint64_t length = 0;    // the granted bytes
+    ibv_mr* mr = nullptr;   // the region the window is bound in
+  };
+  // A memory window of the pool.
+  struct Window {
+    ibv_mw* mw = nullptr;
+    uint32_t rkey = 0;      // the key of the latest bind (the next one bumps its tag)
+    bool releases = false;  // its invalidate releases a held message of `channel`
+    ChannelId channel = 0;
+    Buffer buffer;  // an aborted destination, freed once the invalidate completes
+  };
+  // A receive-side event of one channel waiting behind a message whose window is being
+  // invalidated.
+  struct Held {
+    enum class What : uint8_t { kMessage, kRemoteWrite, kPeerClose } what;
+    Buffer buffer;        // kMessage
+    uint16_t tag = 0;     // kRemoteWrite
+    int32_t window = -1;  // waiting for this window's invalidate; -1 when ready
   };
 
   void OnReceive(const ibv_wc& wc);
@@ -211,6 +250,18 @@ class Engine {
   void SetInline(WorkRequestChain::Slot& slot, const void* payload, uint32_t size);
   void Push(ChannelId channel, std::unique_ptr<Outgoing> out);
   void Retire(WorkRequestChain::Slot& slot, const Status& status);
+  // Scoped remote writes.
+  void ProbeWindows();
+  void NoWindows(const std::string& why);
+  int32_t AcquireWindow();
+  void EmitInvalidations();
+  void OnInvalidated(uint32_t window);
+  void DeallocWindows();
+  // Hands `event` of `channel` over now, or queues it behind held ones.
+  void Emit(ChannelId channel, Held event);
+  void Process(ChannelId channel, Held& event);
+  void FlushHeld(ChannelId channel);
+  void OnRemoteWrite(ChannelId channel, uint16_t tag);
 
   verbs::Library& lib_;
   ibv_qp* qp_;
@@ -242,8 +293,18 @@ class Engine {
   struct Incoming {
     ChannelId channel;
     Buffer buffer;
+    int32_t window = -1;  // granted through this window, or -1 (region rkey)
   };
   std::unordered_map<uint16_t, Incoming> incoming_;
+
+  // Scoped remote writes: the window pool (indices stay valid; free ones listed), invalidates
+  // waiting for a chain slot, and channels whose receive events wait behind an invalidate.
+  bool scoped_ = false;
+  std::vector<Window> windows_;
+  std::vector<uint32_t> free_windows_;
+  std::deque<uint32_t> invalidations_;
+  std::vector<uint32_t> invalidated_;  // completed in the current retiring pass
+  std::unordered_map<ChannelId, std::deque<Held>> held_;
 
   bool started_ = false;
   bool failed_ = false;

@@ -17,6 +17,7 @@ WorkRequestChain::Slot& WorkRequestChain::Prepare() {
   slot.sequence = head_;
   slot.bytes = 0;
   slot.cookie = nullptr;
+  slot.window = 0;
   slot.wr.wr_id = head_;
   slot.wr.sg_list = &slot.sge;
   ++head_;

@@ -30,6 +30,7 @@ class WorkRequestChain {
     uint64_t sequence;  // also the wr_id
     uint32_t bytes;     // payload bytes (for the send window)
     void* cookie;       // the engine's: which message this request completes, if any
+    uint32_t window;    // the engine's: 1 + the pool index of a window this request invalidates
     // Small control payloads sent inline (IBV_SEND_INLINE): the NIC copies them at post time.
     alignas(8) uint8_t inline_payload[32];
   };

@@ -53,10 +53,19 @@ struct Side {
   bool keep = true;  // keep received buffers (integrity tests) or only count them (stress)
   std::optional<Status> failure;
   std::vector<uint16_t> remote_write_tags;
+  // Rendezvous destinations this side granted (Callbacks::on_granted), in order.
+  struct Grant {
+    uint16_t id;
+    RemoteBuffer target;
+    uint64_t length;
+  };
+  std::vector<Grant> granted;
   std::vector<ChannelId> received_channels;         // the channel of each received message
   std::vector<ChannelId> closed_by_peer, released;  // channel events, in order
   // Requests prepared (channel, bytes, last), recorded while `tracing` (I/O thread only).
   bool tracing = false;
+  // Runs on the I/O thread as each data request is prepared, before the batch is posted.
+  std::function<void(ChannelId, uint32_t bytes, bool last)> on_prepared_hook;
   std::vector<std::tuple<ChannelId, uint32_t, bool>> trace;
   std::atomic<uint64_t> sends_done{0};
   std::atomic<uint64_t> send_errors{0};
@@ -94,9 +103,12 @@ class EngineTest : public ::testing::Test {
     }
   }
 
-  void Build(const EngineConfig& config = {}) {
+  void Build(const EngineConfig& config = {}) { BuildPair(a_, b_, config); }
+
+  // Connects `a` and `b` (a fresh pair of sides) with `config`; `a` opens channel 0, `b` 1.
+  void BuildPair(Side& a, Side& b, const EngineConfig& config) {
     verbs::Library& lib = g_device->lib();
-    for (Side* s : {&a_, &b_}) {
+    for (Side* s : {&a, &b}) {
       auto io = IoThread::Create(lib, g_device->context(), IoThreadOptions{});
       ASSERT_TRUE(io.ok()) << io.status().ToString();
       s->io = std::move(io).value();
@@ -136,6 +148,11 @@ class EngineTest : public ::testing::Test {
       };
       cb.on_prepared = [s](ChannelId channel, uint32_t bytes, bool last) {
         if (s->tracing) s->trace.emplace_back(channel, bytes, last);
+        if (s->on_prepared_hook) s->on_prepared_hook(channel, bytes, last);
+      };
+      cb.on_granted = [s](uint16_t id, RemoteBuffer target, uint64_t length) {
+        std::lock_guard lock(s->mu);
+        s->granted.push_back({id, target, length});
       };
       cb.on_failure = [s](const Status& why) {
         std::lock_guard lock(s->mu);
@@ -150,12 +167,12 @@ class EngineTest : public ::testing::Test {
     rc.rnr_retry = 0;  // any receiver-not-ready fails the QP loudly
     rc.mtu = IBV_MTU_4096;
     ibv_gid gid = g_device->gid();
-    ASSERT_TRUE(verbs::MoveRcToRts(lib, a_.qp->qp(), 1, b_.qp->qp_num(), gid, rc).ok());
-    ASSERT_TRUE(verbs::MoveRcToRts(lib, b_.qp->qp(), 1, a_.qp->qp_num(), gid, rc).ok());
-    b_.channel = 1;
+    ASSERT_TRUE(verbs::MoveRcToRts(lib, a.qp->qp(), 1, b.qp->qp_num(), gid, rc).ok());
+    ASSERT_TRUE(verbs::MoveRcToRts(lib, b.qp->qp(), 1, a.qp->qp_num(), gid, rc).ok());
+    b.channel = 1;
     // Both engines take completions before either sends (an unregistered QP's are dropped).
-    for (Side* s : {&a_, &b_}) s->io->Run([s] { s->io->AddEngine(s->engine.get()); });
-    for (Side* s : {&a_, &b_}) {
+    for (Side* s : {&a, &b}) s->io->Run([s] { s->io->AddEngine(s->engine.get()); });
+    for (Side* s : {&a, &b}) {
       s->io->Run([s] {
         ASSERT_TRUE(s->engine->OpenChannel(s->channel).ok());
         s->engine->Start();
@@ -165,7 +182,7 @@ class EngineTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    for (Side* s : {&a_, &b_}) {
+    for (Side* s : {&a_, &b_, &c_, &d_}) {
       if (!s->io) continue;
       s->io->Run([s] { s->io->RemoveEngine(s->engine.get()); });
       s->engine.reset();
@@ -181,6 +198,7 @@ class EngineTest : public ::testing::Test {
   }
 
   Side a_, b_;
+  Side c_, d_;  // a second pair, for tests that need one (BuildPair(c_, d_, ...))
 };
 
 }  // namespace bx::engine
