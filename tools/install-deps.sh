@@ -15,6 +15,7 @@ packages=(
   sockperf iperf3                           # peers measured beside `bx bench msg`
   libgrpc++-dev protobuf-compiler-grpc     # gRPC echo peer of `bx bench rpc` (tools/grpc_echo)
   gnuplot-nox                               # plots of `bx sim incast --sweep`
+  iproute2                                  # `ip netns` for the multi-host failover test
 )
 
 missing=()

@@ -52,8 +52,10 @@ Status PsServer::Register() {
       std::string(kFetchMethod), [this](rpc::ServerCall call) { OnFetch(std::move(call)); }));
   BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kPushMethod),
                                         [this](rpc::ServerCall call) { OnPush(std::move(call)); }));
-  return server_->AddMethod(std::string(kForwardMethod),
-                            [this](rpc::ServerCall call) { OnForward(std::move(call)); });
+  BX_RETURN_IF_ERROR(server_->AddMethod(
+      std::string(kForwardMethod), [this](rpc::ServerCall call) { OnForward(std::move(call)); }));
+  return server_->AddMethod(std::string(kPingMethod),
+                            [this](rpc::ServerCall call) { OnPing(std::move(call)); });
 }
 
 Status PsServer::BecomePrimary(uint64_t epoch, const std::vector<rpc::ReplicaAddress>& backups) {
@@ -117,6 +119,13 @@ void PsServer::OnForward(rpc::ServerCall call) {
     if (!empty.ok()) return shared->Fail(empty.status());
     shared->Respond(std::move(empty).value());
   });
+}
+
+void PsServer::OnPing(rpc::ServerCall call) {
+  Result<rpc::Message> reply = rpc::Message::Allocate(kPingReplyBytes);
+  if (!reply.ok()) return call.Fail(reply.status());
+  EncodePingReply({replica_.role(), replica_.position()}, {reply->data(), reply->size()});
+  call.Respond(std::move(reply).value());
 }
 
 PsServerCounters PsServer::counters() const {

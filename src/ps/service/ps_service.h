@@ -1,19 +1,23 @@
 // The parameter server on the network: PsServer puts one ShardReplica behind an rpc::Server
 // ("ps.Fetch", "ps.Push", "ps.Forward"), RpcBackupLink carries a primary's forwards to a backup
 // over an rpc::Client, and PsClient routes fetches and pushes of a whole cluster by shard.
-// Wire formats: docs/PS.md; the RPC layer: include/bx/rpc.h.
+// Wire formats: docs/PS.md; the RPC layer: include/bx/rpc.h. FailoverMonitor is the failure
+// detector that promotes a backup when its primary stops answering "ps.Ping" (docs/PS.md
+// "Automatic failover").
 //
 // Thread-safety: every public method may be called from any thread once Create returned.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bx/ps/cluster.h"
@@ -27,6 +31,17 @@ namespace bx::ps {
 inline constexpr std::string_view kFetchMethod = "ps.Fetch";
 inline constexpr std::string_view kPushMethod = "ps.Push";
 inline constexpr std::string_view kForwardMethod = "ps.Forward";
+inline constexpr std::string_view kPingMethod = "ps.Ping";
+
+// "ps.Ping": an empty request; the reply is kPingReplyBytes: u8 role (0 backup, 1 primary,
+// 2 fenced), 7 x u8 0, u64 epoch, u64 applied lsn (little-endian).
+inline constexpr size_t kPingReplyBytes = 24;
+struct PingReply {
+  ShardReplica::Role role = ShardReplica::Role::kBackup;
+  ShardReplica::Position position;
+};
+void EncodePingReply(const PingReply& reply, std::span<std::byte> out);  // kPingReplyBytes
+Result<PingReply> DecodePingReply(std::span<const std::byte> bytes);
 
 // A primary's link to one backup: each forward is one "ps.Forward" call. The call is marked
 // idempotent because the backup dedups by lsn and push id, so an RPC-level retry is harmless.
@@ -81,6 +96,7 @@ class PsServer {
   void OnFetch(rpc::ServerCall call);
   void OnPush(rpc::ServerCall call);
   void OnForward(rpc::ServerCall call);
+  void OnPing(rpc::ServerCall call);
 
   PsServerOptions options_;
   ShardReplica replica_;
@@ -89,6 +105,55 @@ class PsServer {
   std::vector<std::shared_ptr<rpc::Client>> backup_clients_;
   std::atomic<uint64_t> fetches_{0}, pushes_acked_{0}, pushes_duplicate_{0}, push_errors_{0},
       forwards_{0};
+};
+
+// ---------------------------------------------------------------------------------------------
+// Automatic failover (docs/PS.md "Automatic failover"). A backup pings the replica it believes
+// is primary every probe_interval; once that replica has been unreachable (or not primary) for
+// failure_timeout, it is considered dead and the next replica in cluster-file order (skipping
+// the dead) takes over: if that is this replica, it promotes itself to primary of epoch
+// max(epochs seen) + 1 with every replica not known dead as a backup; otherwise it watches that
+// replica instead, giving it failure_timeout to answer as primary. The monitor is armed only
+// once it has seen the watched replica answer as primary, so a backup started before its
+// primary does not take over. Limits: no quorum and no leases, so a network partition can
+// leave two primaries; with more than two replicas the next replica in order may not hold the
+// highest position (see docs/PS.md).
+
+struct FailoverOptions {
+  std::vector<rpc::ReplicaAddress> replicas;  // the shard's replicas, in cluster-file order
+  size_t self = 0;                            // this replica's index in `replicas`
+  size_t initial_primary = 0;
+  uint64_t initial_epoch = 1;
+  std::chrono::milliseconds probe_interval{100};
+  std::chrono::milliseconds failure_timeout{1000};
+  rpc::ClientOptions client;                  // for the ping client
+  std::function<void(std::string_view)> log;  // one line per event; default stderr
+};
+
+class FailoverMonitor {
+ public:
+  // Starts watching on a thread of its own. `server` must outlive the monitor.
+  static Result<std::unique_ptr<FailoverMonitor>> Start(PsServer* server, FailoverOptions options);
+  ~FailoverMonitor();  // stops the thread
+
+  // The epoch this replica promoted itself to, 0 while it has not.
+  uint64_t promoted_epoch() const { return promoted_epoch_.load(); }
+
+ private:
+  FailoverMonitor(PsServer* server, FailoverOptions options)
+      : server_(server), options_(std::move(options)) {}
+  void Run();
+  void Log(const std::string& line) const;
+  // Sleeps up to `d`; false when stopping.
+  bool Sleep(std::chrono::milliseconds d);
+
+  PsServer* server_;
+  FailoverOptions options_;
+  std::atomic<uint64_t> promoted_epoch_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -157,6 +157,73 @@ TEST_P(PsServiceTest, PushRetriedAfterPrimaryStopsIsAppliedOnce) {
   EXPECT_GT(client->stats().push_failovers, 0u);
 }
 
+// FailoverMonitor on a 3-replica shard: replica 0 (primary) stops; replica 1, next in order,
+// promotes itself to epoch 2 with replica 2 as its backup; replica 2 then watches replica 1.
+// Replica 1 stops too; replica 2 promotes itself to epoch 3. Pushes go on throughout and each is
+// applied exactly once on the last survivor.
+TEST_P(PsServiceTest, FailoverMonitorPromotesNextReplicaInOrder) {
+  Cluster cluster;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 3));
+  std::vector<std::unique_ptr<FailoverMonitor>> monitors;
+  for (size_t r = 1; r < 3; ++r) {
+    FailoverOptions options;
+    for (const ReplicaSpec& replica : cluster.spec.shards[0].replicas) {
+      options.replicas.push_back({replica.rdma, replica.tcp});
+    }
+    options.self = r;
+    options.probe_interval = 20ms;
+    options.failure_timeout = 200ms;
+    options.client.log = [](std::string_view) {};
+    options.log = [](std::string_view) {};
+    Result<std::unique_ptr<FailoverMonitor>> monitor =
+        FailoverMonitor::Start(cluster.servers[0][r].get(), options);
+    ASSERT_TRUE(monitor.ok()) << monitor.status().ToString();
+    monitors.push_back(std::move(monitor).value());
+  }
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+  const std::vector<uint64_t> key = {7};
+  const std::vector<float> ones(kDim, 1.0f);
+  auto push = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      Status s = client->Push(kTable, kDim, key, ones, 10s);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+  };
+  ASSERT_NO_FATAL_FAILURE(push(50));
+  std::this_thread::sleep_for(100ms);  // the monitors see replica 0 as primary and arm
+  cluster.servers[0][0]->Stop();
+  ASSERT_NO_FATAL_FAILURE(push(50));  // waits for the failover
+  EXPECT_EQ(monitors[0]->promoted_epoch(), 2u);
+  EXPECT_EQ(cluster.servers[0][1]->replica().role(), ShardReplica::Role::kPrimary);
+  EXPECT_EQ(cluster.servers[0][2]->replica().position().epoch, 2u);
+  std::this_thread::sleep_for(100ms);  // replica 2 sees replica 1 as primary
+  cluster.servers[0][1]->Stop();
+  ASSERT_NO_FATAL_FAILURE(push(50));
+  EXPECT_EQ(monitors[1]->promoted_epoch(), 3u);
+  std::vector<std::byte> row(kDim * sizeof(float));
+  ASSERT_TRUE(cluster.servers[0][2]->replica().Fetch(kTable, key, row).ok());
+  float first;
+  std::memcpy(&first, row.data(), sizeof first);
+  EXPECT_EQ(first, -150.0f);
+}
+
+TEST(PingReplyTest, RoundTripsAndRejectsBadBytes) {
+  PingReply reply{ShardReplica::Role::kPrimary, {3, 99}};
+  std::vector<std::byte> bytes(kPingReplyBytes);
+  EncodePingReply(reply, bytes);
+  Result<PingReply> decoded = DecodePingReply(bytes);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(decoded->role, ShardReplica::Role::kPrimary);
+  EXPECT_EQ(decoded->position, (ShardReplica::Position{3, 99}));
+  EXPECT_FALSE(DecodePingReply(std::span(bytes).first(23)).ok());
+  bytes[0] = std::byte{3};
+  EXPECT_FALSE(DecodePingReply(bytes).ok());
+  bytes[0] = std::byte{1};
+  bytes[5] = std::byte{1};
+  EXPECT_FALSE(DecodePingReply(bytes).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, PsServiceTest, ::testing::Values("tcp", "rdma"),
                          [](const auto& info) { return info.param; });
 

@@ -1,0 +1,170 @@
+// FailoverMonitor: the failure detector and promotion rule of `bx ps serve` (docs/PS.md
+// "Automatic failover"), plus the "ps.Ping" reply codec it uses.
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "ps/byte_io.h"
+#include "ps/service/ps_service.h"
+
+namespace bx::ps {
+
+void EncodePingReply(const PingReply& reply, std::span<std::byte> out) {
+  ByteWriter w(out);
+  w.Put(static_cast<uint8_t>(reply.role));
+  for (int i = 0; i < 7; ++i) w.Put(uint8_t{0});
+  w.Put(reply.position.epoch);
+  w.Put(reply.position.lsn);
+}
+
+Result<PingReply> DecodePingReply(std::span<const std::byte> bytes) {
+  if (bytes.size() != kPingReplyBytes) {
+    return Status(StatusCode::kDataLoss,
+                  "ping reply of " + std::to_string(bytes.size()) + " bytes");
+  }
+  ByteReader r(bytes);
+  uint8_t role = 0;
+  r.Get(&role);
+  for (int i = 0; i < 7; ++i) {
+    uint8_t zero = 0;
+    r.Get(&zero);
+    if (zero != 0) return Status(StatusCode::kDataLoss, "ping reply reserved byte");
+  }
+  if (role > static_cast<uint8_t>(ShardReplica::Role::kFenced)) {
+    return Status(StatusCode::kDataLoss, "ping reply role");
+  }
+  PingReply reply;
+  reply.role = static_cast<ShardReplica::Role>(role);
+  r.Get(&reply.position.epoch);
+  r.Get(&reply.position.lsn);
+  return reply;
+}
+
+Result<std::unique_ptr<FailoverMonitor>> FailoverMonitor::Start(PsServer* server,
+                                                                FailoverOptions options) {
+  const size_t n = options.replicas.size();
+  if (server == nullptr || options.self >= n || options.initial_primary >= n ||
+      options.self == options.initial_primary) {
+    return Status(StatusCode::kInvalidArgument,
+                  "failover: self and initial primary must be distinct replicas of the shard");
+  }
+  if (options.probe_interval.count() <= 0 || options.failure_timeout < options.probe_interval) {
+    return Status(StatusCode::kInvalidArgument,
+                  "failover: need 0 < probe interval <= failure timeout");
+  }
+  std::unique_ptr<FailoverMonitor> monitor(new FailoverMonitor(server, std::move(options)));
+  monitor->thread_ = std::thread([m = monitor.get()] { m->Run(); });
+  return monitor;
+}
+
+FailoverMonitor::~FailoverMonitor() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void FailoverMonitor::Log(const std::string& line) const {
+  std::string text = "failover: " + line;
+  if (options_.log) return options_.log(text);
+  std::fprintf(stderr, "%s\n", text.c_str());
+}
+
+bool FailoverMonitor::Sleep(std::chrono::milliseconds d) {
+  std::unique_lock lock(mu_);
+  return !cv_.wait_for(lock, d, [this] { return stop_; });
+}
+
+void FailoverMonitor::Run() {
+  const size_t n = options_.replicas.size();
+  std::vector<bool> dead(n, false);
+  size_t watched = options_.initial_primary;
+  // The epoch the watched replica is (or is expected to become) primary of.
+  uint64_t expected_epoch = options_.initial_epoch;
+  bool armed = false;  // the watched replica has answered as primary (or replaced a dead one)
+  rpc::Clock::time_point last_ok = rpc::Clock::now();
+  std::unique_ptr<rpc::Client> client;
+  const auto ping_timeout = std::chrono::duration_cast<std::chrono::microseconds>(
+      std::max(options_.probe_interval, std::chrono::milliseconds(50)));
+  do {
+    ShardReplica::Role role = server_->replica().role();
+    if (role != ShardReplica::Role::kBackup) {
+      Log(std::string("this replica is ") +
+          (role == ShardReplica::Role::kPrimary ? "primary" : "fenced") + "; monitor stops");
+      return;
+    }
+    if (!client) {
+      Result<std::unique_ptr<rpc::Client>> created =
+          rpc::Client::Create({options_.replicas[watched]}, options_.client);
+      if (!created.ok()) {
+        Log("ping client for replica " + std::to_string(watched) + ": " +
+            created.status().ToString());
+        continue;
+      }
+      client = std::move(created).value();
+    }
+    bool healthy = false;
+    Result<rpc::Message> request = rpc::Message::Allocate(0);
+    if (request.ok()) {
+      Result<rpc::Message> reply =
+          client
+              ->Call(
+                  kPingMethod, std::move(request).value(),
+                  rpc::CallOptions{.timeout = ping_timeout, .idempotent = true, .max_attempts = 1})
+              .get();
+      if (reply.ok()) {
+        Result<PingReply> ping = DecodePingReply({reply->data(), reply->size()});
+        if (ping.ok() && ping->role == ShardReplica::Role::kPrimary) {
+          healthy = true;
+          expected_epoch = std::max(expected_epoch, ping->position.epoch);
+        }
+      }
+    }
+    const rpc::Clock::time_point now = rpc::Clock::now();
+    if (healthy) {
+      if (!armed) {
+        Log("replica " + std::to_string(watched) + " is primary of epoch " +
+            std::to_string(expected_epoch) + "; watching it");
+      }
+      armed = true;
+      last_ok = now;
+      continue;
+    }
+    if (!armed || now - last_ok < options_.failure_timeout) continue;
+
+    // The watched replica is dead (or never became primary): the next live one in order takes
+    // over, at an epoch above every epoch this replica has seen or expected.
+    dead[watched] = true;
+    const uint64_t epoch =
+        std::max(expected_epoch, server_->replica().position().epoch) + uint64_t{1};
+    size_t next = watched;
+    do {
+      next = (next + 1) % n;
+    } while (dead[next]);
+    Log("replica " + std::to_string(watched) + " unreachable or not primary for " +
+        std::to_string(options_.failure_timeout.count()) + " ms; replica " + std::to_string(next) +
+        " takes over at epoch " + std::to_string(epoch));
+    if (next == options_.self) {
+      std::vector<rpc::ReplicaAddress> backups;
+      for (size_t i = 0; i < n; ++i) {
+        if (i != options_.self && !dead[i]) backups.push_back(options_.replicas[i]);
+      }
+      if (Status s = server_->BecomePrimary(epoch, backups); !s.ok()) {
+        Log("promotion failed: " + s.ToString());
+        return;
+      }
+      promoted_epoch_.store(epoch);
+      Log("promoted to primary of epoch " + std::to_string(epoch) + " with " +
+          std::to_string(backups.size()) + " backups");
+      return;
+    }
+    watched = next;
+    expected_epoch = epoch;
+    last_ok = now;  // it gets failure_timeout to answer as primary
+    client.reset();
+  } while (Sleep(options_.probe_interval));
+}
+
+}  // namespace bx::ps
