@@ -106,7 +106,8 @@ struct Counters {
 // until the process exits. Returns FailedPrecondition when called again.
 Status Init(std::unique_ptr<Registrar> registrar, const Options& options = {});
 // Same, registering through `device`'s protection domain (LOCAL_WRITE | REMOTE_WRITE |
-// REMOTE_READ, plus relaxed ordering where supported). `device` must outlive the process's use
+// REMOTE_READ | MW_BIND, plus relaxed ordering where supported; MW_BIND lets the engine scope a
+// rendezvous to one buffer with a memory window). `device` must outlive the process's use
 // of bemalloc; the transport must use the same device so that the keys are valid on its QPs.
 Status Init(verbs::Device& device, const Options& options = {});
 bool IsInitialized();
