@@ -38,3 +38,5 @@ void AddBenchVerbsCommand(CLI::App* bench);
 void AddBenchScalingCommands(CLI::App* bench);
 // `bx bench rpc ...`: RPC calls/s and latency beside gRPC (bench_rpc.cc).
 void AddBenchRpcCommand(CLI::App* bench);
+// `bx bench rendezvous`: cost per rendezvous with and without scoped remote writes.
+void AddBenchRendezvousCommand(CLI::App* bench);

@@ -26,8 +26,10 @@
 #include <nlohmann/json.hpp>
 
 #include "bx/bemalloc.h"
+#include "bx/metrics.h"
 #include "bx/ps/workload.h"
 #include "commands.h"
+#include "observe/observe.h"
 #include "ps/service/ps_service.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/tcp/tcp_transport.h"
@@ -52,6 +54,7 @@ struct DemoOptions {
   uint32_t dim = 64;
   uint64_t key_space = 1 << 20;
   bool json = false;
+  int metrics_port = -1;  // >= 0: serve /metrics on it (0: any free port)
 };
 
 constexpr uint32_t kTable = 1;
@@ -90,6 +93,23 @@ void Init() {
   if (Status s = bemalloc::Init(*kept); !s.ok()) Fail("bemalloc", s);
 }
 
+}  // namespace
+
+// `--metrics-port`: serves the default registry's /metrics on `address`:`port` (nothing when
+// `port` < 0) and says where on stderr. Also used by ps_command.cc.
+std::unique_ptr<metrics::MetricsServer> StartMetricsEndpoint(int port, const std::string& address) {
+  if (port < 0) return nullptr;
+  metrics::HttpServerOptions options;
+  options.port = uint16_t(port);
+  options.address = address;
+  Result<std::unique_ptr<metrics::MetricsServer>> server = metrics::StartHttpServer(options);
+  if (!server.ok()) Fail("metrics endpoint", server.status());
+  std::fprintf(stderr, "metrics: http://%s:%u/metrics\n", address.c_str(), (*server)->port());
+  return std::move(server).value();
+}
+
+namespace {
+
 struct Figures {
   double fetch_mean_us = 0, fetch_p99_us = 0, push_p99_us = 0;
   double requests_per_sec = 0, host_cpu_us_per_request = 0;
@@ -102,6 +122,7 @@ struct Figures {
 class DemoCluster {
  public:
   DemoCluster(const DemoOptions& options, const std::string& scheme) : scheme_(scheme) {
+    const bool exported = options.metrics_port >= 0;
     TableConfig table;
     table.id = kTable;
     table.name = "embedding";
@@ -127,6 +148,11 @@ class DemoCluster {
         if (Status st = (*server)->Start({scheme + "://127.0.0.1:0"}); !st.ok()) {
           Fail("listen", st);
         }
+        if (exported) {
+          exports_.Add(observe::ExportPsServer(**server, {{"transport", scheme},
+                                                          {"shard", std::to_string(s)},
+                                                          {"replica", std::to_string(r)}}));
+        }
         addresses.push_back((*server)->address());
         shard.replicas.push_back({addresses.back().rdma_url, addresses.back().tcp_url});
         servers_.back().push_back(std::move(server).value());
@@ -149,9 +175,20 @@ class DemoCluster {
     Result<std::unique_ptr<PsClient>> client = PsClient::Create(spec_, client_options);
     if (!client.ok()) Fail("client", client.status());
     client_ = std::move(client).value();
+    if (exported) {
+      exports_.Add(observe::ExportPsClient(*client_, {{"transport", scheme}}));
+      if (scheme == "rdma") {
+        if (Status st = exports_.Add(observe::ExportRdmaTransport(
+                *transport_, {{"transport", scheme}, {"role", "client"}}));
+            !st.ok()) {
+          Fail("export", st);
+        }
+      }
+    }
   }
   ~DemoCluster() {
-    client_.reset();  // before the transport it uses and the servers it talks to
+    exports_.Clear();  // before what the collectors read
+    client_.reset();   // before the transport it uses and the servers it talks to
     transport_.reset();
     servers_.clear();
   }
@@ -174,6 +211,7 @@ class DemoCluster {
   std::vector<std::vector<std::unique_ptr<PsServer>>> servers_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<PsClient> client_;
+  observe::Exports exports_;
 };
 
 struct Recorder {
@@ -433,6 +471,8 @@ nlohmann::json ToJson(const Figures& f) {
 
 void RunDemo(const DemoOptions& options) {
   Init();
+  std::unique_ptr<metrics::MetricsServer> metrics_endpoint =
+      StartMetricsEndpoint(options.metrics_port, "127.0.0.1");
   double each = options.duration_s / 4;
   std::map<std::string, std::map<std::string, Figures>> results;
   for (const char* workload : {"inference", "training"}) {
@@ -475,16 +515,38 @@ void RunDemo(const DemoOptions& options) {
 // runs elsewhere. Declared there rather than in a header of its own, to keep the tree's shared
 // files untouched.
 void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool training,
-                   double seconds, int threads, bool json) {
+                   double seconds, int threads, bool json, int metrics_port) {
   Init();
+  std::unique_ptr<metrics::MetricsServer> metrics_endpoint =
+      StartMetricsEndpoint(metrics_port, "127.0.0.1");
   DemoOptions options;
   (training ? options.trainers : options.rankers) = threads;
   if (spec.tables.empty()) Fail("cluster", Status(StatusCode::kInvalidArgument, "no tables"));
   options.dim = spec.tables[0].dim;
   PsClientOptions client_options;
   client_options.transport = scheme;
+  // With --metrics-port the client's transport is ours, so that its engines can be exported.
+  std::unique_ptr<Transport> transport;
+  if (metrics_port >= 0) {
+    Result<std::unique_ptr<Transport>> created = transport::CreateTransport(scheme, {});
+    if (!created.ok()) Fail("client transport", created.status());
+    transport = std::move(created).value();
+    (scheme == "rdma" ? client_options.rpc.rdma_transport : client_options.rpc.tcp_transport) =
+        transport.get();
+  }
   Result<std::unique_ptr<PsClient>> client = PsClient::Create(spec, client_options);
   if (!client.ok()) Fail("client", client.status());
+  observe::Exports exports;  // destroyed before the client and the transport
+  if (metrics_port >= 0) {
+    exports.Add(observe::ExportPsClient(**client, {{"transport", scheme}}));
+    if (scheme == "rdma") {
+      if (Status st = exports.Add(observe::ExportRdmaTransport(
+              *transport, {{"transport", scheme}, {"role", "client"}}));
+          !st.ok()) {
+        Fail("export", st);
+      }
+    }
+  }
   Recorder recorder;
   uint64_t cpu0 = ProcessCpuNs(), hw0 = HardwareCpuNs();
   auto t0 = Clock::now();
@@ -537,6 +599,8 @@ void AddDemoCommand(CLI::App* app) {
   command->add_option("--shards", options->shards, "Shards");
   command->add_option("--replicas", options->replicas, "Replicas per shard");
   command->add_flag("--json", options->json, "Print JSON instead of the tables");
+  command->add_option("--metrics-port", options->metrics_port,
+                      "Serve Prometheus /metrics on 127.0.0.1:PORT (0: any free port)");
   command->callback([options] { RunDemo(*options); });
 }
 

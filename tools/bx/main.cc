@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   AddBenchVerbsCommand(bench);
   AddBenchScalingCommands(bench);
   AddBenchRpcCommand(bench);
+  AddBenchRendezvousCommand(bench);
 
   CLI11_PARSE(app, argc, argv);
   return 0;

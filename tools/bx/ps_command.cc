@@ -2,19 +2,28 @@
 // so that a cluster can span hosts (issue 8). serve runs one replica of one shard; rank and
 // train run the `bx demo` workloads against the cluster the file describes.
 //
-// Failure handling here is the minimum: replica 0 of each shard is the primary of epoch 1 and
-// nothing promotes a backup when it dies (ShardReplica supports it; a detector is not built).
+// Replica 0 of each shard starts as the primary of epoch 1; every other replica runs a
+// ps::FailoverMonitor that promotes the next replica in file order when the primary stops
+// answering (docs/PS.md "Automatic failover"). `bx ps train --verify` is a deterministic,
+// checkable trainer for the multi-host failover test (src/ps/service/tests/multihost_test.sh).
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "bx/bemalloc.h"
+#include "bx/metrics.h"
 #include "commands.h"
+#include "observe/observe.h"
 #include "ps/service/ps_service.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/tcp/tcp_transport.h"
@@ -24,7 +33,9 @@ namespace bx::tools {
 
 // Defined in demo_command.cc.
 void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool training,
-                   double seconds, int threads, bool json);
+                   double seconds, int threads, bool json, int metrics_port);
+// Also there: `--metrics-port` (nothing when port < 0).
+std::unique_ptr<metrics::MetricsServer> StartMetricsEndpoint(int port, const std::string& address);
 
 namespace {
 
@@ -53,19 +64,35 @@ std::string AnyHost(const std::string& url) {
   return url.substr(0, scheme_end + 3) + "0.0.0.0" + url.substr(port);
 }
 
-void Serve(const std::string& path, int shard, int replica) {
+void InitProcess() {
+  setenv("BX_VERBS", "sim", 0);
+  tcp::RegisterTcpTransport();
+  rdma::RegisterRdmaTransport();
+  if (bemalloc::IsInitialized()) return;
+  Result<verbs::Device> device = verbs::Device::Open("");
+  if (!device.ok()) Fail("open RDMA device", device.status());
+  auto* kept = new verbs::Device(std::move(device).value());  // bemalloc uses it until exit
+  if (Status s = bemalloc::Init(*kept); !s.ok()) Fail("bemalloc", s);
+}
+
+struct FailoverFlags {
+  int timeout_ms = 1000;  // 0: no automatic failover
+  int probe_ms = 100;
+};
+
+struct MetricsFlags {
+  int port = -1;  // >= 0: serve /metrics (0: any free port)
+  std::string address = "127.0.0.1";
+};
+
+void Serve(const std::string& path, int shard, int replica, const FailoverFlags& failover,
+           const MetricsFlags& metrics_flags) {
   ps::ClusterSpec spec = Load(path);
   if (shard < 0 || size_t(shard) >= spec.shards.size() || replica < 0 ||
       size_t(replica) >= spec.shards[shard].replicas.size()) {
     Fail("serve", Status(StatusCode::kInvalidArgument, "no such shard/replica in the file"));
   }
-  setenv("BX_VERBS", "sim", 0);
-  tcp::RegisterTcpTransport();
-  rdma::RegisterRdmaTransport();
-  Result<verbs::Device> device = verbs::Device::Open("");
-  if (!device.ok()) Fail("open RDMA device", device.status());
-  auto* kept = new verbs::Device(std::move(device).value());  // bemalloc uses it until exit
-  if (Status s = bemalloc::Init(*kept); !s.ok()) Fail("bemalloc", s);
+  InitProcess();
 
   ps::PsServerOptions options;
   options.rpc.worker_threads = 2;
@@ -76,6 +103,13 @@ void Serve(const std::string& path, int shard, int replica) {
   if (!me.rdma.empty()) urls.push_back(AnyHost(me.rdma));
   if (!me.tcp.empty()) urls.push_back(AnyHost(me.tcp));
   if (Status s = (*server)->Start(urls); !s.ok()) Fail("listen", s);
+  std::unique_ptr<metrics::MetricsServer> metrics_endpoint =
+      StartMetricsEndpoint(metrics_flags.port, metrics_flags.address);
+  observe::CollectorHandle exported;  // reset before the server stops
+  if (metrics_endpoint) {
+    exported = observe::ExportPsServer(
+        **server, {{"shard", std::to_string(shard)}, {"replica", std::to_string(replica)}});
+  }
   std::fprintf(stderr, "shard %d replica %d listening on %s\n", shard, replica,
                (*server)->address().ToString().c_str());
 
@@ -95,9 +129,23 @@ void Serve(const std::string& path, int shard, int replica) {
     if (Status s = (*server)->BecomePrimary(1, backups); !s.ok()) Fail("promote", s);
     std::fprintf(stderr, "primary of epoch 1 with %zu backups\n", backups.size());
   }
+  std::unique_ptr<ps::FailoverMonitor> monitor;
+  if (replica != 0 && failover.timeout_ms > 0) {
+    ps::FailoverOptions fo;
+    for (const ps::ReplicaSpec& r : spec.shards[shard].replicas)
+      fo.replicas.push_back({r.rdma, r.tcp});
+    fo.self = size_t(replica);
+    fo.probe_interval = std::chrono::milliseconds(failover.probe_ms);
+    fo.failure_timeout = std::chrono::milliseconds(failover.timeout_ms);
+    Result<std::unique_ptr<ps::FailoverMonitor>> started =
+        ps::FailoverMonitor::Start(server->get(), std::move(fo));
+    if (!started.ok()) Fail("failover", started.status());
+    monitor = std::move(started).value();
+  }
   signal(SIGINT, [](int) { g_stop = 1; });
   signal(SIGTERM, [](int) { g_stop = 1; });
   while (!g_stop) std::this_thread::sleep_for(100ms);
+  monitor.reset();
   ps::PsServerCounters c = (*server)->counters();
   std::fprintf(
       stderr,
@@ -106,7 +154,119 @@ void Serve(const std::string& path, int shard, int replica) {
       static_cast<unsigned long long>(c.fetches), static_cast<unsigned long long>(c.pushes_acked),
       static_cast<unsigned long long>(c.pushes_duplicate),
       static_cast<unsigned long long>(c.push_errors), static_cast<unsigned long long>(c.forwards));
+  exported.Reset();
   (*server)->Stop();
+}
+
+struct VerifyFlags {
+  bool enabled = false;
+  int keys = 16;
+  uint64_t key_base = 0;
+  int push_timeout_ms = 10000;
+};
+
+// `bx ps train --verify`: every push is one key with a gradient of ones to the cluster's first
+// table, which must be SGD with learning rate 1 and zero initialisation, so a row holds exactly
+// -(pushes applied to its key) in every element. Counting the pushes acked and the ones that
+// failed per key, the final fetch must show acked <= applied <= acked + failed for every key:
+// fewer means an acknowledged push was lost, more means a push was applied twice.
+void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const VerifyFlags& flags) {
+  if (spec.tables.empty()) Fail("verify", Status(StatusCode::kInvalidArgument, "no tables"));
+  const ps::TableConfig& table = spec.tables[0];
+  if (table.optimizer.kind != ps::OptimizerKind::kSgd || table.optimizer.learning_rate != 1.0f ||
+      table.init.kind != ps::InitializerKind::kZeros) {
+    Fail("verify", Status(StatusCode::kInvalidArgument,
+                          "the first table must be SGD with learning_rate 1 and zeros init"));
+  }
+  InitProcess();
+  ps::PsClientOptions client_options;
+  client_options.transport = spec.transport;
+  Result<std::unique_ptr<ps::PsClient>> client = ps::PsClient::Create(spec, client_options);
+  if (!client.ok()) Fail("client", client.status());
+
+  const size_t n = size_t(flags.keys);
+  std::vector<uint64_t> keys(n);
+  for (size_t k = 0; k < n; ++k) keys[k] = flags.key_base + k;
+  std::vector<std::atomic<uint64_t>> acked(n), failed(n);
+  std::atomic<uint64_t> longest_stall_us{0};
+  std::atomic<int> errors_logged{0};
+  const auto timeout = std::chrono::microseconds(int64_t{flags.push_timeout_ms} * 1000);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto end = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(seconds));
+  std::vector<std::thread> workers;
+  for (int t = 0; t < std::max(threads, 1); ++t) {
+    workers.emplace_back([&, t] {
+      std::vector<float> ones(table.dim, 1.0f);
+      auto last = std::chrono::steady_clock::now();
+      for (uint64_t i = 0; std::chrono::steady_clock::now() < end; ++i) {
+        size_t k = (size_t(t) + i) % n;
+        Status s = (*client)->Push(table.id, table.dim, std::span(&keys[k], 1), ones, timeout);
+        (s.ok() ? acked[k] : failed[k]).fetch_add(1);
+        if (!s.ok() && errors_logged.fetch_add(1) < 5) {
+          std::fprintf(stderr, "push of key %llu failed: %s\n",
+                       static_cast<unsigned long long>(keys[k]), s.ToString().c_str());
+        }
+        auto now = std::chrono::steady_clock::now();
+        uint64_t gap =
+            uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(now - last).count());
+        uint64_t seen = longest_stall_us.load();
+        while (gap > seen && !longest_stall_us.compare_exchange_weak(seen, gap)) {
+        }
+        last = now;
+      }
+    });
+  }
+  for (std::thread& w : workers) w.join();
+
+  // The final read, retried while a failover may still be settling.
+  Result<ps::FetchResult> fetched = Status(StatusCode::kUnavailable, "not fetched");
+  for (int attempt = 0; attempt < 20 && !fetched.ok(); ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(250ms);
+    fetched = (*client)->Fetch(table.id, keys, 2s);
+  }
+  if (!fetched.ok()) Fail("final fetch", fetched.status());
+
+  nlohmann::json out;
+  uint64_t total_acked = 0, total_failed = 0, total_applied = 0, lost = 0, doubled = 0;
+  nlohmann::json mismatches = nlohmann::json::array();
+  bool ok = true;
+  for (size_t k = 0; k < n; ++k) {
+    const float* row = fetched->values.data() + k * table.dim;
+    double value = -double(row[0]);
+    bool uniform = std::all_of(row, row + table.dim, [&](float v) { return v == row[0]; });
+    bool integral = value >= 0 && value == std::floor(value);
+    uint64_t applied = integral ? uint64_t(value) : 0;
+    uint64_t a = acked[k].load(), f = failed[k].load();
+    total_acked += a;
+    total_failed += f;
+    total_applied += applied;
+    if (applied < a) lost += a - applied;
+    if (applied > a + f) doubled += applied - a - f;
+    if (!uniform || !integral || applied < a || applied > a + f) {
+      ok = false;
+      mismatches.push_back({{"key", keys[k]},
+                            {"acked", a},
+                            {"failed", f},
+                            {"value", row[0]},
+                            {"uniform_row", uniform}});
+    }
+  }
+  ps::PsClientStats stats = (*client)->stats();
+  out["keys"] = n;
+  out["acked"] = total_acked;
+  out["failed"] = total_failed;
+  out["applied"] = total_applied;
+  out["lost"] = lost;
+  out["doubled"] = doubled;
+  out["push_failovers"] = stats.push_failovers;
+  out["longest_stall_ms"] = double(longest_stall_us.load()) / 1000.0;
+  out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out["mismatches"] = mismatches;
+  out["ok"] = ok;
+  std::printf("%s\n", out.dump().c_str());
+  std::fflush(stdout);
+  if (!ok) throw CLI::RuntimeError(1);
 }
 
 }  // namespace
@@ -118,19 +278,34 @@ void AddPsCommand(CLI::App* app) {
   struct ServeOptions {
     std::string cluster;
     int shard = 0, replica = 0;
+    FailoverFlags failover;
+    MetricsFlags metrics;
   };
   auto serve = std::make_shared<ServeOptions>();
   CLI::App* s = ps->add_subcommand("serve", "Run one replica of one shard until SIGINT/SIGTERM");
   s->add_option("--cluster", serve->cluster, "Cluster file (JSON)")->required();
   s->add_option("--shard", serve->shard, "Shard index")->required();
   s->add_option("--replica", serve->replica, "Replica index (0: primary)")->required();
-  s->callback([serve] { Serve(serve->cluster, serve->shard, serve->replica); });
+  s->add_option("--failover-timeout-ms", serve->failover.timeout_ms,
+                "A backup takes over after its primary is unreachable this long (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  s->add_option("--probe-interval-ms", serve->failover.probe_ms, "How often a backup pings")
+      ->check(CLI::PositiveNumber);
+  s->add_option("--metrics-port", serve->metrics.port,
+                "Serve Prometheus /metrics on this port (0: any free port)");
+  s->add_option("--metrics-address", serve->metrics.address,
+                "Address of /metrics (default 127.0.0.1; 0.0.0.0: scrapable from other hosts)");
+  s->callback([serve] {
+    Serve(serve->cluster, serve->shard, serve->replica, serve->failover, serve->metrics);
+  });
 
   struct WorkloadOptions {
     std::string cluster;
     double seconds = 15;
     int threads = 4;
     bool json = false;
+    int metrics_port = -1;
+    VerifyFlags verify;
   };
   for (bool training : {false, true}) {
     auto options = std::make_shared<WorkloadOptions>();
@@ -141,10 +316,28 @@ void AddPsCommand(CLI::App* app) {
     w->add_option("--duration", options->seconds, "Seconds");
     w->add_option("--threads", options->threads, training ? "Trainers" : "Rankers");
     w->add_flag("--json", options->json, "Print JSON");
+    w->add_option("--metrics-port", options->metrics_port,
+                  "Serve Prometheus /metrics on 127.0.0.1:PORT (0: any free port)");
+    if (training) {
+      w->add_flag(
+          "--verify", options->verify.enabled,
+          "Deterministic checked pushes (unit gradients on a fixed key set), then fetch and "
+          "check exactly-once; prints JSON, exits 1 on a lost or doubled push");
+      w->add_option("--verify-keys", options->verify.keys, "Keys pushed in --verify mode")
+          ->check(CLI::Range(1, 1 << 20));
+      w->add_option("--key-base", options->verify.key_base,
+                    "First key in --verify mode (give each trainer process its own range)");
+      w->add_option("--push-timeout-ms", options->verify.push_timeout_ms,
+                    "Per-push deadline in --verify mode (covers a failover)")
+          ->check(CLI::PositiveNumber);
+    }
     w->callback([options, training] {
       ps::ClusterSpec spec = Load(options->cluster);
+      if (options->verify.enabled) {
+        return RunVerify(spec, options->seconds, options->threads, options->verify);
+      }
       RunPsWorkload(spec, spec.transport, training, options->seconds, options->threads,
-                    options->json);
+                    options->json, options->metrics_port);
     });
   }
 }
