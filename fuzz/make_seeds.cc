@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/wire.h"
+#include "rpc/frame.h"
 #include "transport/rdma/bootstrap.h"
 #include "transport/tcp/frame.h"
 
@@ -136,6 +137,23 @@ void HttpSeeds(const fs::path& dir) {
   Write(dir, "relative_target", text("GET metrics HTTP/1.1"));
 }
 
+// A 32-byte RPC header, then (for HelloAck) a method table.
+void RpcSeeds(const fs::path& dir) {
+  auto frame = [](const bx::rpc::FrameHeader& h, std::string_view table) {
+    Bytes b(bx::rpc::kFrameHeaderBytes);
+    bx::rpc::EncodeHeaderBytes(h, reinterpret_cast<std::byte*>(b.data()));
+    b.insert(b.end(), table.begin(), table.end());
+    return b;
+  };
+  using bx::rpc::FrameKind;
+  Write(dir, "request",
+        frame({FrameKind::kRequest, bx::rpc::kFlagIdempotent, 42, 3, 0, 20000}, ""));
+  Write(dir, "response_error", frame({FrameKind::kResponse, 0, 42, 0, 4, 0}, ""));
+  Write(dir, "hello_ack", frame({FrameKind::kHelloAck, 0, 1, 0, 0, 0}, "1 ps.Fetch\n2 ps.Push\n"));
+  Write(dir, "bad_table", frame({FrameKind::kHelloAck, 0, 1, 0, 0, 0}, "x ps.Fetch\n2"));
+  Write(dir, "short", Bytes(20, 0x42));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -148,5 +166,6 @@ int main(int argc, char** argv) {
   FrameSeeds(root / "fuzz_tcp_frame");
   EngineSeeds(root / "fuzz_engine_wire");
   HttpSeeds(root / "fuzz_http_request");
+  RpcSeeds(root / "fuzz_rpc_frame");
   return 0;
 }

@@ -1,64 +1,15 @@
 #include "rpc/frame.h"
 
-#include <bit>
-#include <charconv>
 #include <cstring>
 
 namespace bx::rpc {
 
-static_assert(std::endian::native == std::endian::little,
-              "the frame header is written in host order, which must be little-endian");
-
-namespace {
-
-template <typename T>
-void Put(std::byte* at, T value) {
-  std::memcpy(at, &value, sizeof(T));
-}
-template <typename T>
-T Get(const std::byte* at) {
-  T value;
-  std::memcpy(&value, at, sizeof(T));
-  return value;
-}
-
-}  // namespace
-
 void EncodeHeader(const FrameHeader& header, Buffer& frame) {
-  std::byte* p = frame.data();
-  Put<uint32_t>(p, kFrameMagic);
-  Put<uint8_t>(p + 4, kFrameVersion);
-  Put<uint8_t>(p + 5, static_cast<uint8_t>(header.kind));
-  Put<uint16_t>(p + 6, header.flags);
-  Put<uint64_t>(p + 8, header.call_id);
-  Put<uint32_t>(p + 16, header.method_id);
-  Put<uint32_t>(p + 20, header.status);
-  Put<uint64_t>(p + 24, header.budget_us);
+  EncodeHeaderBytes(header, frame.data());
 }
 
 Result<FrameHeader> DecodeHeader(const Buffer& frame) {
-  if (frame.size() < kFrameHeaderBytes) {
-    return DataLoss("rpc frame of " + std::to_string(frame.size()) + " bytes is shorter than " +
-                    "its header");
-  }
-  const std::byte* p = frame.data();
-  if (Get<uint32_t>(p) != kFrameMagic) return DataLoss("rpc frame: bad magic");
-  if (Get<uint8_t>(p + 4) != kFrameVersion) {
-    return DataLoss("rpc frame: version " + std::to_string(Get<uint8_t>(p + 4)) + ", expected " +
-                    std::to_string(kFrameVersion));
-  }
-  FrameHeader header;
-  uint8_t kind = Get<uint8_t>(p + 5);
-  if (kind < 1 || kind > static_cast<uint8_t>(FrameKind::kHeartbeatAck)) {
-    return DataLoss("rpc frame: unknown kind " + std::to_string(kind));
-  }
-  header.kind = static_cast<FrameKind>(kind);
-  header.flags = Get<uint16_t>(p + 6);
-  header.call_id = Get<uint64_t>(p + 8);
-  header.method_id = Get<uint32_t>(p + 16);
-  header.status = Get<uint32_t>(p + 20);
-  header.budget_us = Get<uint64_t>(p + 24);
-  return header;
+  return DecodeHeaderBytes(frame.data(), frame.size());
 }
 
 Result<Buffer> MakeFrame(const FrameHeader& header, std::string_view payload) {
@@ -68,31 +19,6 @@ Result<Buffer> MakeFrame(const FrameHeader& header, std::string_view payload) {
   if (!payload.empty())
     std::memcpy(frame->data() + kFrameHeaderBytes, payload.data(), payload.size());
   return frame;
-}
-
-std::string EncodeMethodTable(const std::unordered_map<std::string, uint32_t>& methods) {
-  std::string text;
-  for (const auto& [name, id] : methods) text += std::to_string(id) + " " + name + "\n";
-  return text;
-}
-
-Result<std::unordered_map<std::string, uint32_t>> DecodeMethodTable(std::string_view text) {
-  std::unordered_map<std::string, uint32_t> methods;
-  while (!text.empty()) {
-    size_t end = text.find('\n');
-    if (end == std::string_view::npos) return DataLoss("rpc method table: unterminated line");
-    std::string_view line = text.substr(0, end);
-    text.remove_prefix(end + 1);
-    size_t space = line.find(' ');
-    uint32_t id = 0;
-    if (space == std::string_view::npos ||
-        std::from_chars(line.data(), line.data() + space, id).ec != std::errc() ||
-        space + 1 >= line.size()) {
-      return DataLoss("rpc method table: malformed line '" + std::string(line) + "'");
-    }
-    methods.emplace(std::string(line.substr(space + 1)), id);
-  }
-  return methods;
 }
 
 }  // namespace bx::rpc

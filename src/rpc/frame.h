@@ -50,6 +50,10 @@ struct FrameHeader {
   uint64_t budget_us = 0;
 };
 
+// The same on raw bytes (what the fuzz target drives): `out` holds kFrameHeaderBytes.
+void EncodeHeaderBytes(const FrameHeader& header, std::byte* out);
+Result<FrameHeader> DecodeHeaderBytes(const std::byte* data, size_t size);
+
 // Writes `header` into the first kFrameHeaderBytes of `frame` (which must be that large).
 void EncodeHeader(const FrameHeader& header, Buffer& frame);
 // Reads and validates the header: DataLoss with the reason for a short frame, a wrong magic or
