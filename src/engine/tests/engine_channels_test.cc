@@ -83,11 +83,11 @@ TEST_P(EngineWindowTest, OutstandingBytesStayWithinTheWindowOnlyWhenItIsOn) {
   config.send_window_bytes = window_on ? kWindow : 0;
   Build(config);
   constexpr int kChannels = 8, kPerChannel = 4;
-  a_.keep = false;
+  // Before anything is sent: the I/O threads read `keep` when messages arrive.
+  a_.keep = b_.keep = false;
   for (ChannelId c = 10; c < 10 + kChannels; ++c) Open(a_, c);
   for (int i = 0; i < kPerChannel; ++i)
     for (ChannelId c = 10; c < 10 + kChannels; ++c) SendOn(a_, c, MakeMessage(1 << 20, c));
-  b_.keep = false;
   ASSERT_TRUE(b_.WaitFor(kChannels * kPerChannel, std::chrono::seconds(120)));
   auto counters = CountersOf(a_);
   EXPECT_EQ(a_.send_errors.load(), 0u);

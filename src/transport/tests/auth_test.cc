@@ -201,16 +201,17 @@ TEST_P(AuthTest, ReceiverMessageLimitHoldsAgainstThePeer) {
   StartServer(options);
   auto socket = ConnectWith("");
   ASSERT_TRUE(socket.ok()) << socket.status().ToString();
-  Waiter waiter;
+  // Shared with the callback: the I/O thread may still be leaving Notify when WaitFor returns.
+  auto waiter = std::make_shared<Waiter>();
   bool done = false;
   Status sent;
-  (*socket)->Send(PatternMessage(8192, 7), [&](const Status& s) {
-    waiter.Notify([&] {
+  (*socket)->Send(PatternMessage(8192, 7), [&, waiter](const Status& s) {
+    waiter->Notify([&] {
       done = true;
       sent = s;
     });
   });
-  ASSERT_TRUE(waiter.WaitFor([&] { return done; }));
+  ASSERT_TRUE(waiter->WaitFor([&] { return done; }));
   Result<Buffer> echoed = (*socket)->Receive(2s);
   EXPECT_FALSE(echoed.ok()) << "a message above the receiver's limit came back";
   if (GetParam() == "rdma") {
