@@ -171,8 +171,9 @@ TEST_P(PsServiceTest, FailoverMonitorPromotesNextReplicaInOrder) {
       options.replicas.push_back({replica.rdma, replica.tcp});
     }
     options.self = r;
+    // Generous for sanitizer builds: a late ping must not look like a dead primary.
     options.probe_interval = 20ms;
-    options.failure_timeout = 200ms;
+    options.failure_timeout = 1000ms;
     options.client.log = [](std::string_view) {};
     options.log = [](std::string_view) {};
     Result<std::unique_ptr<FailoverMonitor>> monitor =
@@ -191,13 +192,13 @@ TEST_P(PsServiceTest, FailoverMonitorPromotesNextReplicaInOrder) {
     }
   };
   ASSERT_NO_FATAL_FAILURE(push(50));
-  std::this_thread::sleep_for(100ms);  // the monitors see replica 0 as primary and arm
+  std::this_thread::sleep_for(300ms);  // the monitors see replica 0 as primary and arm
   cluster.servers[0][0]->Stop();
   ASSERT_NO_FATAL_FAILURE(push(50));  // waits for the failover
   EXPECT_EQ(monitors[0]->promoted_epoch(), 2u);
   EXPECT_EQ(cluster.servers[0][1]->replica().role(), ShardReplica::Role::kPrimary);
   EXPECT_EQ(cluster.servers[0][2]->replica().position().epoch, 2u);
-  std::this_thread::sleep_for(100ms);  // replica 2 sees replica 1 as primary
+  std::this_thread::sleep_for(300ms);  // replica 2 sees replica 1 as primary
   cluster.servers[0][1]->Stop();
   ASSERT_NO_FATAL_FAILURE(push(50));
   EXPECT_EQ(monitors[1]->promoted_epoch(), 3u);
