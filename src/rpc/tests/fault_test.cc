@@ -12,15 +12,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout = 5s) {
-  auto until = Clock::now() + timeout;
-  while (Clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return done();
-}
-
 class RpcFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -19,15 +19,6 @@ ReplicaAddress DeadAddress() {
   return address;
 }
 
-bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout = 5s) {
-  auto until = Clock::now() + timeout;
-  while (Clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return done();
-}
-
 class RpcPolicyTest : public ::testing::TestWithParam<ReplicaPolicy> {};
 
 TEST_P(RpcPolicyTest, SpreadsCallsOverReadyReplicas) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,6 +22,10 @@ void InitProcess();
 // The simnic extension API is reached through the verbs loader, as include/bx/simnic.h says.
 void VanishDevice();          // every QP to error without telling peers, link down
 void SetDeviceLink(bool up);  // link up/down
+
+// Polls `done` every 5 ms until it holds or `timeout` passes; its last answer.
+bool WaitFor(const std::function<bool()>& done,
+             std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
 // A gate handlers can wait on (a call held "mid-call" until the test opens it).
 class Gate {
