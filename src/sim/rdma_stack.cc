@@ -18,7 +18,7 @@ RdmaStack::RdmaStack(const SimConfig& config, Network* network, EventQueue* even
       events_(events),
       messages_(messages),
       stats_(stats),
-      servers_(config.workload.servers),
+      map_{config.workload.servers},
       fragment_bytes_(config.engine.fragment_bytes) {
   const EngineModelConfig& e = config.engine;
   if (e.window_bytes != 0 && e.fragment_fits_window) {
@@ -30,16 +30,6 @@ RdmaStack::RdmaStack(const SimConfig& config, Network* network, EventQueue* even
     endpoints_.emplace_back(config, fragment_bytes_, network->host_rate_mbps());
   }
   rings_.resize(network->hosts());
-}
-
-uint32_t RdmaStack::HostOf(uint32_t endpoint) const {
-  uint32_t qp = endpoint / 2;
-  return endpoint % 2 == 0 ? servers_ + qp / servers_ : qp % servers_;
-}
-
-uint32_t RdmaStack::EndpointFor(uint32_t from, uint32_t to) const {
-  if (from >= servers_) return ((from - servers_) * servers_ + to) * 2;
-  return ((to - servers_) * servers_ + from) * 2 + 1;
 }
 
 uint32_t RdmaStack::NewWorkRequest(const WorkRequest& wr) {
@@ -81,7 +71,7 @@ uint32_t RdmaStack::Send(uint32_t from, uint32_t to, MessageKind kind, uint32_t 
   m.kind = kind;
   m.state = kQueued;
   uint32_t id = messages_->Create(m);
-  uint32_t endpoint = EndpointFor(from, to);
+  uint32_t endpoint = map_.EndpointFor(from, to);
   Endpoint& e = endpoints_[endpoint];
   if (e.message_tail == kNoMessage) {
     e.message_head = id;
@@ -202,7 +192,7 @@ void RdmaStack::Post(uint32_t endpoint, uint32_t id) {
   e.stalled = false;
   ++e.posted;
   Append(e.nic, id);
-  uint32_t host = HostOf(endpoint);
+  uint32_t host = map_.HostOf(endpoint);
   if (!e.in_ring) {
     e.in_ring = true;
     rings_[host].push_back(endpoint);
@@ -238,7 +228,7 @@ uint32_t RdmaStack::NextDataPacket(uint32_t host, TimeNs now, TimeNs* retry_at) 
     p.type = PacketType::kRdmaData;
     p.wire_bytes = payload + fabric.header_bytes;
     p.src_host = host;
-    p.dst_host = HostOf(endpoint ^ 1);
+    p.dst_host = map_.HostOf(endpoint ^ 1);
     p.flow = endpoint;
     p.ref = wr_id;
     p.last = last;

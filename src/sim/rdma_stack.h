@@ -24,6 +24,7 @@
 #include "engine/send_window.h"
 #include "sim/config.h"
 #include "sim/dcqcn.h"
+#include "sim/endpoint_map.h"
 #include "sim/event_queue.h"
 #include "sim/messages.h"
 #include "sim/network.h"
@@ -85,8 +86,6 @@ class RdmaStack : public HostStack, public Transport {
     bool credit_message_queued = false;
   };
 
-  uint32_t HostOf(uint32_t endpoint) const;
-  uint32_t EndpointFor(uint32_t from, uint32_t to) const;
   uint32_t NewWorkRequest(const WorkRequest& wr);
   void Append(WorkRequestList& list, uint32_t id);
   uint32_t PopFront(WorkRequestList& list);
@@ -105,7 +104,7 @@ class RdmaStack : public HostStack, public Transport {
   MessageTable* messages_;
   Stats* stats_;
   MessageSink* sink_ = nullptr;
-  uint32_t servers_;
+  EndpointMap map_;
   uint32_t fragment_bytes_;
   std::vector<Endpoint> endpoints_;  // qp * 2 + (0 at the trainer, 1 at the server)
   std::vector<WorkRequest> work_requests_;

@@ -11,23 +11,13 @@ TcpStack::TcpStack(const SimConfig& config, Network* network, EventQueue* events
       events_(events),
       messages_(messages),
       stats_(stats),
-      servers_(config.workload.servers) {
+      map_{config.workload.servers} {
   size_t qps = size_t(config.workload.servers) * config.workload.trainers;
   endpoints_.resize(qps * 2);
   for (Endpoint& e : endpoints_) {
     e.cwnd = double(config.tcp.initial_window_segments) * config.tcp.mss_bytes;
   }
   rings_.resize(network->hosts());
-}
-
-uint32_t TcpStack::HostOf(uint32_t endpoint) const {
-  uint32_t qp = endpoint / 2;
-  return endpoint % 2 == 0 ? servers_ + qp / servers_ : qp % servers_;
-}
-
-uint32_t TcpStack::EndpointFor(uint32_t from, uint32_t to) const {
-  if (from >= servers_) return ((from - servers_) * servers_ + to) * 2;
-  return ((to - servers_) * servers_ + from) * 2 + 1;
 }
 
 uint32_t TcpStack::Send(uint32_t from, uint32_t to, MessageKind kind, uint32_t bytes,
@@ -49,7 +39,7 @@ void TcpStack::OnTimer(uint32_t kind, uint32_t arg) {
   switch (kind) {
     case kAppend: {
       Message& m = (*messages_)[arg];
-      uint32_t endpoint = EndpointFor(m.from, m.to);
+      uint32_t endpoint = map_.EndpointFor(m.from, m.to);
       Endpoint& e = endpoints_[endpoint];
       e.stream_end += m.bytes;
       m.stream_end = e.stream_end;
@@ -105,7 +95,7 @@ bool TcpStack::CanSend(const Endpoint& e) const {
 void TcpStack::Wake(uint32_t endpoint) {
   Endpoint& e = endpoints_[endpoint];
   if (!CanSend(e)) return;
-  uint32_t host = HostOf(endpoint);
+  uint32_t host = map_.HostOf(endpoint);
   if (!e.in_ring) {
     e.in_ring = true;
     rings_[host].push_back(endpoint);
@@ -131,7 +121,7 @@ uint32_t TcpStack::NextDataPacket(uint32_t host, TimeNs now, TimeNs*) {
     p.type = PacketType::kTcpData;
     p.wire_bytes = payload + config_.fabric.header_bytes;
     p.src_host = host;
-    p.dst_host = HostOf(endpoint ^ 1);
+    p.dst_host = map_.HostOf(endpoint ^ 1);
     p.flow = endpoint;
     p.ref = payload;
     p.seq = e.snd_nxt;

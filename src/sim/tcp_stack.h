@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sim/config.h"
+#include "sim/endpoint_map.h"
 #include "sim/event_queue.h"
 #include "sim/messages.h"
 #include "sim/network.h"
@@ -47,8 +48,6 @@ class TcpStack : public HostStack, public Transport {
     uint32_t unacked_head = kNoMessage, tail = kNoMessage, undelivered = kNoMessage;
   };
 
-  uint32_t HostOf(uint32_t endpoint) const;
-  uint32_t EndpointFor(uint32_t from, uint32_t to) const;
   bool CanSend(const Endpoint& e) const;
   void Wake(uint32_t endpoint);
   void ArmTimer(uint32_t endpoint);
@@ -61,7 +60,7 @@ class TcpStack : public HostStack, public Transport {
   MessageTable* messages_;
   Stats* stats_;
   MessageSink* sink_ = nullptr;
-  uint32_t servers_;
+  EndpointMap map_;
   std::vector<Endpoint> endpoints_;
   std::vector<std::deque<uint32_t>> rings_;
 };
