@@ -62,4 +62,17 @@ Status WriteAll(int fd, const uint8_t* buf, size_t n,
   return Status::Ok();
 }
 
+Status WriteAll(int fd, const uint8_t* buf, size_t n, const char* what) {
+  size_t sent = 0;
+  while (sent < n) {
+    ssize_t k = send(fd, buf + sent, n - sent, MSG_NOSIGNAL);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, std::string("sending ") + what);
+    }
+    sent += size_t(k);
+  }
+  return Status::Ok();
+}
+
 }  // namespace bx::transport

@@ -17,5 +17,7 @@ Status ReadExactly(int fd, uint8_t* buf, size_t n, std::chrono::steady_clock::ti
 // Writes all `n` bytes before `deadline` (MSG_NOSIGNAL).
 Status WriteAll(int fd, const uint8_t* buf, size_t n,
                 std::chrono::steady_clock::time_point deadline, const char* what);
+// Writes all `n` bytes on a blocking socket, as long as that takes (MSG_NOSIGNAL).
+Status WriteAll(int fd, const uint8_t* buf, size_t n, const char* what);
 
 }  // namespace bx::transport

@@ -1,11 +1,10 @@
 #include "transport/rdma/bootstrap.h"
 
 #include <endian.h>
-#include <poll.h>
-#include <sys/socket.h>
 
-#include <cerrno>
 #include <cstring>
+
+#include "transport/blocking_io.h"
 
 namespace bx::rdma {
 namespace {
@@ -32,47 +31,6 @@ uint64_t Get64(const uint8_t* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
   return le64toh(v);
-}
-
-// Reads exactly `n` bytes within `timeout`; a clear error on EOF, timeout or socket error.
-Status ReadExactly(int fd, uint8_t* buf, size_t n, std::chrono::milliseconds timeout,
-                   const char* what) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  size_t got = 0;
-  while (got < n) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0)
-      return Status(StatusCode::kDeadlineExceeded, std::string("timed out waiting for ") + what);
-    pollfd p{fd, POLLIN, 0};
-    int r = poll(&p, 1, int(left.count()));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return Status::FromErrno(errno, "poll");
-    if (r == 0) continue;
-    ssize_t k = recv(fd, buf + got, n - got, 0);
-    if (k == 0)
-      return Aborted(std::string("peer closed the bootstrap connection before sending ") + what +
-                     " (" + std::to_string(got) + " of " + std::to_string(n) + " bytes)");
-    if (k < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return Status::FromErrno(errno, std::string("receiving ") + what);
-    }
-    got += size_t(k);
-  }
-  return Status::Ok();
-}
-
-Status WriteAll(int fd, const uint8_t* buf, size_t n, const char* what) {
-  size_t sent = 0;
-  while (sent < n) {
-    ssize_t k = send(fd, buf + sent, n - sent, MSG_NOSIGNAL);
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno(errno, std::string("sending ") + what);
-    }
-    sent += size_t(k);
-  }
-  return Status::Ok();
 }
 
 }  // namespace
@@ -131,12 +89,14 @@ Result<Hello> DecodeHello(const uint8_t in[64]) {
 Status SendHello(int fd, const Hello& hello) {
   uint8_t buf[kHelloBytes];
   EncodeHello(hello, buf);
-  return WriteAll(fd, buf, sizeof(buf), "hello");
+  return transport::WriteAll(fd, buf, sizeof(buf), "hello");
 }
 
 Result<Hello> ReceiveHello(int fd, std::chrono::milliseconds timeout, uint8_t* raw) {
   uint8_t buf[kHelloBytes];
-  BX_RETURN_IF_ERROR(ReadExactly(fd, buf, sizeof(buf), timeout, "hello"));
+  BX_RETURN_IF_ERROR(transport::ReadExactly(fd, buf, sizeof(buf),
+                                            std::chrono::steady_clock::now() + timeout, "hello",
+                                            "bootstrap connection"));
   if (raw != nullptr) std::memcpy(raw, buf, sizeof(buf));
   return DecodeHello(buf);
 }
@@ -204,12 +164,13 @@ Result<Reply> DecodeReply(const uint8_t in[64]) {
 
 Status SendReady(int fd) {
   uint8_t b = kReady;
-  return WriteAll(fd, &b, 1, "ready");
+  return transport::WriteAll(fd, &b, 1, "ready");
 }
 
 Status ReceiveReady(int fd, std::chrono::milliseconds timeout) {
   uint8_t b = 0;
-  BX_RETURN_IF_ERROR(ReadExactly(fd, &b, 1, timeout, "ready"));
+  BX_RETURN_IF_ERROR(transport::ReadExactly(fd, &b, 1, std::chrono::steady_clock::now() + timeout,
+                                            "ready", "bootstrap connection"));
   if (b != kReady) return DataLoss("bootstrap: expected ready, got byte " + std::to_string(b));
   return Status::Ok();
 }
