@@ -2,6 +2,7 @@
 // "Automatic failover"), plus the "ps.Ping" reply codec it uses.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <utility>
 
 #include "ps/byte_io.h"
@@ -77,6 +78,53 @@ bool FailoverMonitor::Sleep(std::chrono::milliseconds d) {
   return !cv_.wait_for(lock, d, [this] { return stop_; });
 }
 
+Result<PingReply> FailoverMonitor::Ping(rpc::Client& client) const {
+  // The deadline covers one probe; a slow answer counts as no answer.
+  const auto timeout = std::chrono::duration_cast<std::chrono::microseconds>(
+      std::max(options_.probe_interval, std::chrono::milliseconds(50)));
+  Result<rpc::Message> request = rpc::Message::Allocate(0);
+  if (!request.ok()) return request.status();
+  Result<rpc::Message> reply =
+      client
+          .Call(kPingMethod, std::move(request).value(),
+                rpc::CallOptions{.timeout = timeout, .idempotent = true, .max_attempts = 1})
+          .get();
+  if (!reply.ok()) return reply.status();
+  return DecodePingReply({reply->data(), reply->size()});
+}
+
+Result<PingReply> FailoverMonitor::PingReplica(size_t replica) const {
+  Result<std::unique_ptr<rpc::Client>> client =
+      rpc::Client::Create({options_.replicas[replica]}, options_.client);
+  if (!client.ok()) return client.status();
+  return Ping(**client);
+}
+
+std::optional<FailoverMonitor::Primary> FailoverMonitor::FindNewerPrimary(
+    size_t watched, uint64_t min_epoch, const std::vector<bool>& dead,
+    uint64_t* max_epoch_seen) const {
+  for (size_t i = 0; i < options_.replicas.size(); ++i) {
+    if (i == options_.self || i == watched || dead[i]) continue;
+    Result<PingReply> ping = PingReplica(i);
+    if (!ping.ok()) continue;
+    *max_epoch_seen = std::max(*max_epoch_seen, ping->position.epoch);
+    if (ping->role == ShardReplica::Role::kPrimary && ping->position.epoch >= min_epoch) {
+      return Primary{i, ping->position.epoch};
+    }
+  }
+  return std::nullopt;
+}
+
+void FailoverMonitor::Publish(size_t watched, uint64_t epoch, bool armed) {
+  std::lock_guard lock(mu_);
+  watch_ = {watched, epoch, armed};
+}
+
+FailoverMonitor::WatchState FailoverMonitor::watch_state() const {
+  std::lock_guard lock(mu_);
+  return watch_;
+}
+
 void FailoverMonitor::Run() {
   const size_t n = options_.replicas.size();
   std::vector<bool> dead(n, false);
@@ -84,10 +132,10 @@ void FailoverMonitor::Run() {
   // The epoch the watched replica is (or is expected to become) primary of.
   uint64_t expected_epoch = options_.initial_epoch;
   bool armed = false;  // the watched replica has answered as primary (or replaced a dead one)
+  bool seen_primary = false;  // ...as primary, not only as the expected successor
   rpc::Clock::time_point last_ok = rpc::Clock::now();
   std::unique_ptr<rpc::Client> client;
-  const auto ping_timeout = std::chrono::duration_cast<std::chrono::microseconds>(
-      std::max(options_.probe_interval, std::chrono::milliseconds(50)));
+  Publish(watched, expected_epoch, armed);
   do {
     ShardReplica::Role role = server_->replica().role();
     if (role != ShardReplica::Role::kBackup) {
@@ -105,46 +153,55 @@ void FailoverMonitor::Run() {
       }
       client = std::move(created).value();
     }
-    bool healthy = false;
-    Result<rpc::Message> request = rpc::Message::Allocate(0);
-    if (request.ok()) {
-      Result<rpc::Message> reply =
-          client
-              ->Call(
-                  kPingMethod, std::move(request).value(),
-                  rpc::CallOptions{.timeout = ping_timeout, .idempotent = true, .max_attempts = 1})
-              .get();
-      if (reply.ok()) {
-        Result<PingReply> ping = DecodePingReply({reply->data(), reply->size()});
-        if (ping.ok() && ping->role == ShardReplica::Role::kPrimary) {
-          healthy = true;
-          expected_epoch = std::max(expected_epoch, ping->position.epoch);
-        }
-      }
-    }
+    Result<PingReply> ping = Ping(*client);
     const rpc::Clock::time_point now = rpc::Clock::now();
-    if (healthy) {
-      if (!armed) {
+    if (ping.ok() && ping->role == ShardReplica::Role::kPrimary) {
+      expected_epoch = std::max(expected_epoch, ping->position.epoch);
+      if (!seen_primary) {
         Log("replica " + std::to_string(watched) + " is primary of epoch " +
-            std::to_string(expected_epoch) + "; watching it");
+            std::to_string(ping->position.epoch) + "; watching it");
       }
-      armed = true;
+      armed = seen_primary = true;
       last_ok = now;
+      Publish(watched, expected_epoch, armed);
       continue;
     }
-    if (!armed || now - last_ok < options_.failure_timeout) continue;
+    // A primary we have seen answering gets failure_timeout. A successor we are waiting for gets
+    // twice that: its own detector started from its own last good ping, which may be later than
+    // ours, and on a loaded machine its thread may run late.
+    const auto grace = seen_primary ? options_.failure_timeout : 2 * options_.failure_timeout;
+    if (!armed || now - last_ok < grace) continue;
+
+    // Before declaring the watched replica dead, look for a replica that already is primary of
+    // the expected epoch or a newer one (another monitor was faster than this one): follow it,
+    // and do not start another epoch.
+    uint64_t max_epoch_seen = server_->replica().position().epoch;
+    if (std::optional<Primary> newer =
+            FindNewerPrimary(watched, expected_epoch, dead, &max_epoch_seen)) {
+      Log("replica " + std::to_string(watched) + " unreachable or not primary; replica " +
+          std::to_string(newer->replica) + " already is primary of epoch " +
+          std::to_string(newer->epoch) + "; watching it");
+      dead[watched] = true;  // replaced: whoever promoted the newer primary found it dead
+      watched = newer->replica;
+      expected_epoch = newer->epoch;
+      seen_primary = true;
+      last_ok = now;
+      client.reset();
+      Publish(watched, expected_epoch, armed);
+      continue;
+    }
 
     // The watched replica is dead (or never became primary): the next live one in order takes
     // over, at an epoch above every epoch this replica has seen or expected.
     dead[watched] = true;
-    const uint64_t epoch =
-        std::max(expected_epoch, server_->replica().position().epoch) + uint64_t{1};
+    const uint64_t epoch = std::max(expected_epoch, max_epoch_seen) + uint64_t{1};
     size_t next = watched;
     do {
       next = (next + 1) % n;
     } while (dead[next]);
+    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_ok);
     Log("replica " + std::to_string(watched) + " unreachable or not primary for " +
-        std::to_string(options_.failure_timeout.count()) + " ms; replica " + std::to_string(next) +
+        std::to_string(silent.count()) + " ms; replica " + std::to_string(next) +
         " takes over at epoch " + std::to_string(epoch));
     if (next == options_.self) {
       std::vector<rpc::ReplicaAddress> backups;
@@ -162,8 +219,10 @@ void FailoverMonitor::Run() {
     }
     watched = next;
     expected_epoch = epoch;
-    last_ok = now;  // it gets failure_timeout to answer as primary
+    seen_primary = false;
+    last_ok = now;  // it gets the successor's grace to answer as primary
     client.reset();
+    Publish(watched, expected_epoch, armed);
   } while (Sleep(options_.probe_interval));
 }
 

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -110,10 +111,13 @@ class PsServer {
 // ---------------------------------------------------------------------------------------------
 // Automatic failover (docs/PS.md "Automatic failover"). A backup pings the replica it believes
 // is primary every probe_interval; once that replica has been unreachable (or not primary) for
-// failure_timeout, it is considered dead and the next replica in cluster-file order (skipping
-// the dead) takes over: if that is this replica, it promotes itself to primary of epoch
-// max(epochs seen) + 1 with every replica not known dead as a backup; otherwise it watches that
-// replica instead, giving it failure_timeout to answer as primary. The monitor is armed only
+// failure_timeout, the monitor first asks the other live replicas: one that already is primary
+// of that epoch or a newer one (another monitor was faster) is watched from then on, and no new
+// epoch starts. Otherwise the watched replica is considered dead and the next replica in
+// cluster-file order (skipping the dead) takes over: if that is this replica, it promotes itself
+// to primary of epoch max(epochs seen) + 1 with every replica not known dead as a backup;
+// otherwise it watches that replica instead, giving it 2 x failure_timeout (its detector runs
+// on its own clock) to answer as primary. The monitor is armed only
 // once it has seen the watched replica answer as primary, so a backup started before its
 // primary does not take over. Limits: no quorum and no leases, so a network partition can
 // leave two primaries; with more than two replicas the next replica in order may not hold the
@@ -139,20 +143,42 @@ class FailoverMonitor {
   // The epoch this replica promoted itself to, 0 while it has not.
   uint64_t promoted_epoch() const { return promoted_epoch_.load(); }
 
+  // What the monitor believes now: the replica it watches, the epoch that replica is (or is
+  // expected to become) primary of, and whether the monitor is armed (tests wait on this).
+  struct WatchState {
+    size_t replica = 0;
+    uint64_t epoch = 0;
+    bool armed = false;
+  };
+  WatchState watch_state() const;
+
  private:
+  struct Primary {
+    size_t replica;
+    uint64_t epoch;
+  };
   FailoverMonitor(PsServer* server, FailoverOptions options)
       : server_(server), options_(std::move(options)) {}
   void Run();
   void Log(const std::string& line) const;
   // Sleeps up to `d`; false when stopping.
   bool Sleep(std::chrono::milliseconds d);
+  Result<PingReply> Ping(rpc::Client& client) const;
+  Result<PingReply> PingReplica(size_t replica) const;  // over a client of its own
+  // The first live replica other than this one and `watched` that answers as primary of an
+  // epoch >= min_epoch; raises *max_epoch_seen to every epoch any of them reports.
+  std::optional<Primary> FindNewerPrimary(size_t watched, uint64_t min_epoch,
+                                          const std::vector<bool>& dead,
+                                          uint64_t* max_epoch_seen) const;
+  void Publish(size_t watched, uint64_t epoch, bool armed);
 
   PsServer* server_;
   FailoverOptions options_;
   std::atomic<uint64_t> promoted_epoch_{0};
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  WatchState watch_;  // guarded by mu_
   std::thread thread_;
 };
 

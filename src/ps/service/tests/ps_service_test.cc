@@ -157,6 +157,74 @@ TEST_P(PsServiceTest, PushRetriedAfterPrimaryStopsIsAppliedOnce) {
   EXPECT_GT(client->stats().push_failovers, 0u);
 }
 
+// Polls `done` every millisecond until it holds or `limit` passes; false on time-out.
+template <typename Condition>
+bool WaitUntil(Condition done, std::chrono::milliseconds limit = 30s) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// The options of a monitor for replica `self` of shard 0, logging into `log` when given.
+FailoverOptions MonitorOptions(const Cluster& cluster, size_t self,
+                               std::function<void(std::string_view)> log = {}) {
+  FailoverOptions options;
+  for (const ReplicaSpec& replica : cluster.spec.shards[0].replicas) {
+    options.replicas.push_back({replica.rdma, replica.tcp});
+  }
+  options.self = self;
+  // Generous for sanitizer builds: a late ping must not look like a dead primary.
+  options.probe_interval = 20ms;
+  options.failure_timeout = 1000ms;
+  options.client.log = [](std::string_view) {};
+  options.log = log ? std::move(log) : [](std::string_view) {};
+  return options;
+}
+
+// A monitor's log lines, readable while the monitor thread writes them.
+class MonitorLog {
+ public:
+  std::function<void(std::string_view)> Sink() {
+    return [this](std::string_view line) {
+      std::lock_guard lock(mu_);
+      lines_.emplace_back(line);
+    };
+  }
+  bool Contains(std::string_view text) const {
+    std::lock_guard lock(mu_);
+    for (const std::string& line : lines_) {
+      if (line.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+  std::string Dump() const {
+    std::lock_guard lock(mu_);
+    std::string all;
+    for (const std::string& line : lines_) all += line + "\n";
+    return all;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
+float FirstValue(PsServer& server, uint64_t key) {
+  std::vector<std::byte> row(kDim * sizeof(float));
+  EXPECT_TRUE(server.replica().Fetch(kTable, {&key, 1}, row).ok());
+  float first;
+  std::memcpy(&first, row.data(), sizeof first);
+  return first;
+}
+
+bool Watching(const FailoverMonitor& monitor, size_t replica, uint64_t epoch) {
+  FailoverMonitor::WatchState state = monitor.watch_state();
+  return state.armed && state.replica == replica && state.epoch == epoch;
+}
+
 // FailoverMonitor on a 3-replica shard: replica 0 (primary) stops; replica 1, next in order,
 // promotes itself to epoch 2 with replica 2 as its backup; replica 2 then watches replica 1.
 // Replica 1 stops too; replica 2 promotes itself to epoch 3. Pushes go on throughout and each is
@@ -164,20 +232,11 @@ TEST_P(PsServiceTest, PushRetriedAfterPrimaryStopsIsAppliedOnce) {
 TEST_P(PsServiceTest, FailoverMonitorPromotesNextReplicaInOrder) {
   Cluster cluster;
   ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 3));
+  std::vector<MonitorLog> logs(2);
   std::vector<std::unique_ptr<FailoverMonitor>> monitors;
   for (size_t r = 1; r < 3; ++r) {
-    FailoverOptions options;
-    for (const ReplicaSpec& replica : cluster.spec.shards[0].replicas) {
-      options.replicas.push_back({replica.rdma, replica.tcp});
-    }
-    options.self = r;
-    // Generous for sanitizer builds: a late ping must not look like a dead primary.
-    options.probe_interval = 20ms;
-    options.failure_timeout = 1000ms;
-    options.client.log = [](std::string_view) {};
-    options.log = [](std::string_view) {};
-    Result<std::unique_ptr<FailoverMonitor>> monitor =
-        FailoverMonitor::Start(cluster.servers[0][r].get(), options);
+    Result<std::unique_ptr<FailoverMonitor>> monitor = FailoverMonitor::Start(
+        cluster.servers[0][r].get(), MonitorOptions(cluster, r, logs[r - 1].Sink()));
     ASSERT_TRUE(monitor.ok()) << monitor.status().ToString();
     monitors.push_back(std::move(monitor).value());
   }
@@ -192,21 +251,58 @@ TEST_P(PsServiceTest, FailoverMonitorPromotesNextReplicaInOrder) {
     }
   };
   ASSERT_NO_FATAL_FAILURE(push(50));
-  std::this_thread::sleep_for(300ms);  // the monitors see replica 0 as primary and arm
+  for (auto& monitor : monitors) {
+    ASSERT_TRUE(WaitUntil([&] { return Watching(*monitor, 0, 1); }));
+  }
   cluster.servers[0][0]->Stop();
   ASSERT_NO_FATAL_FAILURE(push(50));  // waits for the failover
-  EXPECT_EQ(monitors[0]->promoted_epoch(), 2u);
+  EXPECT_EQ(monitors[0]->promoted_epoch(), 2u) << logs[0].Dump();
   EXPECT_EQ(cluster.servers[0][1]->replica().role(), ShardReplica::Role::kPrimary);
   EXPECT_EQ(cluster.servers[0][2]->replica().position().epoch, 2u);
-  std::this_thread::sleep_for(300ms);  // replica 2 sees replica 1 as primary
+  // Replica 2 follows replica 1 as primary of epoch 2 before replica 1 goes too.
+  ASSERT_TRUE(WaitUntil([&] { return Watching(*monitors[1], 1, 2); })) << logs[1].Dump();
   cluster.servers[0][1]->Stop();
   ASSERT_NO_FATAL_FAILURE(push(50));
-  EXPECT_EQ(monitors[1]->promoted_epoch(), 3u);
-  std::vector<std::byte> row(kDim * sizeof(float));
-  ASSERT_TRUE(cluster.servers[0][2]->replica().Fetch(kTable, key, row).ok());
-  float first;
-  std::memcpy(&first, row.data(), sizeof first);
-  EXPECT_EQ(first, -150.0f);
+  EXPECT_EQ(monitors[1]->promoted_epoch(), 3u) << logs[1].Dump();
+  EXPECT_EQ(FirstValue(*cluster.servers[0][2], key[0]), -150.0f);
+}
+
+// The race behind issue 23: replica 1 is already primary of epoch 2 when replica 2's monitor
+// finds replica 0 gone (replica 1's detector was faster). Replica 2 must follow replica 1, not
+// expect it to become primary of a new epoch 3; when replica 1 then fails too, replica 2 takes
+// over at epoch 3. (Before the fix it took over at epoch 4, an epoch nobody had skipped to.)
+TEST_P(PsServiceTest, FailoverMonitorFollowsAPrimaryPromotedByAnotherMonitor) {
+  Cluster cluster;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 3));
+  MonitorLog log;
+  Result<std::unique_ptr<FailoverMonitor>> monitor =
+      FailoverMonitor::Start(cluster.servers[0][2].get(), MonitorOptions(cluster, 2, log.Sink()));
+  ASSERT_TRUE(monitor.ok()) << monitor.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] { return log.Contains("replica 0 is primary of epoch 1"); }));
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+  const std::vector<uint64_t> key = {11};
+  const std::vector<float> ones(kDim, 1.0f);
+  auto push = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      Status s = client->Push(kTable, kDim, key, ones, 10s);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+  };
+  ASSERT_NO_FATAL_FAILURE(push(20));
+  // Replica 0 stops and replica 1 is promoted at once (the faster detector), with replica 2 as
+  // its backup; the pushes that follow carry epoch 2 to replica 2.
+  cluster.servers[0][0]->Stop();
+  ASSERT_TRUE(cluster.servers[0][1]->BecomePrimary(2, {cluster.servers[0][2]->address()}).ok());
+  ASSERT_NO_FATAL_FAILURE(push(20));
+  EXPECT_EQ(cluster.servers[0][2]->replica().position().epoch, 2u);
+  // Replica 2's monitor notices replica 0 is gone, later than replica 1 took over.
+  ASSERT_TRUE(WaitUntil([&] { return log.Contains("replica 0 unreachable"); })) << log.Dump();
+  cluster.servers[0][1]->Stop();
+  ASSERT_NO_FATAL_FAILURE(push(20));
+  EXPECT_EQ((*monitor)->promoted_epoch(), 3u) << log.Dump();
+  EXPECT_EQ(cluster.servers[0][2]->replica().role(), ShardReplica::Role::kPrimary);
+  EXPECT_EQ(FirstValue(*cluster.servers[0][2], key[0]), -60.0f);
 }
 
 TEST(PingReplyTest, RoundTripsAndRejectsBadBytes) {
