@@ -10,6 +10,10 @@
 
 namespace bx::ps {
 
+namespace {
+constexpr std::chrono::milliseconds kMinPingTimeout{50};
+}  // namespace
+
 void EncodePingReply(const PingReply& reply, std::span<std::byte> out) {
   ByteWriter w(out);
   w.Put(static_cast<uint8_t>(reply.role));
@@ -78,10 +82,8 @@ bool FailoverMonitor::Sleep(std::chrono::milliseconds d) {
   return !cv_.wait_for(lock, d, [this] { return stop_; });
 }
 
-Result<PingReply> FailoverMonitor::Ping(rpc::Client& client) const {
-  // The deadline covers one probe; a slow answer counts as no answer.
-  const auto timeout = std::chrono::duration_cast<std::chrono::microseconds>(
-      std::max(options_.probe_interval, std::chrono::milliseconds(50)));
+Result<PingReply> FailoverMonitor::Ping(rpc::Client& client,
+                                        std::chrono::milliseconds timeout) const {
   Result<rpc::Message> request = rpc::Message::Allocate(0);
   if (!request.ok()) return request.status();
   Result<rpc::Message> reply =
@@ -97,7 +99,9 @@ Result<PingReply> FailoverMonitor::PingReplica(size_t replica) const {
   Result<std::unique_ptr<rpc::Client>> client =
       rpc::Client::Create({options_.replicas[replica]}, options_.client);
   if (!client.ok()) return client.status();
-  return Ping(**client);
+  // A fresh client must connect first (an RDMA handshake, slow on a loaded host), and this
+  // answer decides whether a new epoch starts: it gets the failure timeout, not one probe.
+  return Ping(**client, options_.failure_timeout);
 }
 
 std::optional<FailoverMonitor::Primary> FailoverMonitor::FindNewerPrimary(
@@ -153,7 +157,8 @@ void FailoverMonitor::Run() {
       }
       client = std::move(created).value();
     }
-    Result<PingReply> ping = Ping(*client);
+    // The deadline covers one probe; a slow answer counts as no answer.
+    Result<PingReply> ping = Ping(*client, std::max(options_.probe_interval, kMinPingTimeout));
     const rpc::Clock::time_point now = rpc::Clock::now();
     if (ping.ok() && ping->role == ShardReplica::Role::kPrimary) {
       expected_epoch = std::max(expected_epoch, ping->position.epoch);

@@ -163,7 +163,7 @@ class FailoverMonitor {
   void Log(const std::string& line) const;
   // Sleeps up to `d`; false when stopping.
   bool Sleep(std::chrono::milliseconds d);
-  Result<PingReply> Ping(rpc::Client& client) const;
+  Result<PingReply> Ping(rpc::Client& client, std::chrono::milliseconds timeout) const;
   Result<PingReply> PingReplica(size_t replica) const;  // over a client of its own
   // The first live replica other than this one and `watched` that answers as primary of an
   // epoch >= min_epoch; raises *max_epoch_seen to every epoch any of them reports.
