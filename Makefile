@@ -6,6 +6,7 @@ JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
 .PHONY: all deps configure build test demo format format-check clean asan tsan test-asan test-tsan \
+	test-stress \
 	fuzz fuzz-smoke fuzz-build fuzz-corpus
 
 all: build
@@ -38,6 +39,16 @@ test-tsan:
 
 asan: test-asan
 tsan: test-tsan
+
+# The PS, RPC and transport tests repeated until one fails, beside a CPU hog (a loaded CI host).
+STRESS_BUILD ?= build-asan
+STRESS_REPEATS ?= 20
+STRESS_TESTS ?=
+test-stress:
+	@if [ "$(STRESS_BUILD)" = build-tsan ]; then $(MAKE) build BUILD=build-tsan SANITIZE=thread BUILD_TYPE=Debug; \
+	elif [ "$(STRESS_BUILD)" = build-asan ]; then $(MAKE) build BUILD=build-asan SANITIZE=address BUILD_TYPE=Debug; \
+	else $(MAKE) build BUILD=$(STRESS_BUILD); fi
+	tools/stress-tests.sh $(STRESS_BUILD) $(STRESS_REPEATS) '$(STRESS_TESTS)'
 
 # libFuzzer targets (fuzz/, docs/HARDENING.md), a separate clang-14 project: the gcc build above
 # never needs clang. `make fuzz` runs each target FUZZ_SECONDS; `make fuzz-smoke` ~10 s each.
