@@ -38,16 +38,20 @@ TEST_F(EngineChannelsTest, SmallMessageWaitsBehindAtMostOneFragmentOfALargeOne) 
   Build(config);
   constexpr ChannelId kLarge = 0, kSmall = 7;
   Open(a_, kSmall);
-  SendOn(a_, kLarge, MakeMessage(64u << 20, 1));
-  // Let the large message get well under way.
-  for (int i = 0; i < 10000 && CountersOf(a_).fragments < 32; ++i)
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  ASSERT_GE(CountersOf(a_).fragments, 32u);
-  a_.io->Run([&] {
-    a_.tracing = true;
-    a_.engine->Enqueue(kSmall, OutgoingMessage{MakeMessage(64, 2), {}});
-    a_.io->MarkDirty(a_.engine.get());
+  // Once the large message is well under way (its 32nd fragment prepared, of 1024), the small one
+  // is queued from the I/O thread itself, right after the batch being prepared: however the
+  // threads are scheduled, most of the large message is still to go.
+  a_.io->Run([this] {
+    a_.on_prepared_hook = [this, large_fragments = 0](ChannelId channel, uint32_t, bool) mutable {
+      if (channel != kLarge || ++large_fragments != 32) return;
+      a_.io->Post([this] {
+        a_.tracing = true;
+        a_.engine->Enqueue(kSmall, OutgoingMessage{MakeMessage(64, 2), {}});
+        a_.io->MarkDirty(a_.engine.get());
+      });
+    };
   });
+  SendOn(a_, kLarge, MakeMessage(64u << 20, 1));
   ASSERT_TRUE(b_.WaitFor(2, std::chrono::seconds(120)));
   std::vector<std::tuple<ChannelId, uint32_t, bool>> trace;
   a_.io->Run([&] { trace = a_.trace; });

@@ -101,7 +101,9 @@ TEST_F(RpcFaultTest, RdmaComesBackAfterTheFaultClearsAndCallsMoveBack) {
 // meanwhile: slow handlers, the device vanishing, the server going away.
 TEST_F(RpcFaultTest, EveryCallEndsWithinItsDeadlineAndNeverHangs) {
   constexpr int kCalls = 400;
-  constexpr auto kBound = 250ms;  // timer slack on a loaded 2-core machine; deadlines are 20-300 ms
+  // Deadlines are 20-300 ms; the bound is timer and scheduling slack on a loaded 2-core machine
+  // (a sanitizer build beside a CPU hog). A call that hangs exceeds it by far.
+  constexpr auto kBound = 1s;
   struct Outcome {
     std::chrono::microseconds timeout{0};
     std::chrono::nanoseconds took{0};

@@ -110,10 +110,18 @@ TEST(RpcReplicaTest, RetryBudgetCapsRetriesDuringAFullOutage) {
   options.retry.budget_max_tokens = 10;
   auto client = Client::Create({DeadAddress(), DeadAddress()}, options);
   ASSERT_TRUE(client.ok());
+  // Calls made while the first connection attempts are still under way would only wait for them
+  // (and, on a slow machine, could time out waiting, never reaching a retry).
+  ASSERT_TRUE(WaitFor([&] {
+    for (const ReplicaInfo& r : (*client)->stats().replicas) {
+      if (r.state != ReplicaState::kDown) return false;
+    }
+    return true;
+  }));
   constexpr int kCalls = 200;
   std::vector<std::future<Result<Message>>> futures;
   for (int i = 0; i < kCalls; ++i) {
-    futures.push_back((*client)->Call("echo", Text("x"), {.timeout = 300ms, .idempotent = true}));
+    futures.push_back((*client)->Call("echo", Text("x"), {.timeout = 1s, .idempotent = true}));
   }
   for (auto& f : futures) EXPECT_FALSE(f.get().ok());
   ClientStats stats = (*client)->stats();

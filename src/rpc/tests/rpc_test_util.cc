@@ -109,9 +109,13 @@ std::unique_ptr<TestServer> StartTestServer(int worker_threads, const std::strin
 
 ClientOptions FastClientOptions() {
   ClientOptions options;
-  options.connect_timeout = std::chrono::milliseconds(1000);
-  options.heartbeat_interval = std::chrono::milliseconds(30);
-  options.heartbeat_timeout = std::chrono::milliseconds(150);
+  // Generous enough that a thread stalled for a while on a loaded machine (or in a sanitizer
+  // build) neither fails a connection set-up nor has its replica declared silent, which would
+  // fail calls that are not idempotent. Tests that rely on heartbeats to notice a silent peer set
+  // their own, shorter values.
+  options.connect_timeout = std::chrono::milliseconds(5000);
+  options.heartbeat_interval = std::chrono::milliseconds(50);
+  options.heartbeat_timeout = std::chrono::milliseconds(1000);
   options.probe_interval = std::chrono::milliseconds(100);
   options.rdma_retry_interval = std::chrono::milliseconds(200);
   options.seed = 42;

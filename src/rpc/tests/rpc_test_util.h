@@ -75,7 +75,9 @@ std::unique_ptr<TestServer> StartTestServer(int worker_threads = 2,
 Message Text(std::string_view text);
 std::string TextOf(const Result<Message>& result);
 
-// Client options tuned for tests: short heartbeats, probes and RDMA retries.
+// Client options tuned for tests: short probes and RDMA retries; frequent heartbeats, with a
+// timeout that a thread stalled on a loaded machine should not reach (a test that needs a silent
+// peer noticed quickly sets its own heartbeat_timeout).
 ClientOptions FastClientOptions();
 
 }  // namespace bx::rpc::testing

@@ -2,6 +2,9 @@
 // error, PSN mismatch, link down, a vanished peer, forced QP errors, queue-full and CQ overrun.
 #include <poll.h>
 
+#include <chrono>
+#include <thread>
+
 #include "simnic_fixture.h"
 
 namespace bx::simnic::testing {
@@ -41,10 +44,17 @@ TEST_F(ErrorTest, InfiniteRnrRetryWaitsForAReceive) {
   Connect(a, {});
   auto src = Register(a_.pd, 64);
   auto dst = Register(b_.pd, 64);
+  const uint64_t naks_before = Counters(b_.ctx).rnr_naks;
   ibv_sge s{src->addr(), 8, src->mr->lkey};
   ASSERT_EQ(PostSend(a_.qp, IBV_WR_SEND, 1, &s, 1, IBV_SEND_SIGNALED), 0);
+  // Until the responder has NAKed the send at least once (the device's thread runs when the
+  // machine lets it).
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (Counters(b_.ctx).rnr_naks == naks_before && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_GT(Counters(b_.ctx).rnr_naks, naks_before);
   EXPECT_TRUE(Drain(a_.send_cq, std::chrono::milliseconds(30)).empty()) << "still retrying";
-  EXPECT_GT(Counters(b_.ctx).rnr_naks, 0u);
   ibv_sge r{dst->addr(), 64, dst->mr->lkey};
   ASSERT_EQ(PostRecv(b_.qp, 1, &r, 1), 0);
   auto wc = PollN(a_.send_cq, 1);
@@ -208,7 +218,10 @@ TEST_F(ErrorTest, LinkDownFailsSendsAndReportsPortEvents) {
 
 TEST_F(ErrorTest, LinkComingBackBeforeRetriesRunOutResumes) {
   QpOptions o;
-  o.timeout = 12;  // ~16 ms per retry, 3 retries
+  // ~268 ms per retry, 7 retries: ~2 s before the send fails, far beyond the link's short
+  // outage even when this thread is descheduled for a while.
+  o.timeout = 16;
+  o.retry_cnt = 7;
   Connect(o, o);
   auto src = Register(a_.pd, 64);
   auto dst = Register(b_.pd, 64);

@@ -161,7 +161,7 @@ TEST(RdmaBootstrapTest, ListenerDropsGarbageAndKeepsServing) {
   auto client = MakeRdma();
   auto s = client->Connect((*listener)->url(), {}, 5000ms);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  for (int i = 0; i < 100 && accepted.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  for (int i = 0; i < 1000 && accepted.load() == 0; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(accepted.load(), 1);
 }
 
