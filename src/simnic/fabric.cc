@@ -152,6 +152,10 @@ bool Fabric::PushCompletion(SimCq* cq, const ibv_wc& wc, SimQp* qp, uint64_t ret
   e.sequence.store(cq->tail + 1, std::memory_order_release);
   ++cq->tail;
 
+  // Store-then-load against ReqNotifyCq (Dekker): we store the CQE and load `armed`, it stores
+  // `armed` and the poller then loads the CQE. Without a full fence on both sides both loads
+  // can see the old values (a store still in a store buffer), and the event is lost.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   int mode = cq->armed.load(std::memory_order_acquire);
   if (mode != 0 && (mode == 1 || solicited || wc.status != IBV_WC_SUCCESS) &&
       cq->armed.exchange(0, std::memory_order_acq_rel) != 0 && cq->cq.channel != nullptr) {

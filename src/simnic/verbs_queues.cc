@@ -190,6 +190,9 @@ int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
 
 int ReqNotifyCq(ibv_cq* ibcq, int solicited_only) {
   ToSim(ibcq)->armed.store(solicited_only ? 2 : 1, std::memory_order_release);
+  // Pairs with the fence in Fabric::PushCompletion (store-then-load, Dekker): the poll that
+  // follows an arm must see any CQE written by a completion that saw the CQ unarmed.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   return 0;
 }
 

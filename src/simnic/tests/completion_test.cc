@@ -1,6 +1,15 @@
 // Completion semantics: unsignalled work retired by a later signalled completion, sq_sig_all,
-// completion channels with real file descriptors, solicited-only notification.
+// completion channels with real file descriptors (and no lost wake-ups), solicited-only
+// notification.
+#include <dirent.h>
 #include <poll.h>
+#include <sched.h>
+
+#include <fstream>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "simnic_fixture.h"
 
@@ -8,6 +17,51 @@ namespace bx::simnic::testing {
 namespace {
 
 using CompletionTest = SimPairTest;
+
+// Runs the calling thread and the simnic's hardware thread on two different CPUs while it lives.
+// A race between them needs both running at once, and on a busy host the scheduler tends to
+// queue the hardware thread on the poller's core, behind it. Does nothing with one CPU.
+class PinApartFromHardware {
+ public:
+  PinApartFromHardware() {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || CPU_COUNT(&allowed) < 2) return;
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    }
+    DIR* dir = opendir("/proc/self/task");
+    if (dir == nullptr) return;
+    while (dirent* e = readdir(dir)) {
+      std::ifstream comm_file(std::string("/proc/self/task/") + e->d_name + "/comm");
+      std::string comm;
+      std::getline(comm_file, comm);
+      if (comm != "bxsim-hw") continue;
+      const pid_t tid = pid_t(std::stoi(e->d_name));
+      cpu_set_t old;
+      if (sched_getaffinity(tid, sizeof(old), &old) == 0 && Pin(tid, cpus[0])) {
+        saved_.emplace_back(tid, old);
+      }
+    }
+    closedir(dir);
+    if (!saved_.empty() && Pin(0, cpus[1])) saved_.emplace_back(0, allowed);
+  }
+  ~PinApartFromHardware() {
+    for (auto& [tid, set] : saved_) sched_setaffinity(tid, sizeof(set), &set);
+  }
+  PinApartFromHardware(const PinApartFromHardware&) = delete;
+  PinApartFromHardware& operator=(const PinApartFromHardware&) = delete;
+
+ private:
+  static bool Pin(pid_t tid, int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return sched_setaffinity(tid, sizeof(set), &set) == 0;
+  }
+  std::vector<std::pair<pid_t, cpu_set_t>> saved_;  // tid (0: this thread), affinity to restore
+};
 
 TEST_F(CompletionTest, UnsignalledWorkIsRetiredByTheNextSignalledCompletion) {
   QpOptions o;
@@ -120,6 +174,86 @@ TEST_F(CompletionTest, CompletionChannelDeliversOneEventPerArm) {
   EXPECT_EQ(ibv_destroy_cq(d.send_cq), 0);
   EXPECT_EQ(ibv_destroy_cq(cq), 0);
   EXPECT_EQ(ibv_dealloc_pd(d.pd), 0);
+  EXPECT_EQ(ibv_destroy_comp_channel(channel), 0);
+}
+
+// A sleeping poller polls, arms the CQ, polls once more and only then sleeps on the channel.
+// Arming races the hardware writing a completion: each side stores (`armed` / the CQE) and then
+// loads the other's store, so unless both are fenced both can read the old values, and the
+// poller sleeps on an empty-looking CQ that the hardware found unarmed. Each round lands the arm
+// at a different moment relative to the completion; none may leave the poller asleep.
+TEST_F(CompletionTest, ArmingRacingACompletionNeverLosesTheWakeUp) {
+  ibv_comp_channel* channel = ibv_create_comp_channel(a_.ctx);
+  ASSERT_NE(channel, nullptr);
+  QpOptions o;
+  o.sq_sig_all = 1;
+  o.send_channel = channel;
+  Connect(o, {});
+  auto src = Register(a_.pd, 64);
+  auto dst = Register(b_.pd, 64);
+  ibv_sge s{src->addr(), 8, src->mr->lkey};
+  ibv_cq* cq = a_.send_cq;
+  constexpr int kRounds = 50000;
+  // Far beyond any scheduling delay: asleep this long with the completion in the CQ is a lost
+  // wake-up, not a slow host.
+  constexpr int kSleepMs = 5000;
+  int lost_round = -1;
+  uint64_t sleeps = 0;
+  std::mt19937 rng(7);
+  auto rounds = [&] {
+    PinApartFromHardware pin;
+    for (int round = 0; round < kRounds && lost_round < 0; ++round) {
+      ASSERT_EQ(
+          PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(round), &s, 1, 0, dst->addr(), dst->mr->rkey),
+          0);
+      // Up to a few microseconds of other work (a completion takes about that long), so the arm
+      // falls before, during and after the hardware's write of the completion.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(rng() % 4000);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      ibv_wc wc{};
+      int got = ibv_poll_cq(cq, 1, &wc);
+      while (got == 0) {
+        ASSERT_EQ(ibv_req_notify_cq(cq, 0), 0);
+        got = ibv_poll_cq(cq, 1, &wc);
+        if (got != 0) break;
+        ++sleeps;
+        pollfd pfd{channel->fd, POLLIN, 0};
+        const int ready = poll(&pfd, 1, kSleepMs);
+        ASSERT_GE(ready, 0) << strerror(errno);
+        if (ready == 0) {
+          got = ibv_poll_cq(cq, 1, &wc);
+          if (got != 0) lost_round = round;
+          continue;  // still empty: a slow host; sleep again
+        }
+        // An event, maybe left by an earlier round whose second poll found its completion.
+        ibv_cq* ev_cq = nullptr;
+        void* ev_ctx = nullptr;
+        ASSERT_EQ(ibv_get_cq_event(channel, &ev_cq, &ev_ctx), 0);
+        ibv_ack_cq_events(ev_cq, 1);
+        got = ibv_poll_cq(cq, 1, &wc);
+      }
+      ASSERT_EQ(got, 1);
+      ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+      ASSERT_EQ(wc.wr_id, uint64_t(round));
+    }
+  };
+  rounds();
+  EXPECT_EQ(lost_round, -1) << "round " << lost_round << " slept " << kSleepMs
+                            << " ms with its completion in the CQ (" << sleeps << " sleeps in all)";
+  // The CQ may still be armed or hold an unread event. Destroying the QP waits out the hardware;
+  // then every event written is read and acknowledged, as ibv_destroy_cq requires.
+  EXPECT_EQ(ibv_destroy_qp(a_.qp), 0);
+  a_.qp = nullptr;
+  pollfd pfd{channel->fd, POLLIN, 0};
+  while (poll(&pfd, 1, 0) == 1) {
+    ibv_cq* ev_cq = nullptr;
+    void* ev_ctx = nullptr;
+    if (ibv_get_cq_event(channel, &ev_cq, &ev_ctx) != 0) break;
+    ibv_ack_cq_events(ev_cq, 1);
+  }
+  src.reset();
+  DestroyEndpoint(a_);
   EXPECT_EQ(ibv_destroy_comp_channel(channel), 0);
 }
 

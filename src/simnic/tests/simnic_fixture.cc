@@ -30,7 +30,7 @@ void CreateQp(Endpoint& ep, const QpOptions& o) {
     ep.qp_pd = ibv_alloc_parent_domain(ep.ctx, &pd_attr);
     ASSERT_NE(ep.qp_pd, nullptr);
   }
-  ep.send_cq = ibv_create_cq(ep.ctx, o.cqe, nullptr, nullptr, 0);
+  ep.send_cq = ibv_create_cq(ep.ctx, o.cqe, nullptr, o.send_channel, 0);
   ep.recv_cq = ibv_create_cq(ep.ctx, o.cqe, nullptr, nullptr, 0);
   ASSERT_NE(ep.send_cq, nullptr);
   ASSERT_NE(ep.recv_cq, nullptr);

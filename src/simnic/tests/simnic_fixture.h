@@ -27,6 +27,7 @@ struct QpOptions {
   uint8_t min_rnr_timer = 1;  // 10 us
   int cqe = 1024;
   bool use_parent_domain = false;
+  ibv_comp_channel* send_channel = nullptr;  // the send CQ's completion channel, if any
 };
 
 struct Endpoint {
