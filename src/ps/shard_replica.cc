@@ -1,11 +1,31 @@
 #include "ps/shard_replica.h"
 
 #include <string>
+#include <utility>
 
 namespace bx::ps {
 namespace {
 
 constexpr size_t kMaxBackups = 64;  // the owed-acks bitmask is one uint64_t
+
+// The replica whose order_mu_ this thread holds (innermost, as a primary's Forward may run a
+// backup's HandleForward inline). Thread-local, unlike a member naming the holding thread, which
+// a thread leaving its section could clear after the next holder had set it.
+thread_local const ShardReplica* order_holder = nullptr;
+
+// An order_mu_ section: marks it for OnForwardDone while the lock is held.
+class OrderSection {
+ public:
+  OrderSection(std::mutex& mu, const ShardReplica* replica)
+      : lock_(mu), outer_(std::exchange(order_holder, replica)) {}
+  ~OrderSection() { order_holder = outer_; }  // runs before lock_ unlocks
+  OrderSection(const OrderSection&) = delete;
+  OrderSection& operator=(const OrderSection&) = delete;
+
+ private:
+  std::lock_guard<std::mutex> lock_;
+  const ShardReplica* const outer_;
+};
 
 Status NotPrimary(ShardReplica::Role role) {
   return FailedPrecondition(role == ShardReplica::Role::kFenced
@@ -33,7 +53,7 @@ Status ShardReplica::BecomePrimary(uint64_t epoch,
   }
   std::vector<std::function<void()>> calls;
   {
-    std::lock_guard order(order_mu_);
+    OrderSection order(order_mu_, this);
     if (epoch <= state_->epoch) {
       return FailedPrecondition("promotion to epoch " + std::to_string(epoch) +
                                 " but this replica has seen epoch " +
@@ -49,7 +69,6 @@ Status ShardReplica::BecomePrimary(uint64_t epoch,
     state_->applied_lsn = 0;
     {
       std::lock_guard lock(mu_);
-      pushing_thread_ = std::this_thread::get_id();
       role_ = Role::kPrimary;
       epoch_ = epoch;
       issued_lsn_ = 0;
@@ -69,12 +88,11 @@ Status ShardReplica::BecomePrimary(uint64_t epoch,
 void ShardReplica::HandlePush(PushRequest push, PushDone done) {
   Status refused;
   {
-    std::lock_guard order(order_mu_);
+    OrderSection order(order_mu_, this);
     Role role;
     uint64_t undurable;
     {
       std::lock_guard lock(mu_);
-      pushing_thread_ = std::this_thread::get_id();
       role = role_;
       undurable = issued_lsn_ - DurableLsnLocked();
     }
@@ -189,7 +207,6 @@ void ShardReplica::StepDownLocked(Role role, const Status& reason,
 
 void ShardReplica::OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, Status status) {
   std::vector<std::function<void()>> calls;
-  bool defer;
   {
     std::lock_guard lock(mu_);
     if (epoch != epoch_ || role_ != Role::kPrimary) return;  // a completion from a past epoch
@@ -210,8 +227,9 @@ void ShardReplica::OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, St
       }
     }
     CollectReadyLocked(&calls);
-    defer = pushing_thread_ == std::this_thread::get_id();
-    if (defer) {
+    // Inside an order section of this replica (a forward completing inline): RunDeferred
+    // runs the callbacks once order_mu_ is released.
+    if (order_holder == this) {
       for (auto& c : calls) deferred_.push_back(std::move(c));
       calls.clear();
     }
@@ -223,7 +241,6 @@ void ShardReplica::RunDeferred() {
   std::vector<std::function<void()>> calls;
   {
     std::lock_guard lock(mu_);
-    pushing_thread_ = {};
     calls.swap(deferred_);
   }
   for (auto& call : calls) call();
@@ -234,11 +251,10 @@ void ShardReplica::RunDeferred() {
 void ShardReplica::HandleForward(ForwardedPush forwarded, ForwardDone done) {
   std::vector<std::function<void()>> calls;
   {
-    std::lock_guard order(order_mu_);
+    OrderSection order(order_mu_, this);
     Status refused;
     {
       std::lock_guard lock(mu_);
-      pushing_thread_ = std::this_thread::get_id();
       if (role_ == Role::kFenced) {
         // Not FailedPrecondition: that would tell the sender it was deposed.
         refused = Aborted("replica was deposed and must be rebuilt from a snapshot");
@@ -350,7 +366,7 @@ Status ShardReplica::EncodeFetchResponse(const FetchRequest& request,
 }
 
 Status ShardReplica::Save(const std::string& path) {
-  std::lock_guard order(order_mu_);
+  OrderSection order(order_mu_, this);
   return state_->Save(path);
 }
 
@@ -360,7 +376,7 @@ ShardReplica::Role ShardReplica::role() const {
 }
 
 ShardReplica::Position ShardReplica::position() const {
-  std::lock_guard order(order_mu_);
+  OrderSection order(order_mu_, this);
   return Position{state_->epoch, state_->applied_lsn};
 }
 

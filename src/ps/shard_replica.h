@@ -33,7 +33,6 @@
 #include <memory>
 #include <mutex>
 #include <span>
-#include <thread>
 #include <vector>
 
 #include "bx/ps/wire.h"
@@ -140,7 +139,8 @@ class ShardReplica {
   void StepDownLocked(Role role, const Status& reason, std::vector<std::function<void()>>* calls);
   void AddWaiterLocked(uint64_t lsn, Waiter waiter);
 
-  // Forward completion: mu_ only.
+  // Forward completion: mu_ only. Inside this replica's order section (a forward completing
+  // within Forward) its callbacks are deferred to RunDeferred.
   void OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, Status status);
   // Collects waiters whose lsn is durable. mu_ held.
   void CollectReadyLocked(std::vector<std::function<void()>>* out);
@@ -152,7 +152,8 @@ class ShardReplica {
   std::unique_ptr<ShardState> state_;
 
   // order_mu_ serialises application (pushes, forwards, promotion, save); it is taken before
-  // mu_ when both are needed, never after.
+  // mu_ when both are needed, never after, and only through OrderSection (shard_replica.cc),
+  // which tells OnForwardDone whether the current thread holds it.
   mutable std::mutex order_mu_;
   Role role_ = Role::kBackup;  // written under both locks; read under either
   std::deque<PushRequest> log_;
@@ -167,7 +168,7 @@ class ShardReplica {
   uint64_t dead_backups_ = 0;                // bit i: backups_[i] failed
   std::map<uint64_t, uint64_t> owed_;        // lsn -> bitmask of backups that have not acked
   std::multimap<uint64_t, Waiter> waiters_;  // by the lsn that must be durable
-  std::thread::id pushing_thread_;           // thread holding order_mu_ in a push, if any
+  // Callbacks that became due inside an order section, for RunDeferred.
   std::vector<std::function<void()>> deferred_;
 };
 

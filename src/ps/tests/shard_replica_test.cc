@@ -2,6 +2,7 @@
 // BackupLink that can deliver at once, hold forwards, lose them, or lose the acks.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <optional>
@@ -82,6 +83,29 @@ class FakeLink : public BackupLink {
   Mode mode_;
   std::deque<std::pair<ForwardedPush, std::function<void(Status)>>> held_;
   int forwarded_ = 0;
+};
+
+// A link whose forwards complete inside Forward, on the calling thread, as one that fails at
+// once or an RPC answered on the caller's thread would: OK, or Unavailable from the
+// `fail_from`th forward on. ShardReplica calls Forward holding its order lock, so a callback
+// that finds itself inside Forward is running under that lock.
+class InlineLink : public BackupLink {
+ public:
+  explicit InlineLink(int fail_from = 0) : fail_from_(fail_from) {}
+
+  void Forward(const ForwardedPush&, std::function<void(Status)> done) override {
+    ++inside_;
+    ++forwarded_;
+    done(fail_from_ > 0 && forwarded_ >= fail_from_ ? Unavailable("inline link: failed")
+                                                    : Status::Ok());
+    --inside_;
+  }
+  static bool InsideForward() { return inside_ > 0; }
+
+ private:
+  static inline thread_local int inside_ = 0;
+  const int fail_from_;
+  int forwarded_ = 0;  // Forward is serialised by the primary's order lock
 };
 
 // A client's view of one push: the callback's result, if it has run.
@@ -384,6 +408,34 @@ TEST(ShardReplica, ConcurrentPushesKeepReplicasIdentical) {
   EXPECT_TRUE(BitwiseEqual(Values(*p, keys), Values(*b1, keys)));
   EXPECT_TRUE(BitwiseEqual(Values(*p, keys), Values(*b2, keys)));
   EXPECT_EQ(b2->position(), (ShardReplica::Position{1, kClients * kPushes}));
+}
+
+// Threads push to a primary whose backups complete forwards inline (one of them fails part way).
+// The completion that makes a push durable then runs on the pushing thread while it holds the
+// order lock; the ack must still wait until that lock is released, also when another thread is
+// just leaving its own order section.
+TEST(ShardReplica, InlineForwardCompletionsNeverAckUnderTheOrderLock) {
+  auto p = NewReplica();
+  auto failing = std::make_shared<InlineLink>(/*fail_from=*/10000);
+  ASSERT_TRUE(p->BecomePrimary(1, {std::make_shared<InlineLink>(), failing}).ok());
+  constexpr int kClients = 4, kPushes = 20000;
+  std::atomic<int> acks{0}, under_lock{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      for (int s = 1; s <= kPushes; ++s) {
+        p->HandlePush(MakePush(100 + c, s, {11}), [&](Result<PushAck> r) {
+          EXPECT_TRUE(r.ok()) << r.status().ToString();
+          if (InlineLink::InsideForward()) ++under_lock;
+          ++acks;
+        });
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(under_lock.load(), 0) << "acks run inside Forward, under the order lock";
+  EXPECT_EQ(acks.load(), kClients * kPushes);
+  EXPECT_EQ(p->live_backups(), 1u);
 }
 
 }  // namespace
