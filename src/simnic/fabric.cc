@@ -149,14 +149,13 @@ bool Fabric::PushCompletion(SimCq* cq, const ibv_wc& wc, SimQp* qp, uint64_t ret
   e.qp = qp;
   e.retire_up_to = retire_up_to;
   e.is_send = is_send;
-  e.sequence.store(cq->tail + 1, std::memory_order_release);
-  ++cq->tail;
-
   // Store-then-load against ReqNotifyCq (Dekker): we store the CQE and load `armed`, it stores
-  // `armed` and the poller then loads the CQE. Without a full fence on both sides both loads
-  // can see the old values (a store still in a store buffer), and the event is lost.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  int mode = cq->armed.load(std::memory_order_acquire);
+  // `armed` and the poller then loads the CQE. Unless all four are seq_cst, both loads can see
+  // the old values (a store still in a store buffer) and the event is lost. (Not a standalone
+  // fence: TSan does not model those, and GCC refuses them under -fsanitize=thread.)
+  e.sequence.store(cq->tail + 1, std::memory_order_seq_cst);
+  ++cq->tail;
+  int mode = cq->armed.load(std::memory_order_seq_cst);
   if (mode != 0 && (mode == 1 || solicited || wc.status != IBV_WC_SUCCESS) &&
       cq->armed.exchange(0, std::memory_order_acq_rel) != 0 && cq->cq.channel != nullptr) {
     {

@@ -160,7 +160,8 @@ int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   const uint64_t mask = cq->ring.size() - 1;
   while (got < num_entries) {
     CqEntry& e = cq->ring[head & mask];
-    if (e.sequence.load(std::memory_order_acquire) != head + 1) break;
+    // seq_cst: pairs with ReqNotifyCq's store (see Fabric::PushCompletion); a plain load on x86.
+    if (e.sequence.load(std::memory_order_seq_cst) != head + 1) break;
     ++head;
     if (e.qp == nullptr) continue;  // its QP was destroyed or reset
     wc[got++] = e.wc;
@@ -189,10 +190,9 @@ int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
 }
 
 int ReqNotifyCq(ibv_cq* ibcq, int solicited_only) {
-  ToSim(ibcq)->armed.store(solicited_only ? 2 : 1, std::memory_order_release);
-  // Pairs with the fence in Fabric::PushCompletion (store-then-load, Dekker): the poll that
-  // follows an arm must see any CQE written by a completion that saw the CQ unarmed.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // seq_cst, as the CQE store and load it pairs with (Fabric::PushCompletion, Dekker): the poll
+  // that follows an arm must see any CQE written by a completion that saw the CQ unarmed.
+  ToSim(ibcq)->armed.store(solicited_only ? 2 : 1, std::memory_order_seq_cst);
   return 0;
 }
 
