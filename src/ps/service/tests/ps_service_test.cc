@@ -220,6 +220,15 @@ float FirstValue(PsServer& server, uint64_t key) {
   return first;
 }
 
+// `n` pushes of a gradient of ones to `key`, one after another, each within 10 s.
+void PushOnes(PsClient& client, uint64_t key, int n) {
+  const std::vector<float> ones(kDim, 1.0f);
+  for (int i = 0; i < n; ++i) {
+    Status s = client.Push(kTable, kDim, {&key, 1}, ones, 10s);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+}
+
 bool Watching(const FailoverMonitor& monitor, size_t replica, uint64_t epoch) {
   FailoverMonitor::WatchState state = monitor.watch_state();
   return state.armed && state.replica == replica && state.epoch == epoch;
@@ -243,13 +252,7 @@ TEST_P(PsServiceTest, FailoverMonitorPromotesNextReplicaInOrder) {
   auto client = MakeClient(cluster);
   ASSERT_TRUE(client);
   const std::vector<uint64_t> key = {7};
-  const std::vector<float> ones(kDim, 1.0f);
-  auto push = [&](int n) {
-    for (int i = 0; i < n; ++i) {
-      Status s = client->Push(kTable, kDim, key, ones, 10s);
-      ASSERT_TRUE(s.ok()) << s.ToString();
-    }
-  };
+  auto push = [&](int n) { PushOnes(*client, key[0], n); };
   ASSERT_NO_FATAL_FAILURE(push(50));
   for (auto& monitor : monitors) {
     ASSERT_TRUE(WaitUntil([&] { return Watching(*monitor, 0, 1); }));
@@ -282,13 +285,7 @@ TEST_P(PsServiceTest, FailoverMonitorFollowsAPrimaryPromotedByAnotherMonitor) {
   auto client = MakeClient(cluster);
   ASSERT_TRUE(client);
   const std::vector<uint64_t> key = {11};
-  const std::vector<float> ones(kDim, 1.0f);
-  auto push = [&](int n) {
-    for (int i = 0; i < n; ++i) {
-      Status s = client->Push(kTable, kDim, key, ones, 10s);
-      ASSERT_TRUE(s.ok()) << s.ToString();
-    }
-  };
+  auto push = [&](int n) { PushOnes(*client, key[0], n); };
   ASSERT_NO_FATAL_FAILURE(push(20));
   // Replica 0 stops and replica 1 is promoted at once (the faster detector), with replica 2 as
   // its backup; the pushes that follow carry epoch 2 to replica 2.
