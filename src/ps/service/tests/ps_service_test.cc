@@ -2,19 +2,18 @@
 // pushes wrote, and a push stream that loses its primary mid-run is applied exactly once.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <thread>
 
-#include "bx/bemalloc.h"
 #include "ps/service/ps_service.h"
-#include "transport/rdma/rdma_transport.h"
-#include "transport/tcp/tcp_transport.h"
-#include "verbs/verbs.h"
+#include "rpc/tests/rpc_test_util.h"
 
 namespace bx::ps {
 namespace {
 
 using namespace std::chrono_literals;
+using rpc::testing::WaitFor;
 
 constexpr uint32_t kTable = 1;
 constexpr uint32_t kDim = 4;
@@ -70,6 +69,21 @@ std::unique_ptr<PsClient> MakeClient(const Cluster& cluster) {
   EXPECT_TRUE(client.ok()) << client.status().ToString();
   return client.ok() ? std::move(client).value() : nullptr;
 }
+
+// The first float of `key`'s row as `server`'s replica holds it (NaN when the fetch fails).
+float FirstValue(PsServer& server, uint64_t key) {
+  std::vector<std::byte> row(kDim * sizeof(float));
+  float first = std::numeric_limits<float>::quiet_NaN();
+  if (Status s = server.replica().Fetch(kTable, {&key, 1}, row); !s.ok()) {
+    ADD_FAILURE() << "fetch from the replica: " << s.ToString();
+    return first;
+  }
+  std::memcpy(&first, row.data(), sizeof first);
+  return first;
+}
+
+// How long a test waits for a monitor to reach a state (sanitizer builds on a loaded host).
+constexpr auto kWaitLimit = 30s;
 
 class PsServiceTest : public ::testing::TestWithParam<std::string> {};
 
@@ -147,25 +161,10 @@ TEST_P(PsServiceTest, PushRetriedAfterPrimaryStopsIsAppliedOnce) {
   Result<FetchResult> fetched = client->Fetch(kTable, key, 5s);
   ASSERT_TRUE(fetched.ok()) << fetched.status().ToString();
   for (float v : fetched->values) EXPECT_EQ(v, -300.0f);
-  std::vector<std::byte> row(kDim * sizeof(float));
-  ASSERT_TRUE(survivor.replica().Fetch(kTable, key, row).ok());
-  float first;
-  std::memcpy(&first, row.data(), sizeof first);
-  EXPECT_EQ(first, -300.0f);
+  EXPECT_EQ(FirstValue(survivor, key[0]), -300.0f);
   PsServerCounters counters = survivor.counters();
   EXPECT_GE(counters.pushes_duplicate, 1u);
   EXPECT_GT(client->stats().push_failovers, 0u);
-}
-
-// Polls `done` every millisecond until it holds or `limit` passes; false on time-out.
-template <typename Condition>
-bool WaitUntil(Condition done, std::chrono::milliseconds limit = 30s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
 }
 
 // The options of a monitor for replica `self` of shard 0, logging into `log` when given.
@@ -212,14 +211,6 @@ class MonitorLog {
   std::vector<std::string> lines_;
 };
 
-float FirstValue(PsServer& server, uint64_t key) {
-  std::vector<std::byte> row(kDim * sizeof(float));
-  EXPECT_TRUE(server.replica().Fetch(kTable, {&key, 1}, row).ok());
-  float first;
-  std::memcpy(&first, row.data(), sizeof first);
-  return first;
-}
-
 // `n` pushes of a gradient of ones to `key`, one after another, each within 10 s.
 void PushOnes(PsClient& client, uint64_t key, int n) {
   const std::vector<float> ones(kDim, 1.0f);
@@ -255,7 +246,7 @@ TEST_P(PsServiceTest, FailoverMonitorPromotesNextReplicaInOrder) {
   auto push = [&](int n) { PushOnes(*client, key[0], n); };
   ASSERT_NO_FATAL_FAILURE(push(50));
   for (auto& monitor : monitors) {
-    ASSERT_TRUE(WaitUntil([&] { return Watching(*monitor, 0, 1); }));
+    ASSERT_TRUE(WaitFor([&] { return Watching(*monitor, 0, 1); }, kWaitLimit));
   }
   cluster.servers[0][0]->Stop();
   ASSERT_NO_FATAL_FAILURE(push(50));  // waits for the failover
@@ -263,7 +254,7 @@ TEST_P(PsServiceTest, FailoverMonitorPromotesNextReplicaInOrder) {
   EXPECT_EQ(cluster.servers[0][1]->replica().role(), ShardReplica::Role::kPrimary);
   EXPECT_EQ(cluster.servers[0][2]->replica().position().epoch, 2u);
   // Replica 2 follows replica 1 as primary of epoch 2 before replica 1 goes too.
-  ASSERT_TRUE(WaitUntil([&] { return Watching(*monitors[1], 1, 2); })) << logs[1].Dump();
+  ASSERT_TRUE(WaitFor([&] { return Watching(*monitors[1], 1, 2); }, kWaitLimit)) << logs[1].Dump();
   cluster.servers[0][1]->Stop();
   ASSERT_NO_FATAL_FAILURE(push(50));
   EXPECT_EQ(monitors[1]->promoted_epoch(), 3u) << logs[1].Dump();
@@ -281,7 +272,7 @@ TEST_P(PsServiceTest, FailoverMonitorFollowsAPrimaryPromotedByAnotherMonitor) {
   Result<std::unique_ptr<FailoverMonitor>> monitor =
       FailoverMonitor::Start(cluster.servers[0][2].get(), MonitorOptions(cluster, 2, log.Sink()));
   ASSERT_TRUE(monitor.ok()) << monitor.status().ToString();
-  ASSERT_TRUE(WaitUntil([&] { return log.Contains("replica 0 is primary of epoch 1"); }));
+  ASSERT_TRUE(WaitFor([&] { return log.Contains("replica 0 is primary of epoch 1"); }, kWaitLimit));
   auto client = MakeClient(cluster);
   ASSERT_TRUE(client);
   const std::vector<uint64_t> key = {11};
@@ -294,7 +285,8 @@ TEST_P(PsServiceTest, FailoverMonitorFollowsAPrimaryPromotedByAnotherMonitor) {
   ASSERT_NO_FATAL_FAILURE(push(20));
   EXPECT_EQ(cluster.servers[0][2]->replica().position().epoch, 2u);
   // Replica 2's monitor notices replica 0 is gone, later than replica 1 took over.
-  ASSERT_TRUE(WaitUntil([&] { return log.Contains("replica 0 unreachable"); })) << log.Dump();
+  ASSERT_TRUE(WaitFor([&] { return log.Contains("replica 0 unreachable"); }, kWaitLimit))
+      << log.Dump();
   cluster.servers[0][1]->Stop();
   ASSERT_NO_FATAL_FAILURE(push(20));
   EXPECT_EQ((*monitor)->promoted_epoch(), 3u) << log.Dump();
@@ -326,19 +318,6 @@ INSTANTIATE_TEST_SUITE_P(Transports, PsServiceTest, ::testing::Values("tcp", "rd
 
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
-  setenv("BX_VERBS", "sim", 0);
-  bx::Result<bx::verbs::Device> device = bx::verbs::Device::Open("bxsim0");
-  if (!device.ok()) {
-    std::fprintf(stderr, "simnic: %s\n", device.status().ToString().c_str());
-    return 2;
-  }
-  // Leaked: bemalloc uses the device until exit.
-  auto* kept = new bx::verbs::Device(std::move(device).value());
-  if (bx::Status s = bx::bemalloc::Init(*kept); !s.ok()) {
-    std::fprintf(stderr, "bemalloc: %s\n", s.ToString().c_str());
-    return 2;
-  }
-  bx::tcp::RegisterTcpTransport();
-  bx::rdma::RegisterRdmaTransport();
+  bx::rpc::testing::InitProcess();  // bemalloc on the simnic, tcp and rdma registered
   return RUN_ALL_TESTS();
 }
