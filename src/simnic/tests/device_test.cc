@@ -41,17 +41,22 @@ TEST(DeviceTest, RegistrationFollowsTheManPage) {
   ibv_context* ctx = OpenDevice("bxsim0");
   ibv_pd* pd = ibv_alloc_pd(ctx);
   std::vector<uint8_t> buf(8192);
+  // ibv_reg_mr is a verbs.h macro that ANDs `access` with IBV_ACCESS_OPTIONAL_RANGE, an
+  // enumerator of another enum: a lone ibv_access_flags enumerator there is a deprecated C++20
+  // enum-enum operation (clang -Wdeprecated-enum-enum-conversion), so pass the int it takes.
+  constexpr int kLocalWrite = IBV_ACCESS_LOCAL_WRITE;
+  constexpr int kRemoteWrite = IBV_ACCESS_REMOTE_WRITE;
   errno = 0;
-  EXPECT_EQ(ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_REMOTE_WRITE), nullptr)
+  EXPECT_EQ(ibv_reg_mr(pd, buf.data(), buf.size(), kRemoteWrite), nullptr)
       << "remote write needs local write";
   EXPECT_EQ(errno, EINVAL);
-  EXPECT_EQ(ibv_reg_mr(pd, buf.data(), 0, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(ibv_reg_mr(pd, buf.data(), 0, kLocalWrite), nullptr);
   // Unmapped memory cannot be pinned.
   void* hole = mmap(nullptr, 1 << 20, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(hole, MAP_FAILED);
   munmap(hole, 1 << 20);
   errno = 0;
-  EXPECT_EQ(ibv_reg_mr(pd, hole, 1 << 20, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(ibv_reg_mr(pd, hole, 1 << 20, kLocalWrite), nullptr);
   EXPECT_EQ(errno, EFAULT);
 
   auto before = Counters(ctx);
