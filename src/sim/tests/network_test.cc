@@ -11,8 +11,7 @@
 namespace bx::sim {
 namespace {
 
-constexpr uint32_t kPayload = 4096;
-constexpr uint32_t kWire = 4160;
+constexpr uint32_t kWire = 4160;  // 4096 payload + 64 header
 
 // Each listed sender streams `cells` cells to `receiver` as fast as its port allows.
 class StreamStack : public HostStack {
