@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
 .PHONY: all deps configure build test demo format format-check clean asan tsan test-asan test-tsan \
-	test-stress \
+	test-stress test-release build-clang install \
 	fuzz fuzz-smoke fuzz-build fuzz-corpus
 
 all: build
@@ -15,7 +15,7 @@ deps:
 	@bash tools/install-deps.sh
 
 $(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DBX_SANITIZE=$(SANITIZE)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DBX_SANITIZE=$(SANITIZE) -DBX_WERROR=ON
 
 configure: deps $(BUILD)/build.ninja
 
@@ -39,6 +39,24 @@ test-tsan:
 
 asan: test-asan
 tsan: test-tsan
+
+# The suite in Release (gcc, -O3, warnings as errors); its library_install test installs this
+# build and builds and runs examples/ against it (tools/test-install.sh).
+test-release:
+	$(MAKE) test BUILD=build-release BUILD_TYPE=Release
+
+# The library alone in Release with clang 14, warnings as errors: no tests, tools or simnic, so
+# it needs only the library's runtime dependencies.
+build-clang:
+	cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Release -DBX_WERROR=ON \
+		-DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+		-DBX_BUILD_TESTS=OFF -DBX_BUILD_TOOLS=OFF -DBX_BUILD_SIM=OFF
+	cmake --build build-clang -j $(JOBS)
+
+# Installs headers, libbexpress.so, the CMake package, bexpress.pc, bx and the simnic.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # The PS, RPC and transport tests repeated until one fails, beside a CPU hog (a loaded CI host).
 STRESS_BUILD ?= build-asan
@@ -78,4 +96,4 @@ format-check:
 	git ls-files '*.cc' '*.h' '*.c' | xargs clang-format --dry-run --Werror
 
 clean:
-	rm -rf build build-asan build-tsan $(FUZZ_BUILD)
+	rm -rf build build-asan build-tsan build-release build-clang $(FUZZ_BUILD)

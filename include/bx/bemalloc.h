@@ -38,17 +38,14 @@
 #include <cstdint>
 #include <memory>
 
+#include "bx/export.h"
 #include "bx/status.h"
-
-namespace bx::verbs {
-class Device;
-}
 
 namespace bx::bemalloc {
 
 // What registering one region produced: the keys the NIC knows it by and an opaque handle for
 // Deregister (an ibv_mr* for the verbs registrar).
-struct RegionKeys {
+struct BX_EXPORT RegionKeys {
   uint32_t lkey = 0;
   uint32_t rkey = 0;
   void* handle = nullptr;
@@ -57,7 +54,7 @@ struct RegionKeys {
 // Registers and deregisters regions with a NIC. bemalloc calls it from inside jemalloc's block
 // callbacks, on whichever thread made jemalloc grow or shrink, one call at a time (bemalloc
 // serialises them). An implementation may call malloc, but must not call bemalloc.
-class Registrar {
+class BX_EXPORT Registrar {
  public:
   virtual ~Registrar() = default;
   virtual Result<RegionKeys> Register(void* addr, size_t length) = 0;
@@ -65,7 +62,7 @@ class Registrar {
 };
 
 // One registered region: the unit of registration and of GetMR().
-struct MemoryRegion {
+struct BX_EXPORT MemoryRegion {
   void* base = nullptr;
   size_t length = 0;
   uint32_t lkey = 0;
@@ -79,7 +76,7 @@ struct MemoryRegion {
   }
 };
 
-struct Options {
+struct BX_EXPORT Options {
   // The smallest region the pool maps and registers; a larger request gets a region of its own
   // size (rounded up to 2 MiB). 8 MiB amortises one registration over thousands of small
   // allocations while an idle region is still a small thing to keep pinned.
@@ -93,7 +90,7 @@ struct Options {
   size_t arenas = 0;
 };
 
-struct Counters {
+struct BX_EXPORT Counters {
   uint64_t registered_bytes = 0;    // bytes in registered regions now
   uint64_t regions = 0;             // registered regions now
   uint64_t empty_region_bytes = 0;  // of registered_bytes, in regions with nothing allocated
@@ -104,36 +101,28 @@ struct Counters {
 
 // Creates the pool. Call once per process, before any other function here; the registrar lives
 // until the process exits. Returns FailedPrecondition when called again.
-Status Init(std::unique_ptr<Registrar> registrar, const Options& options = {});
-// Same, registering through `device`'s protection domain (LOCAL_WRITE | REMOTE_WRITE |
-// REMOTE_READ | MW_BIND, plus relaxed ordering where supported; MW_BIND lets the engine scope a
-// rendezvous to one buffer with a memory window). `device` must outlive the process's use
-// of bemalloc; the transport must use the same device so that the keys are valid on its QPs.
-Status Init(verbs::Device& device, const Options& options = {});
-bool IsInitialized();
-// The device passed to Init(verbs::Device&), or nullptr (another registrar, or not initialised).
-// The RDMA transport posts from its protection domain, where bemalloc's keys are valid.
-verbs::Device* RegisteredDevice();
+BX_EXPORT Status Init(std::unique_ptr<Registrar> registrar, const Options& options = {});
+BX_EXPORT bool IsInitialized();
 
 // Returns at least `size` bytes (1 when size is 0) of registered memory aligned to 16 bytes, or
 // nullptr when the pool cannot grow (out of memory, registration failed) or Init was not called.
-void* Allocate(size_t size);
+BX_EXPORT void* Allocate(size_t size);
 // Frees memory from Allocate(); nullptr is ignored. Debug builds abort with a message when `p`
 // does not lie in a bemalloc region.
-void Deallocate(void* p);
+BX_EXPORT void Deallocate(void* p);
 // Bytes usable at p (>= the size requested).
-size_t UsableSize(const void* p);
+BX_EXPORT size_t UsableSize(const void* p);
 
 // The region containing p (any interior pointer), or nullptr when p is not bemalloc memory. O(1):
 // two dependent loads. The result stays valid while any allocation inside it is live.
-const MemoryRegion* GetMR(const void* p);
+BX_EXPORT const MemoryRegion* GetMR(const void* p);
 // Keys of the region containing p; 0 when p is not bemalloc memory.
-uint32_t Lkey(const void* p);
-uint32_t Rkey(const void* p);
+BX_EXPORT uint32_t Lkey(const void* p);
+BX_EXPORT uint32_t Rkey(const void* p);
 
-Counters GetCounters();
+BX_EXPORT Counters GetCounters();
 // Flushes the calling thread's cache, hands all of jemalloc's unused memory back to the pool and
 // deregisters every empty region. Other threads' caches are not touched.
-void Trim();
+BX_EXPORT void Trim();
 
 }  // namespace bx::bemalloc

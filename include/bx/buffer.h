@@ -11,17 +11,22 @@
 #include <utility>
 
 #include "bx/bemalloc.h"
+#include "bx/export.h"
 #include "bx/status.h"
 
 namespace bx {
 
-class Buffer {
+class BX_EXPORT Buffer {
  public:
   Buffer() = default;
-  // Allocates `size` bytes from bemalloc (size() == size, capacity() >= size).
+  // Allocates `size` bytes from bemalloc (size() == size, capacity() >= size). FailedPrecondition
+  // before bx::Init, ResourceExhausted when the pool cannot grow.
   static Result<Buffer> Allocate(size_t size) {
     void* p = bemalloc::Allocate(size);
     if (p == nullptr) {
+      if (!bemalloc::IsInitialized()) {
+        return FailedPrecondition("bemalloc is not initialised: call bx::Init first");
+      }
       return ResourceExhausted("bemalloc: cannot allocate " + std::to_string(size) + " bytes");
     }
     return Buffer(static_cast<std::byte*>(p), size, bemalloc::UsableSize(p));

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "bx/export.h"
 #include "bx/status.h"
 
 namespace bx::metrics {
@@ -37,7 +38,7 @@ using Labels = std::vector<std::pair<std::string, std::string>>;
 
 // A monotonically increasing count. Increment is a relaxed atomic add on one of a few shards
 // chosen by thread, so threads that count the same event do not bounce one cache line.
-class Counter {
+class BX_EXPORT Counter {
  public:
   void Increment(uint64_t n = 1) {
     shards_[ShardIndex()].value.fetch_add(n, std::memory_order_relaxed);
@@ -54,7 +55,7 @@ class Counter {
 };
 
 // A value that goes up and down (queue depth, bytes in flight).
-class Gauge {
+class BX_EXPORT Gauge {
  public:
   void Set(double v) { value_.store(v, std::memory_order_relaxed); }
   void Add(double delta);
@@ -68,14 +69,14 @@ class Gauge {
 // equal parts, so a bucket is at most 1/sub_buckets of its value wide (12.5% with the default
 // 8) at any scale, with a fixed, small number of buckets. Values below `min` (including 0 and
 // negatives) fall in the first bucket, values above `max` in an overflow bucket.
-struct HistogramOptions {
+struct BX_EXPORT HistogramOptions {
   double min = 1e-7;  // 100 ns, for latencies in seconds
   double max = 100;   // 100 s
   int sub_buckets = 8;
 };
 
 // A snapshot of a histogram: read once, then queried.
-struct HistogramSnapshot {
+struct BX_EXPORT HistogramSnapshot {
   uint64_t count = 0;
   double sum = 0;
   // Upper bound of each bucket (the last is +infinity) and the observations in it (not
@@ -87,7 +88,7 @@ struct HistogramSnapshot {
   double Percentile(double q) const;
 };
 
-class Histogram {
+class BX_EXPORT Histogram {
  public:
   explicit Histogram(const HistogramOptions& options = {});
   // Lock-free: a few relaxed atomic adds.
@@ -107,7 +108,7 @@ class Histogram {
 
 // What a collector writes at scrape time. Names that are not valid Prometheus names are made
 // valid (invalid characters become '_'); the first help text given for a name is kept.
-class SampleWriter {
+class BX_EXPORT SampleWriter {
  public:
   virtual ~SampleWriter() = default;
   virtual void Counter(std::string_view name, std::string_view help, const Labels& labels,
@@ -121,7 +122,7 @@ class Registry;
 // Unregisters its collector when destroyed (or on Reset). Waits for a scrape that is running the
 // collector to finish, so the collector's object may be destroyed right after; do not destroy it
 // while holding a lock that the collector takes.
-class CollectorHandle {
+class BX_EXPORT CollectorHandle {
  public:
   CollectorHandle() = default;
   ~CollectorHandle() { Reset(); }
@@ -140,7 +141,7 @@ class CollectorHandle {
 
 enum class SampleKind { kCounter, kGauge };
 
-class Registry {
+class BX_EXPORT Registry {
  public:
   Registry();
   ~Registry();
@@ -191,20 +192,20 @@ class Registry {
 // "text/plain; version=0.0.4". One thread serves one connection at a time (scrapes are rare and
 // small); a connection that sends no complete request within the timeout is dropped, a request
 // head above 8 KiB is refused, so a slow or hostile client cannot hold memory or the thread.
-struct HttpServerOptions {
+struct BX_EXPORT HttpServerOptions {
   uint16_t port = 0;                  // 0: the kernel picks one; see MetricsServer::port()
   std::string address = "127.0.0.1";  // "0.0.0.0" to let other hosts scrape
   int request_timeout_ms = 2000;
 };
 
-class MetricsServer {
+class BX_EXPORT MetricsServer {
  public:
   virtual ~MetricsServer() = default;  // stops the thread and closes the socket
   virtual uint16_t port() const = 0;
 };
 
-Result<std::unique_ptr<MetricsServer>> StartHttpServer(const HttpServerOptions& options,
-                                                       Registry& registry = Registry::Default());
+BX_EXPORT Result<std::unique_ptr<MetricsServer>> StartHttpServer(
+    const HttpServerOptions& options, Registry& registry = Registry::Default());
 inline Result<std::unique_ptr<MetricsServer>> StartHttpServer(uint16_t port) {
   HttpServerOptions options;
   options.port = port;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "bx/buffer.h"
+#include "bx/export.h"
 #include "bx/status.h"
 #include "bx/transport.h"
 
@@ -35,7 +36,7 @@ using Clock = std::chrono::steady_clock;
 
 // A request or response payload: a bemalloc Buffer whose first kHeaderBytes are reserved for the
 // RPC header. Move-only; one thread at a time, may move between threads (as Buffer).
-class Message {
+class BX_EXPORT Message {
  public:
   static constexpr size_t kHeaderBytes = 32;
 
@@ -66,7 +67,7 @@ class Message {
 // Where one replica listens: its rdma:// and tcp:// urls (either may be empty, not both). The
 // client prefers rdma and falls back to tcp on the same replica. Text form, as Parse() accepts and
 // ToString() prints: "rdma://host:7000,tcp://host:7001", or "host:7000,7001" (rdma port, tcp port).
-struct ReplicaAddress {
+struct BX_EXPORT ReplicaAddress {
   std::string rdma_url;
   std::string tcp_url;
   static Result<ReplicaAddress> Parse(std::string_view text);
@@ -76,7 +77,7 @@ struct ReplicaAddress {
 // ---------------------------------------------------------------------------------------------
 // Latency histogram: log-linear buckets (8 per power of two, < 9% error) from 1 us to ~1 hour.
 // Thread-compatible.
-class LatencyHistogram {
+class BX_EXPORT LatencyHistogram {
  public:
   void Record(std::chrono::nanoseconds latency);
   void Merge(const LatencyHistogram& other);
@@ -99,7 +100,7 @@ class LatencyHistogram {
 // ---------------------------------------------------------------------------------------------
 // Server side.
 
-struct ServerStats {
+struct BX_EXPORT ServerStats {
   uint64_t requests = 0;         // request frames received
   uint64_t executed = 0;         // handlers started
   uint64_t dropped_expired = 0;  // requests not executed because their deadline had passed
@@ -115,7 +116,7 @@ struct ServerConnection;
 
 // One request on the server. Move-only. Respond() or Fail() once, from any thread, inline or
 // later; destroying a call that was not answered answers it with Internal.
-class ServerCall {
+class BX_EXPORT ServerCall {
  public:
   ServerCall(ServerCall&&) noexcept;
   ServerCall& operator=(ServerCall&&) = delete;
@@ -151,7 +152,7 @@ class ServerCall {
 
 using Handler = std::function<void(ServerCall call)>;
 
-struct ServerOptions {
+struct BX_EXPORT ServerOptions {
   // 0: handlers run inline on the transport's I/O thread (they must not block); N > 0: on a pool
   // of N worker threads, fed in arrival order.
   int worker_threads = 0;
@@ -161,7 +162,7 @@ struct ServerOptions {
 };
 
 // Thread-safety: AddMethod before Start; everything else from any thread.
-class Server {
+class BX_EXPORT Server {
  public:
   static Result<std::unique_ptr<Server>> Create(ServerOptions options = {});
   ~Server();  // Stop()
@@ -189,7 +190,7 @@ class Server {
 // ---------------------------------------------------------------------------------------------
 // Client side.
 
-struct CallOptions {
+struct BX_EXPORT CallOptions {
   // Deadline relative to the call; also propagated to the server.
   std::chrono::microseconds timeout = std::chrono::seconds(1);
   // A call marked idempotent may be retried after its request may have reached a server. Any call
@@ -201,7 +202,7 @@ struct CallOptions {
 
 enum class ReplicaPolicy { kRoundRobin, kLeastOutstanding, kPowerOfTwoChoices };
 
-struct RetryOptions {
+struct BX_EXPORT RetryOptions {
   int max_attempts = 3;
   std::chrono::microseconds initial_backoff = std::chrono::milliseconds(2);
   std::chrono::microseconds max_backoff = std::chrono::milliseconds(200);
@@ -214,7 +215,7 @@ struct RetryOptions {
   double budget_max_tokens = 10;
 };
 
-struct ClientOptions {
+struct BX_EXPORT ClientOptions {
   ReplicaPolicy policy = ReplicaPolicy::kLeastOutstanding;
   RetryOptions retry;
   // Connection set-up (transport connect + method-table exchange) per transport.
@@ -239,9 +240,9 @@ struct ClientOptions {
 };
 
 enum class ReplicaState { kConnecting, kUp, kDown };
-std::string_view ReplicaStateName(ReplicaState state);
+BX_EXPORT std::string_view ReplicaStateName(ReplicaState state);
 
-struct ReplicaInfo {
+struct BX_EXPORT ReplicaInfo {
   ReplicaAddress address;
   ReplicaState state = ReplicaState::kConnecting;
   std::string transport;  // scheme of the connection in use ("" when none)
@@ -250,7 +251,7 @@ struct ReplicaInfo {
   uint64_t calls = 0;  // attempts sent to it
 };
 
-struct ClientStats {
+struct BX_EXPORT ClientStats {
   uint64_t calls = 0;  // Call() invocations
   uint64_t ok = 0;
   std::map<StatusCode, uint64_t> errors;  // finished calls by error kind
@@ -272,7 +273,7 @@ using Callback = std::function<void(Result<Message>)>;
 // A client of one logical service: a set of replicas that serve the same methods.
 // Thread-safety: all methods may be called from any thread. Callbacks run on a transport I/O
 // thread or the client's timer thread and must not block; they may call Call().
-class Client {
+class BX_EXPORT Client {
  public:
   static Result<std::unique_ptr<Client>> Create(std::vector<ReplicaAddress> replicas,
                                                 ClientOptions options = {});
@@ -300,21 +301,22 @@ class Client {
 // Fan-out: N sub-calls under one deadline; the result comes when all have ended (each ends by
 // the deadline), with every sub-call's result and the indices of those that failed.
 
-struct SubCall {
+struct BX_EXPORT SubCall {
   Client* client = nullptr;
   std::string method;
   Message request;
   bool idempotent = false;
 };
 
-struct FanOutResult {
+struct BX_EXPORT FanOutResult {
   std::vector<Result<Message>> results;  // in sub-call order
   std::vector<size_t> failed;            // indices of sub-calls that ended in error
   bool all_ok() const { return failed.empty(); }
 };
 
-void FanOut(std::vector<SubCall> calls, std::chrono::microseconds timeout,
-            std::function<void(FanOutResult)> done);
-std::future<FanOutResult> FanOut(std::vector<SubCall> calls, std::chrono::microseconds timeout);
+BX_EXPORT void FanOut(std::vector<SubCall> calls, std::chrono::microseconds timeout,
+                      std::function<void(FanOutResult)> done);
+BX_EXPORT std::future<FanOutResult> FanOut(std::vector<SubCall> calls,
+                                           std::chrono::microseconds timeout);
 
 }  // namespace bx::rpc

@@ -12,6 +12,8 @@
 #include <utility>
 #include <variant>
 
+#include "bx/export.h"
+
 namespace bx {
 
 enum class StatusCode {
@@ -28,9 +30,9 @@ enum class StatusCode {
   kUnimplemented,
 };
 
-std::string_view StatusCodeName(StatusCode code);
+BX_EXPORT std::string_view StatusCodeName(StatusCode code);
 
-class [[nodiscard]] Status {
+class [[nodiscard]] BX_EXPORT Status {
  public:
   Status() = default;
   Status(StatusCode code, std::string message);
@@ -84,7 +86,7 @@ inline Status Internal(std::string m) {
 }
 
 template <typename T>
-class [[nodiscard]] Result {
+class [[nodiscard]] BX_EXPORT Result {
  public:
   Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) { assert(!std::get<Status>(v_).ok()); }  // NOLINT

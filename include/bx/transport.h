@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "bx/buffer.h"
+#include "bx/export.h"
 #include "bx/status.h"
 
 namespace bx {
@@ -28,16 +29,16 @@ namespace bx {
 class Socket;
 
 // A parsed `scheme://host:port`.
-struct Url {
+struct BX_EXPORT Url {
   std::string scheme;
   std::string host;
   uint16_t port = 0;
   std::string ToString() const;
 };
 // Parses "rdma://10.0.0.1:7000" or "tcp://localhost:0"; port 0 asks Listen for any free port.
-Result<Url> ParseUrl(std::string_view url);
+BX_EXPORT Result<Url> ParseUrl(std::string_view url);
 
-struct SocketHandlers {
+struct BX_EXPORT SocketHandlers {
   // One call per message, in the order the peer sent them. When empty, messages queue inside the
   // socket for Socket::Receive().
   std::function<void(Socket&, Buffer)> on_message;
@@ -50,7 +51,7 @@ struct SocketHandlers {
 using AcceptHandler = std::function<SocketHandlers(const std::shared_ptr<Socket>&)>;
 using SendCallback = std::function<void(const Status&)>;
 
-class Socket {
+class BX_EXPORT Socket {
  public:
   virtual ~Socket() = default;
 
@@ -76,7 +77,7 @@ class Socket {
   virtual std::map<std::string, uint64_t> counters() const = 0;
 };
 
-class Listener {
+class BX_EXPORT Listener {
  public:
   virtual ~Listener() = default;
   // The bound url, with the real port when 0 was asked for.
@@ -85,7 +86,7 @@ class Listener {
   virtual void Close() = 0;
 };
 
-struct TransportOptions {
+struct BX_EXPORT TransportOptions {
   int io_threads = 1;
   // Messages larger than this are refused (Send fails, a peer announcing one is disconnected).
   size_t max_message_bytes = size_t{1} << 30;
@@ -106,7 +107,7 @@ struct TransportOptions {
   int max_connections_per_peer = 0;
 };
 
-class Transport {
+class BX_EXPORT Transport {
  public:
   virtual ~Transport() = default;
   virtual std::string_view scheme() const = 0;
@@ -115,5 +116,12 @@ class Transport {
   virtual Result<std::shared_ptr<Socket>> Connect(std::string_view url, SocketHandlers handlers,
                                                   std::chrono::milliseconds timeout) = 0;
 };
+
+// A new transport for `scheme` ("tcp" or "rdma") with its I/O threads running. bx::Init
+// (bx/init.h) registers both; NotFound, naming the registered schemes, for any other. Destroying
+// the transport ends its sockets and listeners (pending sends fail with Aborted); it must not be
+// destroyed from one of its own handlers. Thread-safe.
+BX_EXPORT Result<std::unique_ptr<Transport>> CreateTransport(std::string_view scheme,
+                                                             const TransportOptions& options = {});
 
 }  // namespace bx

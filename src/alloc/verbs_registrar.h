@@ -26,4 +26,14 @@ class VerbsRegistrar : public Registrar {
   verbs::Device& device_;
 };
 
+// bemalloc::Init (bx/bemalloc.h), registering through `device`'s protection domain (LOCAL_WRITE |
+// REMOTE_WRITE | REMOTE_READ | MW_BIND, plus relaxed ordering where supported; MW_BIND lets the
+// engine scope a rendezvous to one buffer with a memory window). `device` must outlive the
+// process's use of bemalloc; the transport must use the same device so that the keys are valid on
+// its QPs.
+Status Init(verbs::Device& device, const Options& options = {});
+// The device passed to Init(verbs::Device&), or nullptr (another registrar, or not initialised).
+// The RDMA transport posts from its protection domain, where bemalloc's keys are valid.
+verbs::Device* RegisteredDevice();
+
 }  // namespace bx::bemalloc

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
 
 namespace bx::engine {

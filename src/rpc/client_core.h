@@ -111,7 +111,7 @@ struct Actions {
   }
 };
 
-struct Client::Core : std::enable_shared_from_this<Client::Core> {
+struct BX_HIDDEN Client::Core : std::enable_shared_from_this<Client::Core> {
   explicit Core(ClientOptions opts)
       : options(std::move(opts)),
         budget(options.retry.budget_ratio, options.retry.budget_max_tokens) {}

@@ -42,7 +42,7 @@ struct ServerConnection : std::enable_shared_from_this<ServerConnection> {
   static std::shared_ptr<ServerConnection> Of(const ServerCall& call) { return call.connection_; }
 };
 
-struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
+struct BX_HIDDEN Server::Impl : std::enable_shared_from_this<Server::Impl> {
   ServerOptions options;
   std::vector<MethodEntry> methods;  // index + 1 == method id; fixed after Start
   std::unordered_map<std::string, uint32_t> method_ids;

@@ -47,8 +47,8 @@ Result<std::unique_ptr<Transport>> CreateTransport(std::string_view scheme,
     }
   }
   if (!factory) {
-    return NotFound("no transport '" + std::string(scheme) +
-                    "' in this program (registered: " + (known.empty() ? "none" : known) + ")");
+    return NotFound("no transport '" + std::string(scheme) + "' in this program (registered: " +
+                    (known.empty() ? "none; bx::Init registers tcp and rdma" : known) + ")");
   }
   return factory(options);
 }
@@ -61,3 +61,12 @@ std::vector<std::string> RegisteredTransports() {
 }
 
 }  // namespace bx::transport
+
+namespace bx {
+
+Result<std::unique_ptr<Transport>> CreateTransport(std::string_view scheme,
+                                                   const TransportOptions& options) {
+  return transport::CreateTransport(scheme, options);
+}
+
+}  // namespace bx

@@ -39,8 +39,16 @@ std::vector<std::string> SimLibraryCandidates() {
   std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
   if (!error)
     candidates.push_back((exe.parent_path() / ".." / "lib" / kSimLibrary).lexically_normal());
+  // Next to the library this code is in (libbexpress.so), wherever it was installed or copied.
+  if (Dl_info self; dladdr(reinterpret_cast<void*>(&SimLibraryCandidates), &self) != 0 &&
+                    self.dli_fname != nullptr) {
+    candidates.push_back(std::filesystem::path(self.dli_fname).parent_path() / kSimLibrary);
+  }
 #ifdef BX_SIMNIC_BUILD_PATH
   candidates.push_back(BX_SIMNIC_BUILD_PATH);
+#endif
+#ifdef BX_SIMNIC_INSTALL_PATH
+  candidates.push_back(BX_SIMNIC_INSTALL_PATH);
 #endif
   candidates.push_back(kSimLibrary);
   return candidates;

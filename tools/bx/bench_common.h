@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
 #include "bx/status.h"
 #include "verbs/verbs.h"

@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
 #include "bx/rpc.h"
 #include "commands.h"

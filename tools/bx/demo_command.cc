@@ -25,6 +25,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
 #include "bx/metrics.h"
 #include "bx/ps/workload.h"

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
 #include "bx/metrics.h"
 #include "commands.h"

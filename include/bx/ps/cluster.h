@@ -26,39 +26,40 @@
 #include <string_view>
 #include <vector>
 
+#include "bx/export.h"
 #include "bx/ps/table_config.h"
 #include "bx/status.h"
 
 namespace bx::ps {
 
-struct ReplicaSpec {
+struct BX_EXPORT ReplicaSpec {
   std::string rdma;  // "rdma://host:port", or empty
   std::string tcp;   // "tcp://host:port", or empty
 };
 
-struct ShardSpec {
+struct BX_EXPORT ShardSpec {
   std::vector<ReplicaSpec> replicas;  // [0] is the initial primary
 };
 
-struct ClusterSpec {
+struct BX_EXPORT ClusterSpec {
   std::string transport = "rdma";  // preferred scheme; tcp is the fallback
   std::vector<TableConfig> tables;
   std::vector<ShardSpec> shards;
 };
 
 // Parses the JSON text of a cluster file. Errors name the JSON path ("shards[1].replicas[0]").
-Result<ClusterSpec> ParseClusterSpec(std::string_view json_text);
+BX_EXPORT Result<ClusterSpec> ParseClusterSpec(std::string_view json_text);
 // Reads and parses a cluster file; errors are prefixed with the path.
-Result<ClusterSpec> LoadClusterFile(const std::string& path);
+BX_EXPORT Result<ClusterSpec> LoadClusterFile(const std::string& path);
 // The JSON text of a spec (what ParseClusterSpec reads back to an equal spec).
-std::string ClusterSpecToJson(const ClusterSpec& spec);
+BX_EXPORT std::string ClusterSpecToJson(const ClusterSpec& spec);
 
 // The shard that owns `key` among `shard_count` (> 0) shards:
 //   ShardOfKey(key, n) = (Mix64(key) * n) >> 64   (128-bit product)
 // where Mix64 is the SplitMix64 finaliser. Mixing first makes sequential ids balanced; the
 // multiply-shift maps the 64-bit hash onto [0, n) without the bias and cost of a modulo.
 // Changing this function re-shards every existing model: it is part of the file format.
-uint32_t ShardOfKey(uint64_t key, uint32_t shard_count);
+BX_EXPORT uint32_t ShardOfKey(uint64_t key, uint32_t shard_count);
 
 // The SplitMix64 finaliser (Stafford's Mix13 constants): a bijection on 64-bit values.
 constexpr uint64_t Mix64(uint64_t x) {
@@ -72,13 +73,14 @@ constexpr uint64_t Mix64(uint64_t x) {
 
 // The keys of one request that go to one shard, with their positions in the request so that
 // the shard's answer can be scattered back.
-struct ShardBatch {
+struct BX_EXPORT ShardBatch {
   uint32_t shard = 0;
   std::vector<uint64_t> keys;
   std::vector<uint32_t> positions;  // keys[i] was request key positions[i]
 };
 
 // Splits `keys` by shard; only shards with at least one key appear, in increasing shard order.
-std::vector<ShardBatch> SplitByShard(std::span<const uint64_t> keys, uint32_t shard_count);
+BX_EXPORT std::vector<ShardBatch> SplitByShard(std::span<const uint64_t> keys,
+                                               uint32_t shard_count);
 
 }  // namespace bx::ps

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "bx/export.h"
+
 namespace bx::ps {
 
 enum class TableKind : uint8_t {
@@ -22,7 +24,7 @@ enum class InitializerKind : uint8_t {
 
 // Random initialisers are a pure function of (seed, key, element index), so every replica of a
 // shard, and a replica that restarts, produces the same row without talking to anyone.
-struct InitializerConfig {
+struct BX_EXPORT InitializerConfig {
   InitializerKind kind = InitializerKind::kZeros;
   float value = 0.0f;
   float low = -0.01f;
@@ -37,14 +39,14 @@ enum class OptimizerKind : uint8_t {
   kAdagrad = 2,  // a += g*g; w -= learning_rate * g / (sqrt(a) + epsilon)
 };
 
-struct OptimizerConfig {
+struct BX_EXPORT OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kSgd;
   float learning_rate = 0.01f;
   float initial_accumulator = 0.1f;  // Adagrad: a of a new row
   float epsilon = 1e-8f;             // Adagrad
 };
 
-struct TableConfig {
+struct BX_EXPORT TableConfig {
   uint32_t id = 0;
   std::string name;
   TableKind kind = TableKind::kEmbedding;

@@ -12,6 +12,7 @@
 #include <random>
 #include <tuple>
 
+#include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
 #include "engine/io_thread.h"
 #include "verbs/rc_connect.h"

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
 #include "metrics/http_request.h"
 #include "metrics/text_format.h"

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
 #include "transport/rdma/rdma_transport_impl.h"
 #include "transport/socket_util.h"

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/tcp/tcp_transport.h"

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# bexpress as a user gets it: installs a build into a temporary prefix, checks what the shared
+# library exports, builds examples/ against the installed package twice (CMake find_package and
+# pkg-config, neither seeing the source tree) and runs the echo and RPC examples over tcp:// and
+# rdma:// (the installed simnic).
+#
+#   tools/test-install.sh BUILD_DIR
+set -euo pipefail
+build=$(realpath "$1")
+source_dir=$(realpath "$(dirname "$0")/..")
+work=$(mktemp -d /tmp/bx-install.XXXXXX)
+servers=()
+cleanup() {
+  for pid in "${servers[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+prefix=$work/prefix
+
+echo "== cmake --install into $prefix"
+cmake --install "$build" --prefix "$prefix" >/dev/null
+libdir=$(dirname "$(find "$prefix" -name 'libbexpress.so' | head -1)")
+[[ -f $libdir/libbx_simnic.so && -x $prefix/bin/bx ]] || { echo "bx or the simnic not installed" >&2; exit 1; }
+readelf -d "$libdir/libbexpress.so" | grep -q 'SONAME.*libbexpress.so.0' || { echo "no versioned SONAME" >&2; exit 1; }
+"$source_dir/tools/check-exports.sh" "$libdir/libbexpress.so" "$prefix/include"
+
+echo "== examples with find_package(bexpress)"
+# A copy of examples/ far from the source tree, so nothing can reach src/ or include/ by accident.
+cp -r "$source_dir/examples" "$work/examples"
+cmake -S "$work/examples" -B "$work/cmake-build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="-Wall -Wextra -Werror" >/dev/null
+cmake --build "$work/cmake-build" >"$work/cmake-build.log" || { cat "$work/cmake-build.log" >&2; exit 1; }
+
+echo "== examples with pkg-config"
+export PKG_CONFIG_PATH=$libdir/pkgconfig
+mkdir "$work/pc-build"
+for example in echo_server echo_client; do
+  # shellcheck disable=SC2046 # pkg-config's output is a list of flags
+  g++ -std=c++20 -O2 -Wall -Wextra -Werror "$work/examples/$example.cc" -o "$work/pc-build/$example" \
+    $(pkg-config --cflags --libs bexpress) -Wl,-rpath,"$(pkg-config --variable=libdir bexpress)"
+done
+
+# Starts a server in the background; prints the url or address from its first line of output.
+start_server() {
+  local log=$1
+  shift
+  "$@" >"$log" 2>&1 &
+  servers+=($!)
+  for _ in $(seq 1 300); do
+    [[ -s $log ]] && break
+    sleep 0.1
+  done
+  head -1 "$log" | awk '{print $NF}'
+}
+
+# BX_VERBS=sim: the simnic, found next to the installed libbexpress.so (no system RNIC here).
+export BX_VERBS=sim
+for scheme in tcp rdma; do
+  for build_kind in cmake-build pc-build; do
+    echo "== echo over $scheme://, built by $build_kind"
+    url=$(start_server "$work/echo-$scheme-$build_kind.log" "$work/$build_kind/echo_server" "$scheme://127.0.0.1:0")
+    [[ $url == "$scheme://"* ]] || { cat "$work/echo-$scheme-$build_kind.log" >&2; exit 1; }
+    "$work/$build_kind/echo_client" "$url" 200 65536
+  done
+done
+
+echo "== RPC over rdma:// and tcp://"
+address=$(start_server "$work/rpc.log" "$work/cmake-build/rpc_server" 127.0.0.1)
+[[ $address == rdma://*,tcp://* ]] || { cat "$work/rpc.log" >&2; exit 1; }
+"$work/cmake-build/rpc_client" "$address" "hello, bexpress"
+echo "== RPC, TCP only (no RDMA device asked for)"
+address=$(BX_VERBS=system start_server "$work/rpc-tcp.log" "$work/cmake-build/rpc_server" 127.0.0.1 tcp)
+BX_VERBS=system "$work/cmake-build/rpc_client" "$address"
+echo "test-install: OK"
