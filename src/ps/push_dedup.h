@@ -20,7 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "bx/ps/wire.h"
+#include "ps/wire.h"
 
 namespace bx::ps {
 

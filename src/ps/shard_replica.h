@@ -35,9 +35,9 @@
 #include <span>
 #include <vector>
 
-#include "bx/ps/wire.h"
 #include "bx/status.h"
 #include "ps/shard_state.h"
+#include "ps/wire.h"
 
 namespace bx::ps {
 

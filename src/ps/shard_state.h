@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "bx/ps/table_config.h"
-#include "bx/ps/wire.h"
 #include "bx/status.h"
 #include "ps/push_dedup.h"
 #include "ps/table.h"
+#include "ps/wire.h"
 
 namespace bx::ps {
 

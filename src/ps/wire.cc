@@ -1,5 +1,5 @@
-// Wire codecs of the parameter server (include/bx/ps/wire.h); layouts in docs/PS.md.
-#include "bx/ps/wire.h"
+// Wire codecs of the parameter server (ps/wire.h); layouts in docs/PS.md.
+#include "ps/wire.h"
 
 #include <limits>
 #include <string>

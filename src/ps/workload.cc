@@ -1,4 +1,4 @@
-#include "bx/ps/workload.h"
+#include "ps/workload.h"
 
 #include <algorithm>
 

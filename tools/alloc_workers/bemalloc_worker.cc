@@ -4,22 +4,14 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
+#include "bx/init.h"
 #include "footprint.h"
-#include "verbs/verbs.h"
 #include "workload.h"
 
 int main(int argc, char** argv) {
   setenv("BX_VERBS", "sim", /*overwrite=*/0);
-  bx::Result<bx::verbs::Device> device = bx::verbs::Device::Open();
-  if (!device.ok()) {
-    std::fprintf(stderr, "bemalloc worker: %s\n", device.status().ToString().c_str());
-    return 1;
-  }
-  // Kept until exit: bemalloc registers through it for the life of the process.
-  auto* kept = new bx::verbs::Device(std::move(device).value());
-  if (bx::Status s = bx::bemalloc::Init(*kept); !s.ok()) {
+  if (bx::Status s = bx::Init(); !s.ok()) {
     std::fprintf(stderr, "bemalloc worker: %s\n", s.ToString().c_str());
     return 1;
   }

@@ -6,21 +6,16 @@
 #include <string>
 #include <vector>
 
-#include "alloc/verbs_registrar.h"
-#include "bx/bemalloc.h"
+#include "bx/init.h"
 #include "bx/status.h"
-#include "verbs/verbs.h"
 
 namespace bx::tools {
 
-// Initialises bemalloc on `device_name` (empty: BX_DEVICE or the first device) unless done.
+// bx::Init on `device_name` (empty: BX_DEVICE or the first device); OK when already done there.
 inline Status EnsureMemoryPool(const std::string& device_name) {
-  if (bemalloc::IsInitialized()) return Status::Ok();
-  Result<verbs::Device> device = verbs::Device::Open(device_name);
-  if (!device.ok()) return device.status().WithContext("bemalloc needs a device");
-  // Leaked on purpose: bemalloc uses the device until the process exits.
-  auto* kept = new verbs::Device(std::move(device).value());
-  return bemalloc::Init(*kept);
+  InitOptions options;
+  options.device = device_name;
+  return Init(options);
 }
 
 // The q-quantile (0..1) of `samples` (sorted in place), nearest rank; 0 when empty.

@@ -32,8 +32,6 @@
 #include "bx/buffer.h"
 #include "bx/transport.h"
 #include "commands.h"
-#include "transport/rdma/rdma_transport.h"
-#include "transport/tcp/tcp_transport.h"
 #include "transport/transport_registry.h"
 #include "verbs/verbs.h"
 
@@ -54,12 +52,6 @@ struct BenchMsgOptions {
 };
 
 const std::vector<size_t> kDefaultSizes = {8, 4096, 64 << 10, 1 << 20};
-
-// Every transport this bx was built with.
-void RegisterTransports() {
-  tcp::RegisterTcpTransport();
-  rdma::RegisterRdmaTransport();
-}
 
 // Round trips: 20000 for small messages (p999 from 20 samples), fewer as they grow so that a
 // size takes well under a second, never fewer than 1000 (p999 needs them).
@@ -307,7 +299,6 @@ json Ratios(const std::vector<MsgResult>& results) {
 }
 
 void RunBenchMsg(const BenchMsgOptions& options) {
-  RegisterTransports();
   std::vector<std::string> schemes;
   if (options.transport == "all") {
     schemes = transport::RegisteredTransports();

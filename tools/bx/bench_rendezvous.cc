@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "alloc/verbs_registrar.h"
 #include "bench_common.h"
 #include "commands.h"
 #include "engine/engine.h"

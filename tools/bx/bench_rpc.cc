@@ -25,13 +25,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
+#include "bx/init.h"
 #include "bx/rpc.h"
 #include "commands.h"
-#include "transport/rdma/rdma_transport.h"
-#include "transport/tcp/tcp_transport.h"
-#include "verbs/verbs.h"
 
 #ifndef BX_SOURCE_DIR
 #define BX_SOURCE_DIR ""
@@ -71,14 +68,6 @@ const int kOutstanding[] = {1, 64};
 int CallsFor(const BenchRpcOptions& options, size_t size) {
   if (options.calls > 0) return options.calls;
   return size <= 64 ? 20000 : 10000;
-}
-
-Status EnsureMemoryPool() {
-  if (bemalloc::IsInitialized()) return Status::Ok();
-  Result<verbs::Device> device = verbs::Device::Open();
-  if (!device.ok()) return device.status().WithContext("bemalloc needs a device");
-  auto* kept = new verbs::Device(std::move(device).value());  // bemalloc uses it until exit
-  return bemalloc::Init(*kept);
 }
 
 // One closed loop of `calls` echo calls (after a tenth as many warm-up calls).
@@ -274,9 +263,7 @@ void RunBenchRpc(const BenchRpcOptions& options) {
   } else {
     schemes = {options.transport};
   }
-  tcp::RegisterTcpTransport();
-  rdma::RegisterRdmaTransport();
-  if (Status s = EnsureMemoryPool(); !s.ok()) {
+  if (Status s = Init(); !s.ok()) {
     std::fprintf(stderr, "bench rpc: %s\n", s.ToString().c_str());
     throw CLI::RuntimeError(1);
   }

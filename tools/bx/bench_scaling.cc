@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "alloc/verbs_registrar.h"
 #include "bench_common.h"
 #include "bx/transport.h"
 #include "commands.h"

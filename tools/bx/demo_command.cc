@@ -25,15 +25,14 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
+#include "bx/init.h"
 #include "bx/metrics.h"
-#include "bx/ps/workload.h"
 #include "commands.h"
 #include "observe/observe.h"
 #include "ps/service/ps_service.h"
+#include "ps/workload.h"
 #include "transport/rdma/rdma_transport.h"
-#include "transport/tcp/tcp_transport.h"
 #include "transport/transport_registry.h"
 #include "verbs/verbs.h"
 
@@ -82,16 +81,9 @@ uint64_t HardwareCpuNs() {
   throw CLI::RuntimeError(1);
 }
 
-void Init() {
+void InitProcess() {
   setenv("BX_VERBS", "sim", /*overwrite=*/0);  // the simnic unless the user chose otherwise
-  tcp::RegisterTcpTransport();
-  rdma::RegisterRdmaTransport();
-  if (bemalloc::IsInitialized()) return;
-  Result<verbs::Device> device = verbs::Device::Open("");
-  if (!device.ok()) Fail("open RDMA device", device.status());
-  // Leaked on purpose: bemalloc uses the device until the process exits.
-  auto* kept = new verbs::Device(std::move(device).value());
-  if (Status s = bemalloc::Init(*kept); !s.ok()) Fail("bemalloc", s);
+  if (Status s = bx::Init(); !s.ok()) Fail("init", s);
 }
 
 }  // namespace
@@ -471,7 +463,7 @@ nlohmann::json ToJson(const Figures& f) {
 }
 
 void RunDemo(const DemoOptions& options) {
-  Init();
+  InitProcess();
   std::unique_ptr<metrics::MetricsServer> metrics_endpoint =
       StartMetricsEndpoint(options.metrics_port, "127.0.0.1");
   double each = options.duration_s / 4;
@@ -517,7 +509,7 @@ void RunDemo(const DemoOptions& options) {
 // files untouched.
 void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool training,
                    double seconds, int threads, bool json, int metrics_port) {
-  Init();
+  InitProcess();
   std::unique_ptr<metrics::MetricsServer> metrics_endpoint =
       StartMetricsEndpoint(metrics_port, "127.0.0.1");
   DemoOptions options;

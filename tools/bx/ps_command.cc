@@ -20,15 +20,12 @@
 #include <thread>
 #include <vector>
 
-#include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
+#include "bx/init.h"
 #include "bx/metrics.h"
 #include "commands.h"
 #include "observe/observe.h"
 #include "ps/service/ps_service.h"
-#include "transport/rdma/rdma_transport.h"
-#include "transport/tcp/tcp_transport.h"
-#include "verbs/verbs.h"
 
 namespace bx::tools {
 
@@ -66,14 +63,8 @@ std::string AnyHost(const std::string& url) {
 }
 
 void InitProcess() {
-  setenv("BX_VERBS", "sim", 0);
-  tcp::RegisterTcpTransport();
-  rdma::RegisterRdmaTransport();
-  if (bemalloc::IsInitialized()) return;
-  Result<verbs::Device> device = verbs::Device::Open("");
-  if (!device.ok()) Fail("open RDMA device", device.status());
-  auto* kept = new verbs::Device(std::move(device).value());  // bemalloc uses it until exit
-  if (Status s = bemalloc::Init(*kept); !s.ok()) Fail("bemalloc", s);
+  setenv("BX_VERBS", "sim", 0);  // the simnic unless the user chose otherwise
+  if (Status s = Init(); !s.ok()) Fail("init", s);
 }
 
 struct FailoverFlags {

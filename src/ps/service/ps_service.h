@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "bx/ps/cluster.h"
-#include "bx/ps/wire.h"
 #include "bx/rpc.h"
 #include "bx/status.h"
 #include "ps/shard_replica.h"
+#include "ps/wire.h"
 
 namespace bx::ps {
 

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <map>
 
-#include "bx/ps/workload.h"
 #include "ps/shard_state.h"
+#include "ps/workload.h"
 
 namespace bx::ps {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <cstring>
 
-#include "bx/ps/wire.h"
-#include "bx/ps/workload.h"
+#include "ps/wire.h"
+#include "ps/workload.h"
 
 namespace bx::ps {
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <map>
 
-#include "bx/ps/workload.h"
+#include "ps/workload.h"
 
 namespace bx::ps {
 namespace {
