@@ -72,4 +72,36 @@ address=$(start_server "$work/rpc.log" "$work/cmake-build/rpc_server" 127.0.0.1)
 echo "== RPC, TCP only (no RDMA device asked for)"
 address=$(BX_VERBS=system start_server "$work/rpc-tcp.log" "$work/cmake-build/rpc_server" 127.0.0.1 tcp)
 BX_VERBS=system "$work/cmake-build/rpc_client" "$address"
+
+echo "== parameter server: two shards served by the installed bx, the example client"
+# Ports for the cluster file: random, skipping any already listening.
+free_port() {
+  local port
+  while :; do
+    port=$((20000 + RANDOM % 30000))
+    [[ -z $(ss -Htln "sport = :$port") ]] && { echo "$port"; return; }
+  done
+}
+cluster=$work/cluster.json
+cat >"$cluster" <<JSON
+{"version": 1, "transport": "rdma",
+ "tables": [{"id": 1, "name": "emb", "kind": "embedding", "dim": 8,
+             "init": {"kind": "constant", "value": 1.0},
+             "optimizer": {"kind": "sgd", "learning_rate": 1.0}}],
+ "shards": [
+  {"replicas": [{"rdma": "rdma://127.0.0.1:$(free_port)", "tcp": "tcp://127.0.0.1:$(free_port)"}]},
+  {"replicas": [{"rdma": "rdma://127.0.0.1:$(free_port)", "tcp": "tcp://127.0.0.1:$(free_port)"}]}]}
+JSON
+for shard in 0 1; do
+  "$prefix/bin/bx" ps serve --cluster "$cluster" --shard $shard --replica 0 >"$work/ps$shard.log" 2>&1 &
+  servers+=($!)
+done
+for shard in 0 1; do
+  for _ in $(seq 1 300); do
+    grep -q "primary of epoch 1" "$work/ps$shard.log" && break
+    sleep 0.1
+  done
+  grep -q "primary of epoch 1" "$work/ps$shard.log" || { cat "$work/ps$shard.log" >&2; exit 1; }
+done
+"$work/cmake-build/ps_client" "$cluster" 1
 echo "test-install: OK"

@@ -10,7 +10,7 @@
 namespace bx::ps {
 
 // Runs delayed retries (push backoff) on one thread, so RPC callbacks never sleep.
-class PsClient::Timer {
+class PsClientCore::Timer {
  public:
   Timer() : thread_([this] { Run(); }) {}
   ~Timer() {
@@ -63,7 +63,7 @@ class PsClient::Timer {
   std::thread thread_;
 };
 
-struct PsClient::PushAttempt {
+struct PsClientCore::PushAttempt {
   uint32_t shard = 0;
   std::string bytes;  // the encoded push, resent unchanged (same PushId) by every retry
   rpc::Clock::time_point deadline;
@@ -72,10 +72,10 @@ struct PsClient::PushAttempt {
   std::function<void(Result<PushAck>)> done;
 };
 
-Result<std::unique_ptr<PsClient>> PsClient::Create(const ClusterSpec& spec,
-                                                   PsClientOptions options) {
+Result<std::unique_ptr<PsClientCore>> PsClientCore::Create(const ClusterSpec& spec,
+                                                           PsClientOptions options) {
   if (spec.shards.empty()) return Status(StatusCode::kInvalidArgument, "cluster has no shards");
-  std::unique_ptr<PsClient> client(new PsClient());
+  std::unique_ptr<PsClientCore> client(new PsClientCore());
   client->client_id_ = options.client_id;
   while (client->client_id_ == 0)
     client->client_id_ = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
@@ -105,16 +105,16 @@ Result<std::unique_ptr<PsClient>> PsClient::Create(const ClusterSpec& spec,
   return client;
 }
 
-PsClient::~PsClient() {
+PsClientCore::~PsClientCore() {
   // The timer first: its pending retries then find no timer and end with Aborted; then the RPC
   // clients, which fail their outstanding calls.
   timer_.reset();
   shards_.clear();
 }
 
-void PsClient::FetchAsync(uint32_t table, std::span<const uint64_t> keys,
-                          std::chrono::microseconds timeout,
-                          std::function<void(Result<FetchResult>)> done) {
+void PsClientCore::FetchAsync(uint32_t table, std::span<const uint64_t> keys,
+                              std::chrono::microseconds timeout,
+                              std::function<void(Result<FetchResult>)> done) {
   auto batches = std::make_shared<std::vector<ShardBatch>>(SplitByShard(keys, shard_count()));
   std::vector<rpc::SubCall> calls;
   for (const ShardBatch& batch : *batches) {
@@ -155,8 +155,8 @@ void PsClient::FetchAsync(uint32_t table, std::span<const uint64_t> keys,
       });
 }
 
-Result<FetchResult> PsClient::Fetch(uint32_t table, std::span<const uint64_t> keys,
-                                    std::chrono::microseconds timeout) {
+Result<FetchResult> PsClientCore::Fetch(uint32_t table, std::span<const uint64_t> keys,
+                                        std::chrono::microseconds timeout) {
   std::promise<Result<FetchResult>> promise;
   auto future = promise.get_future();
   FetchAsync(table, keys, timeout,
@@ -164,9 +164,9 @@ Result<FetchResult> PsClient::Fetch(uint32_t table, std::span<const uint64_t> ke
   return future.get();
 }
 
-void PsClient::PushAsync(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
-                         std::span<const float> gradients, std::chrono::microseconds timeout,
-                         std::function<void(Status)> done) {
+void PsClientCore::PushAsync(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
+                             std::span<const float> gradients, std::chrono::microseconds timeout,
+                             std::function<void(Status)> done) {
   if (gradients.size() != keys.size() * dim) {
     return done(Status(StatusCode::kInvalidArgument, "gradients must be keys * dim floats"));
   }
@@ -203,8 +203,8 @@ void PsClient::PushAsync(uint32_t table, uint32_t dim, std::span<const uint64_t>
   }
 }
 
-Status PsClient::Push(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
-                      std::span<const float> gradients, std::chrono::microseconds timeout) {
+Status PsClientCore::Push(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
+                          std::span<const float> gradients, std::chrono::microseconds timeout) {
   std::promise<Status> promise;
   auto future = promise.get_future();
   PushAsync(table, dim, keys, gradients, timeout,
@@ -212,8 +212,8 @@ Status PsClient::Push(uint32_t table, uint32_t dim, std::span<const uint64_t> ke
   return future.get();
 }
 
-void PsClient::PushToShard(uint32_t shard, PushRequest push, std::chrono::microseconds timeout,
-                           std::function<void(Result<PushAck>)> done) {
+void PsClientCore::PushToShard(uint32_t shard, PushRequest push, std::chrono::microseconds timeout,
+                               std::function<void(Result<PushAck>)> done) {
   if (shard >= shards_.size()) {
     return done(Status(StatusCode::kInvalidArgument, "no such shard"));
   }
@@ -233,7 +233,7 @@ void PsClient::PushToShard(uint32_t shard, PushRequest push, std::chrono::micros
 // One attempt at the replica we believe is primary. "Not primary" or an unreachable replica
 // moves on to the next one; a full round without success, or back-pressure, waits a little
 // before going on, so a failover in progress is not hammered.
-void PsClient::TryPush(std::shared_ptr<PushAttempt> attempt) {
+void PsClientCore::TryPush(std::shared_ptr<PushAttempt> attempt) {
   auto remaining =
       std::chrono::duration_cast<std::chrono::microseconds>(attempt->deadline - rpc::Clock::now());
   if (remaining.count() <= 0) {
@@ -279,7 +279,7 @@ void PsClient::TryPush(std::shared_ptr<PushAttempt> attempt) {
       });
 }
 
-PsClientStats PsClient::stats() const {
+PsClientStats PsClientCore::stats() const {
   PsClientStats out;
   out.push_failovers = push_failovers_.load();
   auto add = [&out](const rpc::Client& client) {

@@ -1,6 +1,6 @@
 // The parameter server on the network: PsServer puts one ShardReplica behind an rpc::Server
 // ("ps.Fetch", "ps.Push", "ps.Forward"), RpcBackupLink carries a primary's forwards to a backup
-// over an rpc::Client, and PsClient routes fetches and pushes of a whole cluster by shard.
+// over an rpc::Client, and PsClientCore routes fetches and pushes of a whole cluster by shard.
 // Wire formats: docs/PS.md; the RPC layer: include/bx/rpc.h. FailoverMonitor is the failure
 // detector that promotes a backup when its primary stops answering "ps.Ping" (docs/PS.md
 // "Automatic failover").
@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "bx/ps/client.h"
 #include "bx/ps/cluster.h"
 #include "bx/rpc.h"
 #include "bx/status.h"
@@ -184,29 +185,13 @@ class FailoverMonitor {
 
 // ---------------------------------------------------------------------------------------------
 
-struct PsClientOptions {
-  // "rdma" or "tcp": which url of each replica to use (the other is not used, so that a run
-  // measures one transport).
-  std::string transport = "rdma";
-  rpc::ClientOptions rpc;
-  uint64_t client_id = 0;  // 0: random
-};
-
-struct FetchResult {
-  uint32_t dim = 0;
-  std::vector<float> values;  // keys.size() * dim, row i for key i
-};
-
-struct PsClientStats {
-  uint64_t push_failovers = 0;  // a push moved to another replica of its shard
-  rpc::ClientStats rpc;         // summed over every rpc::Client of this PsClient
-};
-
-class PsClient {
+// The sharded client behind bx::ps::PsClient (include/bx/ps/client.h): one rpc::Client per shard
+// for reads and one per replica for pushes.
+class PsClientCore {
  public:
-  static Result<std::unique_ptr<PsClient>> Create(const ClusterSpec& spec,
-                                                  PsClientOptions options = {});
-  ~PsClient();
+  static Result<std::unique_ptr<PsClientCore>> Create(const ClusterSpec& spec,
+                                                      PsClientOptions options = {});
+  ~PsClientCore();
 
   // Fetches `keys` of `table`: one sub-call per shard touched, all under one deadline. Reads go
   // to any replica of a shard (the RPC client picks and fails over).
@@ -241,7 +226,7 @@ class PsClient {
   };
   struct PushAttempt;
   class Timer;
-  PsClient() = default;
+  PsClientCore() = default;
   void TryPush(std::shared_ptr<PushAttempt> attempt);
 
   uint64_t client_id_ = 0;

@@ -153,7 +153,7 @@ TEST_P(PsServiceTest, PushRetriedAfterPrimaryStopsIsAppliedOnce) {
   replay.keys = key;
   replay.gradients = ones;
   std::promise<Result<PushAck>> promise;
-  client->PushToShard(0, replay, 5s, [&](Result<PushAck> ack) { promise.set_value(ack); });
+  client->core().PushToShard(0, replay, 5s, [&](Result<PushAck> ack) { promise.set_value(ack); });
   Result<PushAck> ack = promise.get_future().get();
   ASSERT_TRUE(ack.ok()) << ack.status().ToString();
   EXPECT_TRUE(ack->duplicate);

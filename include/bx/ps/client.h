@@ -1,0 +1,89 @@
+// The parameter-server client: fetches embedding rows and pushes gradients to a sharded,
+// replicated cluster (docs/PS.md) described by a ClusterSpec (bx/ps/cluster.h).
+//
+//   auto spec = bx::ps::LoadClusterFile("cluster.json");
+//   auto client = bx::ps::PsClient::Create(*spec);
+//   auto rows = (*client)->Fetch(/*table=*/0, keys, std::chrono::milliseconds(50));
+//   bx::Status s = (*client)->Push(/*table=*/0, dim, keys, gradients, std::chrono::seconds(1));
+//
+// Keys are spread over shards by ShardOfKey; a fetch or push touching several shards makes one
+// call per shard, all under the one deadline. Reads go to any replica of a shard. A push is
+// applied exactly once: each shard's part carries an id, and a part whose replica failed or is
+// no longer primary is retried with the same id on another replica until acknowledged.
+//
+// Threads: every method may be called from any thread. Callbacks run on a transport I/O thread
+// or the client's timer thread and must not block. bx::Init must have been called.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bx/export.h"
+#include "bx/ps/cluster.h"
+#include "bx/rpc.h"
+#include "bx/status.h"
+
+namespace bx::ps {
+
+class PsClientCore;  // the implementation, inside the library
+
+struct BX_EXPORT PsClientOptions {
+  // "rdma" or "tcp": which url of each replica to use (the other is not used, so that a run
+  // measures one transport).
+  std::string transport = "rdma";
+  rpc::ClientOptions rpc;
+  uint64_t client_id = 0;  // names this client's pushes; 0: random
+};
+
+struct BX_EXPORT FetchResult {
+  uint32_t dim = 0;
+  std::vector<float> values;  // keys.size() * dim, row i for key i
+};
+
+struct BX_EXPORT PsClientStats {
+  uint64_t push_failovers = 0;  // a push moved to another replica of its shard
+  rpc::ClientStats rpc;         // summed over every rpc::Client of this client
+};
+
+class BX_EXPORT PsClient {
+ public:
+  // Connects to every replica of every shard of `spec` (connections come up in the background;
+  // calls made before wait for them within their deadline).
+  static Result<std::unique_ptr<PsClient>> Create(const ClusterSpec& spec,
+                                                  PsClientOptions options = {});
+  // Fails outstanding calls with Aborted (their callbacks run) and closes connections.
+  ~PsClient();
+
+  // Fetches the rows of `keys` from `table`; `done` runs once with the rows or the first error.
+  void FetchAsync(uint32_t table, std::span<const uint64_t> keys, std::chrono::microseconds timeout,
+                  std::function<void(Result<FetchResult>)> done);
+  Result<FetchResult> Fetch(uint32_t table, std::span<const uint64_t> keys,
+                            std::chrono::microseconds timeout);
+
+  // Pushes `gradients` (keys.size() * dim floats, row i for key i) into `table`; `done` gets OK
+  // once every shard acknowledged its part, or the error that stopped one by `timeout`.
+  void PushAsync(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
+                 std::span<const float> gradients, std::chrono::microseconds timeout,
+                 std::function<void(Status)> done);
+  Status Push(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
+              std::span<const float> gradients, std::chrono::microseconds timeout);
+
+  uint64_t client_id() const;
+  uint32_t shard_count() const;
+  PsClientStats stats() const;
+
+  // For the library's own tools and tests (replaying a push with a chosen id).
+  PsClientCore& core() { return *core_; }
+  const PsClientCore& core() const { return *core_; }
+
+ private:
+  explicit PsClient(std::unique_ptr<PsClientCore> core);
+  std::unique_ptr<PsClientCore> core_;
+};
+
+}  // namespace bx::ps

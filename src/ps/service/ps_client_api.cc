@@ -1,0 +1,54 @@
+// bx::ps::PsClient (include/bx/ps/client.h): the public face of PsClientCore.
+#include "bx/ps/client.h"
+
+#include <utility>
+
+#include "ps/service/ps_service.h"
+
+namespace bx::ps {
+
+PsClient::PsClient(std::unique_ptr<PsClientCore> core) : core_(std::move(core)) {}
+PsClient::~PsClient() = default;
+
+Result<std::unique_ptr<PsClient>> PsClient::Create(const ClusterSpec& spec,
+                                                   PsClientOptions options) {
+  Result<std::unique_ptr<PsClientCore>> core = PsClientCore::Create(spec, std::move(options));
+  if (!core.ok()) return core.status();
+  return std::unique_ptr<PsClient>(new PsClient(std::move(core).value()));
+}
+
+void PsClient::FetchAsync(uint32_t table, std::span<const uint64_t> keys,
+                          std::chrono::microseconds timeout,
+                          std::function<void(Result<FetchResult>)> done) {
+  core_->FetchAsync(table, keys, timeout, std::move(done));
+}
+
+Result<FetchResult> PsClient::Fetch(uint32_t table, std::span<const uint64_t> keys,
+                                    std::chrono::microseconds timeout) {
+  return core_->Fetch(table, keys, timeout);
+}
+
+void PsClient::PushAsync(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
+                         std::span<const float> gradients, std::chrono::microseconds timeout,
+                         std::function<void(Status)> done) {
+  core_->PushAsync(table, dim, keys, gradients, timeout, std::move(done));
+}
+
+Status PsClient::Push(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
+                      std::span<const float> gradients, std::chrono::microseconds timeout) {
+  return core_->Push(table, dim, keys, gradients, timeout);
+}
+
+uint64_t PsClient::client_id() const {
+  return core_->client_id();
+}
+
+uint32_t PsClient::shard_count() const {
+  return core_->shard_count();
+}
+
+PsClientStats PsClient::stats() const {
+  return core_->stats();
+}
+
+}  // namespace bx::ps
