@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
       return Fail(bx::DataLoss("value " + std::to_string(i) + " was not updated by the push"));
     }
   }
-  std::printf("fetched, pushed and fetched %zu keys x %u floats over %u shards (%s)\n",
-              keys.size(), before->dim, (*client)->shard_count(), spec->transport.c_str());
+  std::printf("fetched, pushed and fetched %zu keys x %u floats over %u shards (%s)\n", keys.size(),
+              before->dim, (*client)->shard_count(), spec->transport.c_str());
   return 0;
 }

@@ -86,6 +86,40 @@ class BX_EXPORT Listener {
   virtual void Close() = 0;
 };
 
+// Settings of rdma:// (paper sections 5 and 6). The defaults are the paper's; docs/ENGINE.md says
+// what each trades.
+struct BX_EXPORT RdmaOptions {
+  // Work requests each RC QP may have posted (the send chain's length). Shallow keeps NIC state
+  // small; 32 keeps a 64 KiB-fragment stream at line rate.
+  uint32_t send_queue_depth = 32;
+  // Receive buffers posted per QP; also the credits the peer starts with.
+  uint32_t recv_queue_depth = 64;
+  // Messages up to this size go eagerly in one SEND into a posted receive buffer of this size;
+  // larger ones by rendezvous straight into the receiver's memory.
+  uint32_t eager_limit = 16 << 10;
+  // The rendezvous fragment: the unit the scheduler and the send window work in.
+  uint32_t fragment_bytes = 64 << 10;
+  // Bytes posted and not yet completed per QP (0: unlimited). Bounds what N senders can put in
+  // one switch queue during an incast to N x this.
+  uint64_t send_window_bytes = 128 << 10;
+  // Rendezvous targets are exposed through a memory window over exactly the buffer (where the
+  // device has type 2 windows) rather than the whole registered region.
+  bool scoped_remote_writes = true;
+  // QPs per destination: one keeps NIC connection state minimal, more spread a bandwidth-bound
+  // destination's sockets over several.
+  int engines_per_destination = 1;
+  // How a new socket picks among its destination's QPs.
+  enum class Spread { kLeastSockets, kRoundRobin } spread = Spread::kLeastSockets;
+  // Microseconds an I/O thread polls its completion queue before it sleeps on the channel.
+  int busy_poll_us = 200;
+  // RC transport parameters: ACK timeout exponent (4.096 us x 2^timeout, ~67 ms), retries on
+  // timeout, and RNR retries (0: credits make receiver-not-ready impossible, so one is a bug
+  // worth failing loudly on).
+  uint8_t timeout = 14;
+  uint8_t retry_cnt = 7;
+  uint8_t rnr_retry = 0;
+};
+
 struct BX_EXPORT TransportOptions {
   int io_threads = 1;
   // Messages larger than this are refused (Send fails, a peer announcing one is disconnected).
@@ -94,6 +128,7 @@ struct BX_EXPORT TransportOptions {
   size_t max_queued_bytes = size_t{256} << 20;
   // Device for rdma:// (empty: BX_DEVICE or the first device).
   std::string device;
+  RdmaOptions rdma;  // used by rdma:// only
   // Shared secret peers must prove they know before a connection is accepted (empty: off). Both
   // sides must set the same secret, or neither: a connection between a side with a secret and
   // one without, or with different secrets, is refused on both sides ("peer failed

@@ -93,8 +93,10 @@ Buffer Stamped(size_t size) {
   throw CLI::RuntimeError(1);
 }
 
-std::unique_ptr<Transport> MakeRdma(const char* command, const rdma::RdmaOptions& options) {
-  auto t = rdma::CreateRdmaTransport(TransportOptions{}, options);
+std::unique_ptr<Transport> MakeRdma(const char* command, const RdmaOptions& rdma) {
+  TransportOptions options;
+  options.rdma = rdma;
+  auto t = rdma::CreateRdmaTransport(options);
   if (!t.ok()) Fail(command, t.status());
   return std::move(t).value();
 }
@@ -120,7 +122,7 @@ void RunFanout(const FanoutOptions& o) {
   if (Status s = EnsureMemoryPool(""); !s.ok()) Fail("fanout", s);
   if (o.sockets < 1 || o.destinations < 1)
     Fail("fanout", InvalidArgument("need sockets, destinations >= 1"));
-  rdma::RdmaOptions options;
+  RdmaOptions options;
   auto server = MakeRdma("fanout", options);
   auto client = MakeRdma("fanout", options);
   Receiver receiver;
@@ -159,7 +161,7 @@ void RunFanout(const FanoutOptions& o) {
       {"p50_us", p50},
       {"p99_us", p99},
       {"max_outstanding_bytes", max_outstanding},
-      {"window_bytes", options.engine.send_window_bytes},
+      {"window_bytes", options.send_window_bytes},
       {"message_bytes", o.size},
       {"messages", receiver.expected}};
   for (auto& s : sockets) s->Close();
@@ -172,7 +174,7 @@ void RunFanout(const FanoutOptions& o) {
   fmt::print("{:>8} {:>6} {:>5} {:>10} {:>12.0f} {:>9.1f} {:>9.1f} {:>16} {:>8}\n", o.sockets,
              o.destinations, qps, out["bytes_per_socket"].get<size_t>(),
              out["msgs_per_sec"].get<double>(), p50, p99, max_outstanding,
-             options.engine.send_window_bytes);
+             options.send_window_bytes);
 }
 
 struct IncastOptions {
@@ -185,8 +187,8 @@ struct IncastOptions {
 };
 
 json RunIncastOnce(const IncastOptions& o, uint64_t window_bytes) {
-  rdma::RdmaOptions options;
-  options.engine.send_window_bytes = window_bytes;
+  RdmaOptions options;
+  options.send_window_bytes = window_bytes;
   options.engines_per_destination = o.senders;  // one engine per sender, as N hosts would have
   auto server = MakeRdma("incast", options);
   auto client = MakeRdma("incast", options);
@@ -231,7 +233,7 @@ void RunIncast(const IncastOptions& o) {
   // The receiver's port is the bottleneck every sender shares; 2 us one way.
   sim.set_link_model(device->context(), o.gbps, 2000);
   std::vector<uint64_t> windows;
-  const uint64_t default_window = rdma::RdmaOptions{}.engine.send_window_bytes;
+  const uint64_t default_window = RdmaOptions{}.send_window_bytes;
   if (o.window.empty()) {
     windows = {default_window, 0};
   } else if (o.window == "off") {

@@ -29,6 +29,24 @@ constexpr int kAcceptPollMs = 100;
 // Inline capacity asked of the QP: rendezvous control payloads (16 bytes) go inline.
 constexpr uint32_t kInlineBytes = 64;
 
+// The engine's settings from the public RdmaOptions, whose defaults must stay the engine's.
+engine::EngineConfig EngineConfigOf(const RdmaOptions& rdma) {
+  engine::EngineConfig config;
+  config.send_queue_depth = rdma.send_queue_depth;
+  config.recv_queue_depth = rdma.recv_queue_depth;
+  config.eager_limit = rdma.eager_limit;
+  config.fragment_bytes = rdma.fragment_bytes;
+  config.send_window_bytes = rdma.send_window_bytes;
+  config.scoped_remote_writes = rdma.scoped_remote_writes;
+  return config;
+}
+static_assert(RdmaOptions{}.send_queue_depth == engine::EngineConfig{}.send_queue_depth &&
+              RdmaOptions{}.recv_queue_depth == engine::EngineConfig{}.recv_queue_depth &&
+              RdmaOptions{}.eager_limit == engine::EngineConfig{}.eager_limit &&
+              RdmaOptions{}.fragment_bytes == engine::EngineConfig{}.fragment_bytes &&
+              RdmaOptions{}.send_window_bytes == engine::EngineConfig{}.send_window_bytes &&
+              RdmaOptions{}.scoped_remote_writes == engine::EngineConfig{}.scoped_remote_writes);
+
 Result<Url> ParseRdmaUrl(std::string_view text) {
   Result<Url> url = ParseUrl(text);
   if (!url.ok()) return url.status();
@@ -322,7 +340,7 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
   // From here on the connection owns fd and closes it however set-up ends.
   auto connection = std::make_shared<RdmaConnection>(*this, io, peer, std::move(accept));
   connection->HoldPeerSlot(std::move(slot));
-  const engine::EngineConfig& config = rdma_.engine;
+  const engine::EngineConfig config = EngineConfigOf(rdma_);
   verbs::QueuePairAttrs attrs;
   attrs.max_send_wr = config.send_queue_depth;
   attrs.max_recv_wr = config.recv_queue_depth;
@@ -433,12 +451,7 @@ Result<RdmaTransportInfo> GetRdmaTransportInfo(Transport& transport) {
 }
 
 Result<std::unique_ptr<Transport>> CreateRdmaTransport(const TransportOptions& options) {
-  return CreateRdmaTransport(options, RdmaOptions{});
-}
-
-Result<std::unique_ptr<Transport>> CreateRdmaTransport(const TransportOptions& options,
-                                                       const RdmaOptions& rdma) {
-  auto t = RdmaTransportImpl::Create(options, rdma);
+  auto t = RdmaTransportImpl::Create(options, options.rdma);
   if (!t.ok()) return t.status();
   return std::unique_ptr<Transport>(std::move(t).value());
 }

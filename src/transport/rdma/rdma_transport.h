@@ -24,22 +24,7 @@
 
 namespace bx::rdma {
 
-struct RdmaOptions {
-  engine::EngineConfig engine;
-  // Engines (RC QPs) per destination url. One keeps NIC connection state minimal; more give a
-  // bandwidth-bound destination several QPs to spread over.
-  int engines_per_destination = 1;
-  // How sockets pick among a destination's engines: the one with the fewest sockets (default),
-  // or in turn.
-  enum class Spread { kLeastSockets, kRoundRobin } spread = Spread::kLeastSockets;
-  int busy_poll_us = 200;  // I/O thread polling before it sleeps
-  // QP transport parameters (see verbs::RcOptions): ~67 ms ACK timeout, 7 retries; RNR retry 0,
-  // since credits make RNR impossible and one would be a bug worth failing loudly on.
-  uint8_t timeout = 14;
-  uint8_t retry_cnt = 7;
-  uint8_t rnr_retry = 0;
-};
-
+// A new rdma:// transport with TransportOptions::rdma (include/bx/transport.h).
 Result<std::unique_ptr<Transport>> CreateRdmaTransport(const TransportOptions& options);
 
 // What an rdma:// transport holds, for benchmarks, tests and operators.
@@ -64,8 +49,6 @@ struct RdmaTransportInfo {
 // `transport` must be an rdma:// transport (InvalidArgument otherwise). Visits every I/O
 // thread and waits for it: call it from an application thread, never from a handler.
 Result<RdmaTransportInfo> GetRdmaTransportInfo(Transport& transport);
-Result<std::unique_ptr<Transport>> CreateRdmaTransport(const TransportOptions& options,
-                                                       const RdmaOptions& rdma);
 
 // Makes "rdma" creatable through transport::CreateTransport.
 void RegisterRdmaTransport();

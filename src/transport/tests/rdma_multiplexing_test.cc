@@ -22,7 +22,8 @@ using transport::testing::PatternMessage;
 std::unique_ptr<Transport> MakeRdma(const RdmaOptions& rdma = {}, int io_threads = 1) {
   TransportOptions options;
   options.io_threads = io_threads;
-  auto t = CreateRdmaTransport(options, rdma);
+  options.rdma = rdma;
+  auto t = CreateRdmaTransport(options);
   EXPECT_TRUE(t.ok()) << t.status().ToString();
   return std::move(t).value();
 }
