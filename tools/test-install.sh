@@ -73,7 +73,7 @@ echo "== RPC, TCP only (no RDMA device asked for)"
 address=$(BX_VERBS=system start_server "$work/rpc-tcp.log" "$work/cmake-build/rpc_server" 127.0.0.1 tcp)
 BX_VERBS=system "$work/cmake-build/rpc_client" "$address"
 
-echo "== parameter server: two shards served by the installed bx, the example client"
+echo "== parameter server: two shards (the installed bx, the example server), the example client"
 # Ports for the cluster file: random, skipping any already listening.
 free_port() {
   local port
@@ -92,16 +92,17 @@ cat >"$cluster" <<JSON
   {"replicas": [{"rdma": "rdma://127.0.0.1:$(free_port)", "tcp": "tcp://127.0.0.1:$(free_port)"}]},
   {"replicas": [{"rdma": "rdma://127.0.0.1:$(free_port)", "tcp": "tcp://127.0.0.1:$(free_port)"}]}]}
 JSON
-for shard in 0 1; do
-  "$prefix/bin/bx" ps serve --cluster "$cluster" --shard $shard --replica 0 >"$work/ps$shard.log" 2>&1 &
-  servers+=($!)
-done
+# Shard 0 by the installed bx, shard 1 by the example server (bx::ps::PsServer).
+"$prefix/bin/bx" ps serve --cluster "$cluster" --shard 0 --replica 0 >"$work/ps0.log" 2>&1 &
+servers+=($!)
+"$work/cmake-build/ps_server" "$cluster" 1 0 >"$work/ps1.log" 2>&1 &
+servers+=($!)
 for shard in 0 1; do
   for _ in $(seq 1 300); do
-    grep -q "primary of epoch 1" "$work/ps$shard.log" && break
+    grep -q "primary of epoch 1\|^serving" "$work/ps$shard.log" && break
     sleep 0.1
   done
-  grep -q "primary of epoch 1" "$work/ps$shard.log" || { cat "$work/ps$shard.log" >&2; exit 1; }
+  grep -q "primary of epoch 1\|^serving" "$work/ps$shard.log" || { cat "$work/ps$shard.log" >&2; exit 1; }
 done
 "$work/cmake-build/ps_client" "$cluster" 1
 echo "test-install: OK"

@@ -260,7 +260,7 @@ CollectorHandle ExportPsServer(ps::PsServer& server, Labels labels, Registry& re
               double(c.push_errors));
     w.Counter("bx_ps_server_forwards_total", "Forwarded pushes handled (as a backup).", labels,
               double(c.forwards));
-    ps::ShardReplica& replica = server.replica();
+    ps::ShardReplica& replica = server.core().replica();
     ps::ShardReplica::Role role = replica.role();
     for (ps::ShardReplica::Role r :
          {ps::ShardReplica::Role::kBackup, ps::ShardReplica::Role::kPrimary,

@@ -23,9 +23,10 @@
 #include "bx/bemalloc.h"
 #include "bx/init.h"
 #include "bx/metrics.h"
+#include "bx/ps/client.h"
+#include "bx/ps/server.h"
 #include "commands.h"
 #include "observe/observe.h"
-#include "ps/service/ps_service.h"
 
 namespace bx::tools {
 

@@ -1,4 +1,4 @@
-// FailoverMonitor: the failure detector and promotion rule of `bx ps serve` (docs/PS.md
+// FailoverMonitorCore: the failure detector and promotion rule of `bx ps serve` (docs/PS.md
 // "Automatic failover"), plus the "ps.Ping" reply codec it uses.
 #include <algorithm>
 #include <cstdio>
@@ -45,8 +45,8 @@ Result<PingReply> DecodePingReply(std::span<const std::byte> bytes) {
   return reply;
 }
 
-Result<std::unique_ptr<FailoverMonitor>> FailoverMonitor::Start(PsServer* server,
-                                                                FailoverOptions options) {
+Result<std::unique_ptr<FailoverMonitorCore>> FailoverMonitorCore::Start(PsServerCore* server,
+                                                                        FailoverOptions options) {
   const size_t n = options.replicas.size();
   if (server == nullptr || options.self >= n || options.initial_primary >= n ||
       options.self == options.initial_primary) {
@@ -57,12 +57,12 @@ Result<std::unique_ptr<FailoverMonitor>> FailoverMonitor::Start(PsServer* server
     return Status(StatusCode::kInvalidArgument,
                   "failover: need 0 < probe interval <= failure timeout");
   }
-  std::unique_ptr<FailoverMonitor> monitor(new FailoverMonitor(server, std::move(options)));
+  std::unique_ptr<FailoverMonitorCore> monitor(new FailoverMonitorCore(server, std::move(options)));
   monitor->thread_ = std::thread([m = monitor.get()] { m->Run(); });
   return monitor;
 }
 
-FailoverMonitor::~FailoverMonitor() {
+FailoverMonitorCore::~FailoverMonitorCore() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -71,19 +71,19 @@ FailoverMonitor::~FailoverMonitor() {
   if (thread_.joinable()) thread_.join();
 }
 
-void FailoverMonitor::Log(const std::string& line) const {
+void FailoverMonitorCore::Log(const std::string& line) const {
   std::string text = "failover: " + line;
   if (options_.log) return options_.log(text);
   std::fprintf(stderr, "%s\n", text.c_str());
 }
 
-bool FailoverMonitor::Sleep(std::chrono::milliseconds d) {
+bool FailoverMonitorCore::Sleep(std::chrono::milliseconds d) {
   std::unique_lock lock(mu_);
   return !cv_.wait_for(lock, d, [this] { return stop_; });
 }
 
-Result<PingReply> FailoverMonitor::Ping(rpc::Client& client,
-                                        std::chrono::milliseconds timeout) const {
+Result<PingReply> FailoverMonitorCore::Ping(rpc::Client& client,
+                                            std::chrono::milliseconds timeout) const {
   Result<rpc::Message> request = rpc::Message::Allocate(0);
   if (!request.ok()) return request.status();
   Result<rpc::Message> reply =
@@ -95,7 +95,7 @@ Result<PingReply> FailoverMonitor::Ping(rpc::Client& client,
   return DecodePingReply({reply->data(), reply->size()});
 }
 
-Result<PingReply> FailoverMonitor::PingReplica(size_t replica) const {
+Result<PingReply> FailoverMonitorCore::PingReplica(size_t replica) const {
   Result<std::unique_ptr<rpc::Client>> client =
       rpc::Client::Create({options_.replicas[replica]}, options_.client);
   if (!client.ok()) return client.status();
@@ -104,7 +104,7 @@ Result<PingReply> FailoverMonitor::PingReplica(size_t replica) const {
   return Ping(**client, options_.failure_timeout);
 }
 
-std::optional<FailoverMonitor::Primary> FailoverMonitor::FindNewerPrimary(
+std::optional<FailoverMonitorCore::Primary> FailoverMonitorCore::FindNewerPrimary(
     size_t watched, uint64_t min_epoch, const std::vector<bool>& dead,
     uint64_t* max_epoch_seen) const {
   for (size_t i = 0; i < options_.replicas.size(); ++i) {
@@ -119,17 +119,17 @@ std::optional<FailoverMonitor::Primary> FailoverMonitor::FindNewerPrimary(
   return std::nullopt;
 }
 
-void FailoverMonitor::Publish(size_t watched, uint64_t epoch, bool armed) {
+void FailoverMonitorCore::Publish(size_t watched, uint64_t epoch, bool armed) {
   std::lock_guard lock(mu_);
   watch_ = {watched, epoch, armed};
 }
 
-FailoverMonitor::WatchState FailoverMonitor::watch_state() const {
+FailoverMonitorCore::WatchState FailoverMonitorCore::watch_state() const {
   std::lock_guard lock(mu_);
   return watch_;
 }
 
-void FailoverMonitor::Run() {
+void FailoverMonitorCore::Run() {
   const size_t n = options_.replicas.size();
   std::vector<bool> dead(n, false);
   size_t watched = options_.initial_primary;

@@ -26,9 +26,40 @@ void RpcBackupLink::Forward(const ForwardedPush& forwarded, std::function<void(S
                 });
 }
 
-Result<std::unique_ptr<PsServer>> PsServer::Create(const std::vector<TableConfig>& tables,
-                                                   PsServerOptions options) {
-  std::unique_ptr<PsServer> server(new PsServer(std::move(options)));
+namespace {
+
+// The replica's bounds from the public options (whose defaults are the replica's own: tested).
+ShardReplica::Options ReplicaOptionsOf(const PsServerOptions& options) {
+  ShardReplica::Options replica;
+  replica.max_undurable_pushes = options.max_undurable_pushes;
+  replica.max_reordered_forwards = options.max_reordered_forwards;
+  replica.dedup.window = options.dedup_window;
+  replica.dedup.max_clients = options.max_dedup_clients;
+  return replica;
+}
+
+Status CheckOptions(const PsServerOptions& options) {
+  if (options.max_undurable_pushes == 0 || options.max_reordered_forwards == 0 ||
+      options.dedup_window == 0 || options.max_dedup_clients == 0) {
+    return InvalidArgument(
+        "PsServerOptions: max_undurable_pushes, max_reordered_forwards, dedup_window and "
+        "max_dedup_clients must be at least 1");
+  }
+  if (options.forward_timeout <= std::chrono::microseconds::zero()) {
+    return InvalidArgument("PsServerOptions: forward_timeout must be positive");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+PsServerCore::PsServerCore(PsServerOptions options)
+    : options_(std::move(options)), replica_(ReplicaOptionsOf(options_)) {}
+
+Result<std::unique_ptr<PsServerCore>> PsServerCore::Create(const std::vector<TableConfig>& tables,
+                                                           PsServerOptions options) {
+  BX_RETURN_IF_ERROR(CheckOptions(options));
+  std::unique_ptr<PsServerCore> server(new PsServerCore(std::move(options)));
   for (const TableConfig& table : tables) BX_RETURN_IF_ERROR(server->replica_.CreateTable(table));
   Result<std::unique_ptr<rpc::Server>> rpc_server = rpc::Server::Create(server->options_.rpc);
   if (!rpc_server.ok()) return rpc_server.status();
@@ -37,17 +68,17 @@ Result<std::unique_ptr<PsServer>> PsServer::Create(const std::vector<TableConfig
   return server;
 }
 
-PsServer::~PsServer() {
+PsServerCore::~PsServerCore() {
   Stop();
 }
 
-void PsServer::Stop() {
+void PsServerCore::Stop() {
   server_->Stop();
   // Backup clients are kept: the replica may still complete forwards through them, and their
   // destruction fails those calls cleanly (Aborted) when this object goes.
 }
 
-Status PsServer::Register() {
+Status PsServerCore::Register() {
   BX_RETURN_IF_ERROR(server_->AddMethod(
       std::string(kFetchMethod), [this](rpc::ServerCall call) { OnFetch(std::move(call)); }));
   BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kPushMethod),
@@ -58,7 +89,8 @@ Status PsServer::Register() {
                             [this](rpc::ServerCall call) { OnPing(std::move(call)); });
 }
 
-Status PsServer::BecomePrimary(uint64_t epoch, const std::vector<rpc::ReplicaAddress>& backups) {
+Status PsServerCore::BecomePrimary(uint64_t epoch,
+                                   const std::vector<rpc::ReplicaAddress>& backups) {
   std::vector<std::shared_ptr<BackupLink>> links;
   std::lock_guard lock(backups_mu_);
   for (const rpc::ReplicaAddress& address : backups) {
@@ -74,7 +106,7 @@ Status PsServer::BecomePrimary(uint64_t epoch, const std::vector<rpc::ReplicaAdd
 
 // The response is allocated at its final size and the table writes the rows straight into it:
 // the values are copied once, from the table into the registered buffer the NIC sends from.
-void PsServer::OnFetch(rpc::ServerCall call) {
+void PsServerCore::OnFetch(rpc::ServerCall call) {
   fetches_.fetch_add(1, std::memory_order_relaxed);
   Result<FetchRequest> request = DecodeFetchRequest(Bytes(call.request()));
   if (!request.ok()) return call.Fail(request.status());
@@ -88,7 +120,7 @@ void PsServer::OnFetch(rpc::ServerCall call) {
   call.Respond(std::move(response).value());
 }
 
-void PsServer::OnPush(rpc::ServerCall call) {
+void PsServerCore::OnPush(rpc::ServerCall call) {
   Result<PushRequest> push = DecodePushRequest(Bytes(call.request()));
   if (!push.ok()) return call.Fail(push.status());
   // ShardReplica's callback is a std::function (copyable); ServerCall is move-only.
@@ -108,7 +140,7 @@ void PsServer::OnPush(rpc::ServerCall call) {
   });
 }
 
-void PsServer::OnForward(rpc::ServerCall call) {
+void PsServerCore::OnForward(rpc::ServerCall call) {
   forwards_.fetch_add(1, std::memory_order_relaxed);
   Result<ForwardedPush> forwarded = DecodeForwardedPush(Bytes(call.request()));
   if (!forwarded.ok()) return call.Fail(forwarded.status());
@@ -121,14 +153,14 @@ void PsServer::OnForward(rpc::ServerCall call) {
   });
 }
 
-void PsServer::OnPing(rpc::ServerCall call) {
+void PsServerCore::OnPing(rpc::ServerCall call) {
   Result<rpc::Message> reply = rpc::Message::Allocate(kPingReplyBytes);
   if (!reply.ok()) return call.Fail(reply.status());
   EncodePingReply({replica_.role(), replica_.position()}, {reply->data(), reply->size()});
   call.Respond(std::move(reply).value());
 }
 
-PsServerCounters PsServer::counters() const {
+PsServerCounters PsServerCore::counters() const {
   return {fetches_.load(), pushes_acked_.load(), pushes_duplicate_.load(), push_errors_.load(),
           forwards_.load()};
 }

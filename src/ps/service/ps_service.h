@@ -1,7 +1,7 @@
-// The parameter server on the network: PsServer puts one ShardReplica behind an rpc::Server
+// The parameter server on the network: PsServerCore puts one ShardReplica behind an rpc::Server
 // ("ps.Fetch", "ps.Push", "ps.Forward"), RpcBackupLink carries a primary's forwards to a backup
 // over an rpc::Client, and PsClientCore routes fetches and pushes of a whole cluster by shard.
-// Wire formats: docs/PS.md; the RPC layer: include/bx/rpc.h. FailoverMonitor is the failure
+// Wire formats: docs/PS.md; the RPC layer: include/bx/rpc.h. FailoverMonitorCore is the failure
 // detector that promotes a backup when its primary stops answering "ps.Ping" (docs/PS.md
 // "Automatic failover").
 //
@@ -23,6 +23,7 @@
 
 #include "bx/ps/client.h"
 #include "bx/ps/cluster.h"
+#include "bx/ps/server.h"
 #include "bx/rpc.h"
 #include "bx/status.h"
 #include "ps/shard_replica.h"
@@ -58,28 +59,12 @@ class RpcBackupLink : public BackupLink {
   std::chrono::microseconds timeout_;
 };
 
-struct PsServerCounters {
-  uint64_t fetches = 0;
-  uint64_t pushes_acked = 0;      // acks sent for new pushes
-  uint64_t pushes_duplicate = 0;  // acks sent for retries of applied pushes
-  uint64_t push_errors = 0;
-  uint64_t forwards = 0;
-};
-
-struct PsServerOptions {
-  rpc::ServerOptions rpc;
-  ShardReplica::Options replica;
-  // Clients this server opens to its backups when it becomes primary.
-  rpc::ClientOptions backup_client;
-  std::chrono::microseconds forward_timeout = std::chrono::seconds(2);
-};
-
-class PsServer {
+class PsServerCore {
  public:
   // A backup replica (epoch 0) holding `tables`; not listening yet.
-  static Result<std::unique_ptr<PsServer>> Create(const std::vector<TableConfig>& tables,
-                                                  PsServerOptions options = {});
-  ~PsServer();  // Stop()
+  static Result<std::unique_ptr<PsServerCore>> Create(const std::vector<TableConfig>& tables,
+                                                      PsServerOptions options = {});
+  ~PsServerCore();  // Stop()
 
   Status Start(const std::vector<std::string>& urls) { return server_->Start(urls); }
   rpc::ReplicaAddress address() const { return server_->address(); }
@@ -93,7 +78,7 @@ class PsServer {
   rpc::ServerStats rpc_stats() const { return server_->stats(); }
 
  private:
-  explicit PsServer(PsServerOptions options) : options_(std::move(options)) {}
+  explicit PsServerCore(PsServerOptions options);
   Status Register();
   void OnFetch(rpc::ServerCall call);
   void OnPush(rpc::ServerCall call);
@@ -124,22 +109,12 @@ class PsServer {
 // leave two primaries; with more than two replicas the next replica in order may not hold the
 // highest position (see docs/PS.md).
 
-struct FailoverOptions {
-  std::vector<rpc::ReplicaAddress> replicas;  // the shard's replicas, in cluster-file order
-  size_t self = 0;                            // this replica's index in `replicas`
-  size_t initial_primary = 0;
-  uint64_t initial_epoch = 1;
-  std::chrono::milliseconds probe_interval{100};
-  std::chrono::milliseconds failure_timeout{1000};
-  rpc::ClientOptions client;                  // for the ping client
-  std::function<void(std::string_view)> log;  // one line per event; default stderr
-};
-
-class FailoverMonitor {
+class FailoverMonitorCore {
  public:
   // Starts watching on a thread of its own. `server` must outlive the monitor.
-  static Result<std::unique_ptr<FailoverMonitor>> Start(PsServer* server, FailoverOptions options);
-  ~FailoverMonitor();  // stops the thread
+  static Result<std::unique_ptr<FailoverMonitorCore>> Start(PsServerCore* server,
+                                                            FailoverOptions options);
+  ~FailoverMonitorCore();  // stops the thread
 
   // The epoch this replica promoted itself to, 0 while it has not.
   uint64_t promoted_epoch() const { return promoted_epoch_.load(); }
@@ -158,7 +133,7 @@ class FailoverMonitor {
     size_t replica;
     uint64_t epoch;
   };
-  FailoverMonitor(PsServer* server, FailoverOptions options)
+  FailoverMonitorCore(PsServerCore* server, FailoverOptions options)
       : server_(server), options_(std::move(options)) {}
   void Run();
   void Log(const std::string& line) const;
@@ -173,7 +148,7 @@ class FailoverMonitor {
                                           uint64_t* max_epoch_seen) const;
   void Publish(size_t watched, uint64_t epoch, bool armed);
 
-  PsServer* server_;
+  PsServerCore* server_;
   FailoverOptions options_;
   std::atomic<uint64_t> promoted_epoch_{0};
   mutable std::mutex mu_;

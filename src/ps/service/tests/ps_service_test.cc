@@ -71,10 +71,31 @@ std::unique_ptr<PsClient> MakeClient(const Cluster& cluster) {
 }
 
 // The first float of `key`'s row as `server`'s replica holds it (NaN when the fetch fails).
+// The public options carry the replica's bounds; their defaults must be the replica's own.
+TEST(PsServerOptionsTest, DefaultsAreTheReplicasOwn) {
+  PsServerOptions server;
+  ShardReplica::Options replica;
+  EXPECT_EQ(server.max_undurable_pushes, replica.max_undurable_pushes);
+  EXPECT_EQ(server.max_reordered_forwards, replica.max_reordered_forwards);
+  EXPECT_EQ(server.dedup_window, replica.dedup.window);
+  EXPECT_EQ(server.max_dedup_clients, replica.dedup.max_clients);
+}
+
+TEST(PsServerOptionsTest, ZeroBoundsAreRefused) {
+  PsServerOptions options;
+  options.dedup_window = 0;
+  Result<std::unique_ptr<PsServer>> server = PsServer::Create({}, options);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument) << server.status().ToString();
+  options = PsServerOptions{};
+  options.forward_timeout = std::chrono::microseconds(0);
+  EXPECT_EQ(PsServer::Create({}, options).status().code(), StatusCode::kInvalidArgument);
+}
+
 float FirstValue(PsServer& server, uint64_t key) {
   std::vector<std::byte> row(kDim * sizeof(float));
   float first = std::numeric_limits<float>::quiet_NaN();
-  if (Status s = server.replica().Fetch(kTable, {&key, 1}, row); !s.ok()) {
+  if (Status s = server.core().replica().Fetch(kTable, {&key, 1}, row); !s.ok()) {
     ADD_FAILURE() << "fetch from the replica: " << s.ToString();
     return first;
   }
@@ -108,7 +129,7 @@ TEST_P(PsServiceTest, FetchReturnsWhatPushesWrote) {
   }
   // Every replica of every shard holds the same rows (the backups got every push).
   for (auto& shard : cluster.servers) {
-    for (auto& server : shard) EXPECT_EQ(server->replica().position().lsn, 3u);
+    for (auto& server : shard) EXPECT_EQ(server->core().replica().position().lsn, 3u);
   }
 }
 
@@ -221,7 +242,7 @@ void PushOnes(PsClient& client, uint64_t key, int n) {
 }
 
 bool Watching(const FailoverMonitor& monitor, size_t replica, uint64_t epoch) {
-  FailoverMonitor::WatchState state = monitor.watch_state();
+  FailoverMonitorCore::WatchState state = monitor.core().watch_state();
   return state.armed && state.replica == replica && state.epoch == epoch;
 }
 
@@ -251,8 +272,8 @@ TEST_P(PsServiceTest, FailoverMonitorPromotesNextReplicaInOrder) {
   cluster.servers[0][0]->Stop();
   ASSERT_NO_FATAL_FAILURE(push(50));  // waits for the failover
   EXPECT_EQ(monitors[0]->promoted_epoch(), 2u) << logs[0].Dump();
-  EXPECT_EQ(cluster.servers[0][1]->replica().role(), ShardReplica::Role::kPrimary);
-  EXPECT_EQ(cluster.servers[0][2]->replica().position().epoch, 2u);
+  EXPECT_EQ(cluster.servers[0][1]->core().replica().role(), ShardReplica::Role::kPrimary);
+  EXPECT_EQ(cluster.servers[0][2]->core().replica().position().epoch, 2u);
   // Replica 2 follows replica 1 as primary of epoch 2 before replica 1 goes too.
   ASSERT_TRUE(WaitFor([&] { return Watching(*monitors[1], 1, 2); }, kWaitLimit)) << logs[1].Dump();
   cluster.servers[0][1]->Stop();
@@ -283,14 +304,14 @@ TEST_P(PsServiceTest, FailoverMonitorFollowsAPrimaryPromotedByAnotherMonitor) {
   cluster.servers[0][0]->Stop();
   ASSERT_TRUE(cluster.servers[0][1]->BecomePrimary(2, {cluster.servers[0][2]->address()}).ok());
   ASSERT_NO_FATAL_FAILURE(push(20));
-  EXPECT_EQ(cluster.servers[0][2]->replica().position().epoch, 2u);
+  EXPECT_EQ(cluster.servers[0][2]->core().replica().position().epoch, 2u);
   // Replica 2's monitor notices replica 0 is gone, later than replica 1 took over.
   ASSERT_TRUE(WaitFor([&] { return log.Contains("replica 0 unreachable"); }, kWaitLimit))
       << log.Dump();
   cluster.servers[0][1]->Stop();
   ASSERT_NO_FATAL_FAILURE(push(20));
   EXPECT_EQ((*monitor)->promoted_epoch(), 3u) << log.Dump();
-  EXPECT_EQ(cluster.servers[0][2]->replica().role(), ShardReplica::Role::kPrimary);
+  EXPECT_EQ(cluster.servers[0][2]->core().replica().role(), ShardReplica::Role::kPrimary);
   EXPECT_EQ(FirstValue(*cluster.servers[0][2], key[0]), -60.0f);
 }
 

@@ -1,0 +1,118 @@
+// The parameter-server replica: one replica of one shard (docs/PS.md), serving fetches and
+// pushes over rpc (rdma:// and tcp://). A shard's replicas are PsServers in different processes
+// or hosts; the primary applies pushes and forwards each to its backups before acknowledging it,
+// so an acknowledged push survives the primary. A FailoverMonitor on each backup promotes the
+// next replica when the primary stops answering.
+//
+//   auto server = bx::ps::PsServer::Create(spec.tables);
+//   (*server)->Start({"rdma://0.0.0.0:7000", "tcp://0.0.0.0:7001"});
+//   (*server)->BecomePrimary(/*epoch=*/1, backups);   // on replica 0; the others stay backups
+//
+// Threads: every method may be called from any thread. bx::Init must have been called.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bx/export.h"
+#include "bx/ps/table_config.h"
+#include "bx/rpc.h"
+#include "bx/status.h"
+
+namespace bx::ps {
+
+class PsServerCore;         // the implementations, inside the library
+class FailoverMonitorCore;
+
+struct BX_EXPORT PsServerCounters {
+  uint64_t fetches = 0;
+  uint64_t pushes_acked = 0;      // acks sent for new pushes
+  uint64_t pushes_duplicate = 0;  // acks sent for retries of applied pushes
+  uint64_t push_errors = 0;
+  uint64_t forwards = 0;
+};
+
+struct BX_EXPORT PsServerOptions {
+  rpc::ServerOptions rpc;
+  // Clients this server opens to its backups when it becomes primary.
+  rpc::ClientOptions backup_client;
+  // A forward not acknowledged by a backup within this drops that backup.
+  std::chrono::microseconds forward_timeout = std::chrono::seconds(2);
+  // The primary refuses pushes (ResourceExhausted, retry later) while this many are applied but
+  // not yet on every backup; every replica keeps that many to re-forward when promoted.
+  size_t max_undurable_pushes = 1024;
+  // Forwards a backup holds out of order while it waits for a gap to fill.
+  size_t max_reordered_forwards = 4096;
+  // Exactly-once pushes: per client, how far ahead of its oldest unacknowledged push id a push
+  // may be, and how many clients are remembered.
+  uint64_t dedup_window = 4096;
+  size_t max_dedup_clients = 65536;
+};
+
+class BX_EXPORT PsServer {
+ public:
+  // A backup replica (epoch 0) holding empty `tables`; not listening yet.
+  static Result<std::unique_ptr<PsServer>> Create(const std::vector<TableConfig>& tables,
+                                                  PsServerOptions options = {});
+  ~PsServer();  // Stop()
+
+  // Listens on each url (port 0: any free port; address() then says which).
+  Status Start(const std::vector<std::string>& urls);
+  rpc::ReplicaAddress address() const;
+  // Promotes this replica to primary of `epoch` (above any it has seen), forwarding every push
+  // to `backups` before acknowledging it.
+  Status BecomePrimary(uint64_t epoch, const std::vector<rpc::ReplicaAddress>& backups);
+  // Stops serving (listeners and connections close). Idempotent.
+  void Stop();
+
+  PsServerCounters counters() const;
+  rpc::ServerStats rpc_stats() const;
+
+  // For the library's own tools and tests (the replica's state, metrics export).
+  PsServerCore& core() { return *core_; }
+
+ private:
+  explicit PsServer(std::unique_ptr<PsServerCore> core);
+  std::unique_ptr<PsServerCore> core_;
+};
+
+struct BX_EXPORT FailoverOptions {
+  std::vector<rpc::ReplicaAddress> replicas;  // the shard's replicas, in cluster-file order
+  size_t self = 0;                            // this replica's index in `replicas`
+  size_t initial_primary = 0;
+  uint64_t initial_epoch = 1;
+  // How often the watched primary is pinged, and how long it may stay silent (or not primary)
+  // before the next replica takes over. Give the timeout a margin a loaded host cannot cross.
+  std::chrono::milliseconds probe_interval{100};
+  std::chrono::milliseconds failure_timeout{1000};
+  rpc::ClientOptions client;                  // for the ping client
+  std::function<void(std::string_view)> log;  // one line per event; default stderr
+};
+
+// Watches the shard's primary from a backup and promotes the next replica in cluster-file order
+// (this one, or it waits for that one) when the primary stops answering (docs/PS.md "Automatic
+// failover"). There is no quorum and no lease: a network partition can leave two primaries.
+class BX_EXPORT FailoverMonitor {
+ public:
+  // Starts watching on a thread of its own. `server` must outlive the monitor.
+  static Result<std::unique_ptr<FailoverMonitor>> Start(PsServer* server, FailoverOptions options);
+  ~FailoverMonitor();  // stops the thread
+
+  // The epoch this replica promoted itself to, 0 while it has not.
+  uint64_t promoted_epoch() const;
+
+  // For the library's own tests (what the monitor watches now).
+  const FailoverMonitorCore& core() const { return *core_; }
+
+ private:
+  explicit FailoverMonitor(std::unique_ptr<FailoverMonitorCore> core);
+  std::unique_ptr<FailoverMonitorCore> core_;
+};
+
+}  // namespace bx::ps

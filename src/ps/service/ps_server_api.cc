@@ -1,0 +1,62 @@
+// bx::ps::PsServer and bx::ps::FailoverMonitor (include/bx/ps/server.h): the public faces of
+// PsServerCore and FailoverMonitorCore.
+#include "bx/ps/server.h"
+
+#include <utility>
+
+#include "ps/service/ps_service.h"
+
+namespace bx::ps {
+
+PsServer::PsServer(std::unique_ptr<PsServerCore> core) : core_(std::move(core)) {}
+PsServer::~PsServer() = default;
+
+Result<std::unique_ptr<PsServer>> PsServer::Create(const std::vector<TableConfig>& tables,
+                                                   PsServerOptions options) {
+  Result<std::unique_ptr<PsServerCore>> core = PsServerCore::Create(tables, std::move(options));
+  if (!core.ok()) return core.status();
+  return std::unique_ptr<PsServer>(new PsServer(std::move(core).value()));
+}
+
+Status PsServer::Start(const std::vector<std::string>& urls) {
+  return core_->Start(urls);
+}
+
+rpc::ReplicaAddress PsServer::address() const {
+  return core_->address();
+}
+
+Status PsServer::BecomePrimary(uint64_t epoch, const std::vector<rpc::ReplicaAddress>& backups) {
+  return core_->BecomePrimary(epoch, backups);
+}
+
+void PsServer::Stop() {
+  core_->Stop();
+}
+
+PsServerCounters PsServer::counters() const {
+  return core_->counters();
+}
+
+rpc::ServerStats PsServer::rpc_stats() const {
+  return core_->rpc_stats();
+}
+
+FailoverMonitor::FailoverMonitor(std::unique_ptr<FailoverMonitorCore> core)
+    : core_(std::move(core)) {}
+FailoverMonitor::~FailoverMonitor() = default;
+
+Result<std::unique_ptr<FailoverMonitor>> FailoverMonitor::Start(PsServer* server,
+                                                                FailoverOptions options) {
+  if (server == nullptr) return InvalidArgument("FailoverMonitor::Start: no server");
+  Result<std::unique_ptr<FailoverMonitorCore>> core =
+      FailoverMonitorCore::Start(&server->core(), std::move(options));
+  if (!core.ok()) return core.status();
+  return std::unique_ptr<FailoverMonitor>(new FailoverMonitor(std::move(core).value()));
+}
+
+uint64_t FailoverMonitor::promoted_epoch() const {
+  return core_->promoted_epoch();
+}
+
+}  // namespace bx::ps
