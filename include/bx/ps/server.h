@@ -27,7 +27,7 @@
 
 namespace bx::ps {
 
-class PsServerCore;         // the implementations, inside the library
+class PsServerCore;  // the implementations, inside the library
 class FailoverMonitorCore;
 
 struct BX_EXPORT PsServerCounters {
