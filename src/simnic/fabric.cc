@@ -158,13 +158,9 @@ bool Fabric::PushCompletion(SimCq* cq, const ibv_wc& wc, SimQp* qp, uint64_t ret
   int mode = cq->armed.load(std::memory_order_seq_cst);
   if (mode != 0 && (mode == 1 || solicited || wc.status != IBV_WC_SUCCESS) &&
       cq->armed.exchange(0, std::memory_order_acq_rel) != 0 && cq->cq.channel != nullptr) {
-    {
-      std::lock_guard lock(cq->events_mu);
-      ++cq->events_delivered;
-    }
     auto* channel = reinterpret_cast<SimChannel*>(cq->cq.channel);
-    SimCq* ptr = cq;
-    ssize_t n = write(channel->write_fd, &ptr, sizeof(ptr));
+    ChannelEvent event{cq, cq->serial};  // one write below PIPE_BUF: never interleaved
+    ssize_t n = write(channel->write_fd, &event, sizeof(event));
     (void)n;
   }
   return true;

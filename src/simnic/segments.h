@@ -15,7 +15,9 @@ namespace bx::simnic {
 bool ResolveSges(const Device& device, SimPd* pd, const ibv_sge* sge, int n, int access, iovec* out,
                  int* out_count, uint64_t* total);
 
-// Copies min(total(dst), total(src)) bytes from src segments to dst segments.
+// Copies min(total(dst), total(src)) bytes from src segments to dst segments as a NIC places a
+// message: in increasing address order, packet by packet, the last bytes stored after all the
+// others (with release ordering), so that once a poller sees the last byte, it sees them all.
 void CopySegments(const iovec* dst, int dst_count, const iovec* src, int src_count);
 
 }  // namespace bx::simnic

@@ -100,7 +100,16 @@ struct SimMw {
 
 struct SimChannel {
   ibv_comp_channel channel;
-  int write_fd;  // the hardware thread writes the SimCq pointer of each event here
+  int write_fd;  // the hardware thread writes one ChannelEvent per event here
+};
+
+struct SimCq;
+// One completion event in a channel's pipe. The serial tells a live CQ from a destroyed one
+// (whose memory a new CQ may reuse): events of a destroyed CQ are dropped when read, as the
+// kernel drops them at destroy.
+struct ChannelEvent {
+  SimCq* cq;
+  uint64_t serial;
 };
 
 // One completion queue entry as the hardware writes it. `sequence` is the ownership bit of a real
@@ -126,14 +135,22 @@ struct SimCq {
   uint32_t empty_polls = 0;  // consecutive polls that found nothing (under poll_lock)
   // Notification: req_notify_cq arms (1 = any, 2 = solicited only); the hardware disarms on event.
   std::atomic<int> armed{0};
-  // Events written to the channel and events acknowledged, for destroy_cq's wait.
+  // Events ibv_get_cq_event returned and events acknowledged, for destroy_cq's wait. As in the
+  // kernel, an event counts once the application has it, not when it is written.
+  uint64_t serial = 0;  // see ChannelEvent
   std::mutex events_mu;
   std::condition_variable events_cv;
-  uint64_t events_delivered = 0;
+  uint64_t events_taken = 0;
   uint64_t events_acked = 0;
   std::atomic<bool> broken{false};  // set on overrun: polls fail from then on
   std::atomic<int> users{0};        // QPs using it
 };
+// The CQs whose channel events may still be returned (verbs_queues.cc).
+uint64_t RegisterEventSource();
+void RetireEventSource(uint64_t serial);
+// Counts `event` as taken by the application and returns true, unless its CQ was destroyed.
+bool TakeChannelEvent(const ChannelEvent& event);
+
 inline SimCq* ToSim(ibv_cq* c) {
   return reinterpret_cast<SimCq*>(c);
 }

@@ -344,15 +344,19 @@ int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
 }
 
 int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
-  SimCq* sim = nullptr;
-  ssize_t n;
-  do {
-    n = read(channel->fd, &sim, sizeof(sim));
-  } while (n < 0 && errno == EINTR);
-  if (n != ssize_t(sizeof(sim))) return -1;
-  *cq = &sim->cq;
-  *cq_context = sim->cq.cq_context;
-  return 0;
+  for (;;) {
+    ChannelEvent event{};
+    ssize_t n;
+    do {
+      n = read(channel->fd, &event, sizeof(event));
+    } while (n < 0 && errno == EINTR);
+    if (n != ssize_t(sizeof(event))) return -1;
+    // An event of a CQ destroyed before it was read was dropped at destroy: read the next one.
+    if (!TakeChannelEvent(event)) continue;
+    *cq = &event.cq->cq;
+    *cq_context = event.cq->cq.cq_context;
+    return 0;
+  }
 }
 
 void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {

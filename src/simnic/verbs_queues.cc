@@ -3,8 +3,11 @@
 // req_notify_cq. Posting costs the caller an enqueue and a doorbell; polling a ring read.
 #include <sched.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <unordered_set>
 
 #include "simnic/fabric.h"
 #include "simnic/verbs_internal.h"
@@ -242,6 +245,42 @@ void InitContextOps(SimContext* c) {
   InitMemoryWindowOps(c);
 }
 
+namespace {
+
+// CQs by serial whose channel events may still be returned.
+std::mutex& EventSourcesMutex() {
+  static std::mutex* const mu = new std::mutex;
+  return *mu;
+}
+std::unordered_set<uint64_t>& LiveEventSources() {
+  static auto* const live = new std::unordered_set<uint64_t>;
+  return *live;
+}
+
+}  // namespace
+
+uint64_t RegisterEventSource() {
+  static std::atomic<uint64_t> next{1};
+  uint64_t serial = next.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(EventSourcesMutex());
+  LiveEventSources().insert(serial);
+  return serial;
+}
+
+void RetireEventSource(uint64_t serial) {
+  std::lock_guard lock(EventSourcesMutex());
+  LiveEventSources().erase(serial);
+}
+
+bool TakeChannelEvent(const ChannelEvent& event) {
+  // Under the registry lock: destroy_cq cannot retire the CQ and free it meanwhile.
+  std::lock_guard lock(EventSourcesMutex());
+  if (LiveEventSources().count(event.serial) == 0) return false;
+  std::lock_guard events_lock(event.cq->events_mu);
+  ++event.cq->events_taken;
+  return true;
+}
+
 }  // namespace bx::simnic
 
 extern "C" {
@@ -253,6 +292,7 @@ ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_
     return nullptr;
   }
   auto* cq = new SimCq{};
+  cq->serial = RegisterEventSource();
   cq->cq.context = context;
   cq->cq.channel = channel;
   cq->cq.cq_context = cq_context;
@@ -268,10 +308,12 @@ ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_
 int ibv_destroy_cq(ibv_cq* ibcq) {
   SimCq* cq = ToSim(ibcq);
   if (cq->users.load() > 0) return EBUSY;
+  // Events still unread in the channel are dropped (ibv_get_cq_event skips them from now on);
+  // as libibverbs does, wait until every event the application took is acknowledged.
+  RetireEventSource(cq->serial);
   {
-    // As libibverbs does: wait until every event taken from the channel is acknowledged.
     std::unique_lock lock(cq->events_mu);
-    cq->events_cv.wait(lock, [cq] { return cq->events_acked >= cq->events_delivered; });
+    cq->events_cv.wait(lock, [cq] { return cq->events_acked >= cq->events_taken; });
   }
   if (ibcq->channel != nullptr) --ibcq->channel->refcnt;
   pthread_mutex_destroy(&ibcq->mutex);

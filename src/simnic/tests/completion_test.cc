@@ -2,12 +2,15 @@
 // completion channels with real file descriptors (and no lost wake-ups), solicited-only
 // notification.
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 
 #include <fstream>
+#include <future>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -272,6 +275,48 @@ TEST_F(CompletionTest, DestroyedQpCompletionsAreNeverReturned) {
   a_.qp = nullptr;
   ibv_wc wc[8];
   EXPECT_EQ(ibv_poll_cq(a_.send_cq, 8, wc), 0);
+}
+
+// As the kernel does: an event the application never read is dropped when its CQ is destroyed,
+// and destroy waits only for events it read and has not acknowledged. Here the application
+// armed the CQ, the completion wrote an event, and it polled the CQ instead of reading the
+// event (as pollers that mix busy polling and sleeping do).
+TEST_F(CompletionTest, DestroyingACqDropsItsUnreadEventWithoutWaiting) {
+  ibv_comp_channel* channel = ibv_create_comp_channel(a_.ctx);
+  ASSERT_NE(channel, nullptr);
+  QpOptions o;
+  o.sq_sig_all = 1;
+  o.send_channel = channel;
+  Connect(o, {});
+  auto src = Register(a_.pd, 64);
+  auto dst = Register(b_.pd, 64);
+  ASSERT_EQ(ibv_req_notify_cq(a_.send_cq, 0), 0);
+  ibv_sge s{src->addr(), 8, src->mr->lkey};
+  ASSERT_EQ(PostSend(a_.qp, IBV_WR_RDMA_WRITE, 1, &s, 1, 0, dst->addr(), dst->mr->rkey), 0);
+  pollfd pfd{channel->fd, POLLIN, 0};
+  ASSERT_EQ(poll(&pfd, 1, 5000), 1) << "the completion wrote an event";
+  ASSERT_EQ(PollN(a_.send_cq, 1).size(), 1u);
+
+  ASSERT_EQ(ibv_destroy_qp(a_.qp), 0);
+  a_.qp = nullptr;
+  std::promise<int> destroyed;
+  std::thread destroyer([cq = a_.send_cq, &destroyed] { destroyed.set_value(ibv_destroy_cq(cq)); });
+  std::future<int> result = destroyed.get_future();
+  if (result.wait_for(std::chrono::seconds(1)) != std::future_status::ready) {
+    destroyer.detach();  // blocked for good: the process ends with the test
+    a_.send_cq = nullptr;
+    FAIL() << "ibv_destroy_cq waited for an event nobody read";
+  }
+  destroyer.join();
+  a_.send_cq = nullptr;
+  EXPECT_EQ(result.get(), 0);
+
+  // The dropped event is not handed out (its CQ, and perhaps its memory, are gone).
+  ASSERT_EQ(fcntl(channel->fd, F_SETFL, O_NONBLOCK), 0);
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  EXPECT_EQ(ibv_get_cq_event(channel, &ev_cq, &ev_ctx), -1) << "got an event of a destroyed CQ";
+  EXPECT_EQ(ibv_destroy_comp_channel(channel), 0);
 }
 
 }  // namespace
