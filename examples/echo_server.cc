@@ -3,12 +3,12 @@
 //   echo_server rdma://0.0.0.0:7000     (or tcp://..., port 0 for any free port)
 //
 // It prints the url it listens on, then serves until SIGINT or SIGTERM.
-#include <csignal>
 #include <cstdio>
 #include <memory>
 
 #include "bx/init.h"
 #include "bx/transport.h"
+#include "wait_for_signal.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -51,13 +51,6 @@ int main(int argc, char** argv) {
   std::printf("listening on %s\n", (*listener)->url().c_str());
   std::fflush(stdout);
 
-  // Wait for SIGINT or SIGTERM; the transport's I/O threads do the work meanwhile.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  int signal = 0;
-  sigwait(&signals, &signal);
+  WaitForSigintOrSigterm();
   return 0;
 }

@@ -5,7 +5,6 @@
 // Replica 0 starts as the primary of epoch 1, forwarding pushes to the shard's other replicas;
 // the others start as backups whose FailoverMonitor promotes the next replica when the primary
 // stops answering. Prints "serving" once it takes requests, then serves until SIGINT/SIGTERM.
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -15,6 +14,7 @@
 #include "bx/init.h"
 #include "bx/ps/cluster.h"
 #include "bx/ps/server.h"
+#include "wait_for_signal.h"
 
 namespace {
 
@@ -69,12 +69,6 @@ int main(int argc, char** argv) {
               (*server)->address().ToString().c_str());
   std::fflush(stdout);
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  int signal = 0;
-  sigwait(&signals, &signal);
+  WaitForSigintOrSigterm();
   return 0;
 }

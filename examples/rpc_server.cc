@@ -5,12 +5,12 @@
 //
 // Prints the replica address clients take ("rdma://...,tcp://..."), serves until SIGINT/SIGTERM.
 #include <algorithm>
-#include <csignal>
 #include <cstdio>
 #include <string>
 
 #include "bx/init.h"
 #include "bx/rpc.h"
+#include "wait_for_signal.h"
 
 int main(int argc, char** argv) {
   if (argc < 2 || argc > 3) {
@@ -48,12 +48,6 @@ int main(int argc, char** argv) {
   std::printf("serving at %s\n", (*server)->address().ToString().c_str());
   std::fflush(stdout);
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  int signal = 0;
-  sigwait(&signals, &signal);
+  WaitForSigintOrSigterm();
   return 0;
 }

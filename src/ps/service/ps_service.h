@@ -168,17 +168,14 @@ class PsClientCore {
                                                       PsClientOptions options = {});
   ~PsClientCore();
 
-  // Fetches `keys` of `table`: one sub-call per shard touched, all under one deadline. Reads go
-  // to any replica of a shard (the RPC client picks and fails over).
+  // As PsClient's. Fetches: one sub-call per shard touched, all under one deadline; reads go to
+  // any replica of a shard. Pushes: each shard's part has its own PushId and is retried with it
+  // (on another replica when the one tried is not primary or unreachable) until acked.
   void FetchAsync(uint32_t table, std::span<const uint64_t> keys, std::chrono::microseconds timeout,
                   std::function<void(Result<FetchResult>)> done);
   Result<FetchResult> Fetch(uint32_t table, std::span<const uint64_t> keys,
                             std::chrono::microseconds timeout);
 
-  // Pushes gradients (keys.size() * dim floats) to every shard touched, each shard's part with
-  // its own PushId; a part is retried with the same id (on another replica when the one it
-  // tried is not primary or unreachable) until acked or `timeout`. `done` gets OK when every
-  // part was acked.
   void PushAsync(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
                  std::span<const float> gradients, std::chrono::microseconds timeout,
                  std::function<void(Status)> done);

@@ -19,7 +19,19 @@
 namespace bx::simnic::testing {
 namespace {
 
-using CompletionTest = SimPairTest;
+class CompletionTest : public SimPairTest {
+ protected:
+  // Connects the pair with every send signalled and a's send CQ on a new completion channel.
+  ibv_comp_channel* ConnectWithSendChannel() {
+    ibv_comp_channel* channel = ibv_create_comp_channel(a_.ctx);
+    EXPECT_NE(channel, nullptr);
+    QpOptions o;
+    o.sq_sig_all = 1;
+    o.send_channel = channel;
+    Connect(o, {});
+    return channel;
+  }
+};
 
 // Runs the calling thread and the simnic's hardware thread on two different CPUs while it lives.
 // A race between them needs both running at once, and on a busy host the scheduler tends to
@@ -186,12 +198,8 @@ TEST_F(CompletionTest, CompletionChannelDeliversOneEventPerArm) {
 // poller sleeps on an empty-looking CQ that the hardware found unarmed. Each round lands the arm
 // at a different moment relative to the completion; none may leave the poller asleep.
 TEST_F(CompletionTest, ArmingRacingACompletionNeverLosesTheWakeUp) {
-  ibv_comp_channel* channel = ibv_create_comp_channel(a_.ctx);
+  ibv_comp_channel* channel = ConnectWithSendChannel();
   ASSERT_NE(channel, nullptr);
-  QpOptions o;
-  o.sq_sig_all = 1;
-  o.send_channel = channel;
-  Connect(o, {});
   auto src = Register(a_.pd, 64);
   auto dst = Register(b_.pd, 64);
   ibv_sge s{src->addr(), 8, src->mr->lkey};
@@ -282,12 +290,8 @@ TEST_F(CompletionTest, DestroyedQpCompletionsAreNeverReturned) {
 // armed the CQ, the completion wrote an event, and it polled the CQ instead of reading the
 // event (as pollers that mix busy polling and sleeping do).
 TEST_F(CompletionTest, DestroyingACqDropsItsUnreadEventWithoutWaiting) {
-  ibv_comp_channel* channel = ibv_create_comp_channel(a_.ctx);
+  ibv_comp_channel* channel = ConnectWithSendChannel();
   ASSERT_NE(channel, nullptr);
-  QpOptions o;
-  o.sq_sig_all = 1;
-  o.send_channel = channel;
-  Connect(o, {});
   auto src = Register(a_.pd, 64);
   auto dst = Register(b_.pd, 64);
   ASSERT_EQ(ibv_req_notify_cq(a_.send_cq, 0), 0);
