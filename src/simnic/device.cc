@@ -90,6 +90,20 @@ bool Device::DeregisterMr(SimMr* mr) {
   return true;
 }
 
+bool Device::ReregisterMr(SimMr* mr, SimPd* pd, void* addr, size_t length, uint64_t iova,
+                          int access) {
+  std::unique_lock lock(mr_mu_);
+  if (mr->bound_windows > 0) return false;
+  counters_.registered_bytes.fetch_add(length, std::memory_order_relaxed);
+  counters_.registered_bytes.fetch_sub(mr->mr.length, std::memory_order_relaxed);
+  mr->mr.addr = addr;
+  mr->mr.length = length;
+  mr->iova = iova;
+  mr->protection_domain = pd;
+  mr->access = access;
+  return true;
+}
+
 std::optional<MrView> Device::FindMr(uint32_t key) const {
   if (key & kMwKeyBit) return std::nullopt;
   std::shared_lock lock(mr_mu_);

@@ -60,6 +60,8 @@ class Device {
   SimMr* RegisterMr(SimPd* pd, void* addr, size_t length, uint64_t iova, int access);
   // False (and nothing changes) while memory windows are bound to the MR, as ibv_dereg_mr says.
   bool DeregisterMr(SimMr* mr);
+  // Changes an MR in place, keeping its keys (ibv_rereg_mr); false while windows are bound to it.
+  bool ReregisterMr(SimMr* mr, SimPd* pd, void* addr, size_t length, uint64_t iova, int access);
   // An MR by its lkey or rkey; never a memory window.
   std::optional<MrView> FindMr(uint32_t key) const;
 

@@ -5,7 +5,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -88,7 +90,13 @@ int QueryDeviceExOp(ibv_context* context, const ibv_query_device_ex_input* input
   if (input != nullptr && input->comp_mask != 0) return EINVAL;
   if (size < sizeof(ibv_device_attr)) return EINVAL;
   std::memset(attr, 0, size);
-  return FillDeviceAttr(ToSim(context)->device, &attr->orig_attr);
+  int err = FillDeviceAttr(ToSim(context)->device, &attr->orig_attr);
+  // Extended fields the caller's (possibly older) struct has room for.
+  if (err == 0 &&
+      size >= offsetof(ibv_device_attr_ex, phys_port_cnt_ex) + sizeof(attr->phys_port_cnt_ex)) {
+    attr->phys_port_cnt_ex = attr->orig_attr.phys_port_cnt;
+  }
+  return err;
 }
 
 ibv_td* AllocTdOp(ibv_context* context, ibv_td_init_attr* init_attr) {
@@ -146,11 +154,15 @@ bool RangeIsMapped(const void* addr, size_t length) {
   return true;
 }
 
+// Access flags a registration may ask for: known ones, and remote write only with local write.
+bool ValidMrAccess(unsigned access) {
+  return (access & ~unsigned(kKnownAccess)) == 0 &&
+         !((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+           !(access & IBV_ACCESS_LOCAL_WRITE));
+}
+
 ibv_mr* RegisterMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
-  if (pd == nullptr || length == 0 || (access & ~unsigned(kKnownAccess)) != 0 ||
-      ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
-       !(access & IBV_ACCESS_LOCAL_WRITE)) ||
-      length > kMaxMrSize) {
+  if (pd == nullptr || length == 0 || !ValidMrAccess(access) || length > kMaxMrSize) {
     errno = EINVAL;
     return nullptr;
   }
@@ -391,7 +403,54 @@ int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
 
 void ibv_ack_async_event(ibv_async_event*) {}
 
+// The simnic needs nothing for fork (its "DMA" is the process's own memory); it remembers the
+// call so that ibv_is_fork_initialized answers as libibverbs does after it.
+std::atomic<bool> g_fork_initialized{false};
+
 int ibv_fork_init(void) {
+  g_fork_initialized.store(true);
+  return 0;
+}
+
+ibv_fork_status ibv_is_fork_initialized(void) {
+  return g_fork_initialized.load() ? IBV_FORK_ENABLED : IBV_FORK_DISABLED;
+}
+
+// Keys stay as they were. Returns 0, or an ibv_rereg_mr_err_code with errno set.
+int ibv_rereg_mr(ibv_mr* ibmr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  constexpr int kKnownFlags =
+      IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+  auto* mr = reinterpret_cast<SimMr*>(ibmr);
+  const bool translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+  const bool new_pd = flags & IBV_REREG_MR_CHANGE_PD;
+  const bool new_access = flags & IBV_REREG_MR_CHANGE_ACCESS;
+  if (ibmr == nullptr || flags == 0 || (flags & ~kKnownFlags) != 0 || (new_pd && pd == nullptr) ||
+      (translation && (length == 0 || length > kMaxMrSize)) ||
+      (new_access && !ValidMrAccess(unsigned(access)))) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  void* to_addr = translation ? addr : ibmr->addr;
+  size_t to_length = translation ? length : ibmr->length;
+  // A new translation is at its own address; an unchanged one keeps the iova it had.
+  uint64_t to_iova = translation ? reinterpret_cast<uintptr_t>(addr) : mr->iova;
+  if (translation && !RangeIsMapped(to_addr, to_length)) {
+    errno = EFAULT;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  SimPd* from_pd = mr->protection_domain;
+  SimPd* to_pd = new_pd ? Protection(pd) : from_pd;
+  int to_access = new_access ? access : mr->access;
+  Device* dev = ToSim(ibmr->context)->device;
+  if (!dev->ReregisterMr(mr, to_pd, to_addr, to_length, to_iova, to_access)) {
+    errno = EBUSY;  // memory windows are bound to it
+    return IBV_REREG_MR_ERR_CMD;
+  }
+  if (to_pd != from_pd) {
+    to_pd->users.fetch_add(1);
+    from_pd->users.fetch_sub(1);
+    ibmr->pd = pd;
+  }
   return 0;
 }
 
