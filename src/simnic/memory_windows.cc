@@ -99,7 +99,9 @@ ibv_wc_status Device::BindMw(const SimQp* qp, const SendWqe& wqe) {
   if (mr == nullptr || mr->mr.lkey != wqe.bind_mr_lkey) return IBV_WC_MW_BIND_ERR;
   if (mr->protection_domain != mw->protection_domain || !(mr->access & IBV_ACCESS_MW_BIND))
     return IBV_WC_MW_BIND_ERR;
-  if ((wqe.bind_access & ~kWindowAccess) != 0) return IBV_WC_MW_BIND_ERR;
+  // Local write may come along (rdma-core's own tests pass it, mlx5 takes it); a window grants
+  // remote access only, so it is dropped. Anything else unknown is an error.
+  if ((wqe.bind_access & ~(kWindowAccess | IBV_ACCESS_LOCAL_WRITE)) != 0) return IBV_WC_MW_BIND_ERR;
   if ((wqe.bind_access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
       !(mr->access & IBV_ACCESS_LOCAL_WRITE))
     return IBV_WC_MW_BIND_ERR;
@@ -110,7 +112,7 @@ ibv_wc_status Device::BindMw(const SimQp* qp, const SendWqe& wqe) {
   ++mr->bound_windows;
   mw->addr = wqe.bind_addr;
   mw->length = wqe.bind_length;
-  mw->access = wqe.bind_access & ~IBV_ACCESS_ZERO_BASED;
+  mw->access = wqe.bind_access & ~(IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE);
   mw->zero_based = (wqe.bind_access & IBV_ACCESS_ZERO_BASED) != 0;
   mw->qp = qp;
   return IBV_WC_SUCCESS;

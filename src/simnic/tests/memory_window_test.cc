@@ -157,6 +157,15 @@ TEST_F(MemoryWindowTest, WriteAndReadInsideTheWindowSucceed) {
   EXPECT_EQ(std::memcmp(back->data(), source_->data() + kWindowOffset + 100, 512), 0);
 }
 
+// rdma-core's tests (test_mr.MWTest) bind with LOCAL_WRITE among the window's access flags, as
+// mlx5 accepts; it grants nothing more than the remote rights beside it.
+TEST_F(MemoryWindowTest, LocalWriteInTheBindAccessIsAccepted) {
+  SetUpWindowPair();
+  uint32_t rkey = BindMiddlePage(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  EXPECT_EQ(WriteAt(kWindowOffset, kWindowLength, rkey), IBV_WC_SUCCESS);
+  EXPECT_TRUE(RangeCopied(kWindowOffset, kWindowLength));
+}
+
 TEST_F(MemoryWindowTest, WriteOutsideTheWindowFailsAndEndsOnlyThatQp) {
   SetUpWindowPair();
   // A second, independent pair on the same two devices.
