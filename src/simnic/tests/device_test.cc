@@ -108,6 +108,32 @@ TEST(DeviceTest, GidTableHasOneRoceV2Entry) {
   ibv_free_device_list(list);
 }
 
+// What the simnic does not implement fails as on a device without it, not by falling through to
+// the system libibverbs (which crashed ibv_srq_pingpong and rdma-core's test_addr and test_odp).
+TEST(DeviceTest, UnimplementedVerbsFailWithEopnotsupp) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ASSERT_NE(list, nullptr);
+  ibv_context* ctx = ibv_open_device(list[0]);
+  ASSERT_NE(ctx, nullptr);
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  ASSERT_NE(pd, nullptr);
+  ibv_srq_init_attr srq{};
+  srq.attr.max_wr = 16;
+  srq.attr.max_sge = 1;
+  errno = 0;
+  EXPECT_EQ(ibv_create_srq(pd, &srq), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ibv_ah_attr ah{};
+  ah.port_num = 1;
+  errno = 0;
+  EXPECT_EQ(ibv_create_ah(pd, &ah), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+  EXPECT_EQ(ibv_close_device(ctx), 0);
+  ibv_free_device_list(list);
+}
+
 TEST(DeviceTest, ForkInitIsRemembered) {
   EXPECT_EQ(ibv_is_fork_initialized(), IBV_FORK_DISABLED);
   ASSERT_EQ(ibv_fork_init(), 0);
