@@ -1,8 +1,11 @@
 // Process set-up for a program that uses bexpress: one call before any transport, RPC client or
 // server is created.
 //
-//   bx::Status s = bx::Init();                 // rdma:// and tcp://, first RDMA device
-//   bx::Status s = bx::Init({.rdma = false});  // a TCP-only program (no RDMA device needed)
+//   bx::Status s = bx::Init();   // rdma:// and tcp://, first RDMA device
+//
+//   bx::InitOptions options;     // a TCP-only program (no RDMA device needed)
+//   options.rdma = false;
+//   bx::Status s = bx::Init(options);
 //
 // Init registers the tcp:// and rdma:// transports (bx::CreateTransport) and creates bemalloc,
 // the registered-memory pool every message Buffer comes from. With `rdma`, the pool registers
