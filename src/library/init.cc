@@ -2,7 +2,7 @@
 
 #include <memory>
 #include <mutex>
-#include <optional>
+#include <string>
 
 #include "alloc/verbs_registrar.h"
 #include "transport/rdma/rdma_transport.h"

@@ -31,6 +31,8 @@ inline constexpr int kMaxCqe = 1 << 20;
 inline constexpr int kMaxInlineData = 256;
 inline constexpr int kMaxQp = 1 << 18;
 inline constexpr int kMaxMr = 1 << 20;
+// GIDs on the one port: index 0 only (ibv_query_gid, the GID table queries, gid_tbl_len).
+inline constexpr uint32_t kGidTableLength = 1;
 inline constexpr int kMaxMw = 1 << 20;
 // Bit 31 of a key marks a memory window: MR keys (slot < kMaxMr, shifted by 8) never set it.
 inline constexpr uint32_t kMwKeyBit = 1u << 31;

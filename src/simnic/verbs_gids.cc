@@ -15,8 +15,6 @@ namespace {
 // libibverbs' private enum ibv_gid_type_sysfs (rdma-core's driver.h, not installed).
 enum GidTypeSysfs : int { kGidTypeSysfsIbRoceV1 = 0, kGidTypeSysfsRoceV2 = 1 };
 
-constexpr uint32_t kGidEntries = 1;
-
 void FillEntry(ibv_context* context, ibv_gid_entry* entry) {
   std::memset(entry, 0, sizeof(*entry));
   entry->gid = ToSim(context)->device->gid();
@@ -36,7 +34,7 @@ int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_inde
       port_num != 1) {
     return EINVAL;
   }
-  if (gid_index >= kGidEntries) return ENODATA;
+  if (gid_index >= kGidTableLength) return ENODATA;
   FillEntry(context, entry);
   return 0;
 }
@@ -46,13 +44,13 @@ ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_
   if (context == nullptr || entries == nullptr || flags != 0 || entry_size < sizeof(*entries)) {
     return -EINVAL;
   }
-  if (max_entries < kGidEntries) return -EINVAL;  // as libibverbs: the table must fit
+  if (max_entries < kGidTableLength) return -EINVAL;  // as libibverbs: the table must fit
   FillEntry(context, entries);
-  return kGidEntries;
+  return kGidTableLength;
 }
 
 int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, int* type) {
-  if (context == nullptr || type == nullptr || port_num != 1 || index >= kGidEntries) {
+  if (context == nullptr || type == nullptr || port_num != 1 || index >= kGidTableLength) {
     errno = EINVAL;
     return -1;
   }

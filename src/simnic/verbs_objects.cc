@@ -69,7 +69,7 @@ int FillPortAttr(Device* dev, uint8_t port, ibv_port_attr* attr, size_t len) {
   a.state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   a.max_mtu = IBV_MTU_4096;
   a.active_mtu = IBV_MTU_4096;
-  a.gid_tbl_len = 1;
+  a.gid_tbl_len = kGidTableLength;
   a.port_cap_flags = 0;
   a.max_msg_sz = kMaxMsgSize;
   a.pkey_tbl_len = 1;
@@ -277,7 +277,7 @@ int(ibv_query_port)(ibv_context* context, uint8_t port, struct _compat_ibv_port_
 }
 
 int ibv_query_gid(ibv_context* context, uint8_t port, int index, ibv_gid* gid) {
-  if (port != 1 || index != 0) {
+  if (port != 1 || index < 0 || uint32_t(index) >= kGidTableLength) {
     errno = EINVAL;
     return -1;
   }

@@ -28,10 +28,10 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.h"
-#include "bx/bemalloc.h"
 #include "bx/buffer.h"
 #include "bx/transport.h"
 #include "commands.h"
+#include "transport/transport_registry.h"
 #include "verbs/verbs.h"
 
 namespace bx::tools {
@@ -298,17 +298,15 @@ json Ratios(const std::vector<MsgResult>& results) {
 }
 
 void RunBenchMsg(const BenchMsgOptions& options) {
-  std::vector<std::string> schemes;
-  if (options.transport == "all") {
-    schemes = {"tcp", "rdma"};  // what bx::Init registers
-  } else {
-    schemes = {options.transport};
-  }
   Status pool = EnsureMemoryPool(options.device);
   if (!pool.ok()) {
     fmt::print(stderr, "bx bench msg: {}\n", pool.ToString());
     throw CLI::RuntimeError(1);
   }
+  // After bx::Init, which registers the transports.
+  std::vector<std::string> schemes = options.transport == "all"
+                                         ? transport::RegisteredTransports()
+                                         : std::vector<std::string>{options.transport};
   const std::vector<size_t>& sizes = options.sizes.empty() ? kDefaultSizes : options.sizes;
   std::vector<MsgResult> results;
   for (const std::string& scheme : schemes) {

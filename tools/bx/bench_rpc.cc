@@ -25,7 +25,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bx/bemalloc.h"
 #include "bx/init.h"
 #include "bx/rpc.h"
 #include "commands.h"

@@ -25,7 +25,6 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "bx/bemalloc.h"
 #include "bx/init.h"
 #include "bx/metrics.h"
 #include "bx/ps/client.h"

@@ -20,7 +20,6 @@
 #include <thread>
 #include <vector>
 
-#include "bx/bemalloc.h"
 #include "bx/init.h"
 #include "bx/metrics.h"
 #include "bx/ps/client.h"
