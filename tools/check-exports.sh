@@ -15,10 +15,10 @@ public=$(grep -rhoE '(class|struct)( \[\[nodiscard\]\])? BX_EXPORT [A-Za-z_]+|^B
 [[ -n $public ]] || { echo "check-exports: no BX_EXPORT declarations under $include/bx" >&2; exit 1; }
 
 symbols=$(nm -D --defined-only -C "$lib" | cut -c20-)
-public_entity='^bx::(rpc::|ps::|bemalloc::|metrics::)?([A-Za-z_]+)'
+public_entity='^bx::(rpc::|ps::|bemalloc::|metrics::|observe::)?([A-Za-z_]+)'
 # A class nested in a public one (Client::Core) is internal unless the headers define it (a
 # forward declaration for a pimpl does not count).
-nested_entity='^bx::(rpc::|ps::|bemalloc::|metrics::)?[A-Z][A-Za-z_]*::([A-Z][A-Za-z_]*)::'
+nested_entity='^bx::(rpc::|ps::|bemalloc::|metrics::|observe::)?[A-Z][A-Za-z_]*::([A-Z][A-Za-z_]*)::'
 std_instance='(^|[ (<])(std|__gnu_cxx)::'
 bad=0
 checked=0

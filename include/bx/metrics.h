@@ -141,6 +141,14 @@ class BX_EXPORT CollectorHandle {
 
 enum class SampleKind { kCounter, kGauge };
 
+// One sample as a scrape reads it: a histogram gives <name>_bucket (with an `le` label), _sum
+// and _count samples, as in the text format.
+struct BX_EXPORT Sample {
+  std::string name;
+  Labels labels;  // sorted by name
+  double value = 0;
+};
+
 class BX_EXPORT Registry {
  public:
   Registry();
@@ -173,6 +181,9 @@ class BX_EXPORT Registry {
   // edge when the bucket below is empty (a set that only grows, so series never vanish), then
   // +Inf, _sum and _count.
   std::string ExposeText() const;
+  // The same samples as ExposeText, for a program that reads its own metrics (in the text's
+  // order). Costs a scrape.
+  std::vector<Sample> Collect() const;
 
  private:
   friend class CollectorHandle;

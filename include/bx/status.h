@@ -84,6 +84,9 @@ inline Status DeadlineExceeded(std::string m) {
 inline Status Internal(std::string m) {
   return {StatusCode::kInternal, std::move(m)};
 }
+inline Status Unimplemented(std::string m) {
+  return {StatusCode::kUnimplemented, std::move(m)};
+}
 
 template <typename T>
 class [[nodiscard]] BX_EXPORT Result {

@@ -38,6 +38,19 @@ struct BX_EXPORT Url {
 // Parses "rdma://10.0.0.1:7000" or "tcp://localhost:0"; port 0 asks Listen for any free port.
 BX_EXPORT Result<Url> ParseUrl(std::string_view url);
 
+// A buffer in the peer's memory that it described to us out of band (a statically allocated
+// tensor, say), as Socket::WriteTo's target. The peer makes one with RemoteBuffer::Of.
+struct BX_EXPORT RemoteBuffer {
+  uint64_t addr = 0;
+  uint32_t rkey = 0;
+  uint64_t length = 0;  // bytes from addr a write may cover
+  // Describes `buffer` (bemalloc memory, e.g. from Buffer::Allocate) for a peer. The rkey is the
+  // registered pool's: it lets the peer write anywhere in this process's bemalloc memory, not
+  // only inside `buffer`, so give it only to peers you trust with that (the transport's own
+  // rendezvous uses per-buffer memory windows instead; RdmaOptions::scoped_remote_writes).
+  static RemoteBuffer Of(const Buffer& buffer);
+};
+
 struct BX_EXPORT SocketHandlers {
   // One call per message, in the order the peer sent them. When empty, messages queue inside the
   // socket for Socket::Receive().
@@ -45,6 +58,9 @@ struct BX_EXPORT SocketHandlers {
   // Exactly once, when the socket ends: OK after Close(), the reason otherwise (peer gone, QP
   // error, malformed frame). Sends still pending then complete with that error first.
   std::function<void(Socket&, const Status&)> on_close;
+  // rdma:// only: once per peer WriteTo into our memory, after every byte of it has landed, with
+  // the tag the peer gave. Ordered with on_message: messages sent before the write arrive first.
+  std::function<void(Socket&, uint16_t tag)> on_remote_write;
 };
 
 // Called on an I/O thread for each accepted socket; returns the handlers for it.
@@ -60,6 +76,14 @@ class BX_EXPORT Socket {
   // Back-pressure: when the socket already holds TransportOptions::max_queued_bytes of unsent
   // messages, `done` runs at once with ResourceExhausted and the message is dropped unsent.
   virtual void Send(Buffer message, SendCallback done = {}) = 0;
+
+  // rdma:// only: writes `message` straight into `target` in the peer's memory (one-sided RDMA
+  // WRITE, no rendezvous exchange), then runs the peer socket's on_remote_write with `tag`.
+  // Ordered with Send on this socket. `done` as for Send; InvalidArgument when the message is
+  // longer than target.length, Unimplemented over tcp://. The peer must keep the target buffer
+  // alive and untouched until its handler runs.
+  virtual void WriteTo(Buffer message, RemoteBuffer target, uint16_t tag,
+                       SendCallback done = {}) = 0;
 
   // Takes the next queued message (sockets without on_message), waiting up to `timeout`.
   // DeadlineExceeded on timeout; the close status once the socket has ended and the queue is empty.

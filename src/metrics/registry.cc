@@ -241,4 +241,10 @@ std::string Registry::ExposeText() const {
   return text;
 }
 
+std::vector<Sample> Registry::Collect() const {
+  // Through the text, so that a program reading its own metrics sees exactly what a scraper
+  // would (names made valid, collectors' duplicates, histogram buckets), at a scrape's cost.
+  return ParseText(ExposeText()).samples;
+}
+
 }  // namespace bx::metrics

@@ -25,11 +25,7 @@ std::string FormatLabels(const Labels& labels, std::string_view le = {});
 std::string EscapeHelp(std::string_view help);  // \\ and \n
 
 // One sample line read back: name, labels (sorted by key) and value.
-struct ParsedSample {
-  std::string name;
-  Labels labels;
-  double value = 0;
-};
+using ParsedSample = Sample;
 struct ParsedText {
   std::map<std::string, std::string> types;  // family name -> counter, gauge, histogram, ...
   std::map<std::string, std::string> help;

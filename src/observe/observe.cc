@@ -1,6 +1,6 @@
 // The exporters of observe.h: each is a registry collector that reads an object's counters at
 // scrape time and writes them under Prometheus names.
-#include "observe/observe.h"
+#include "bx/observe.h"
 
 #include <array>
 #include <map>

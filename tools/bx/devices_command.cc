@@ -1,15 +1,15 @@
-// `bx devices`: what Library::Get() sees, as a table or as JSON.
+// `bx devices`: what bx::ListDevices sees, as a table or as JSON.
 #include <fmt/core.h>
 
 #include <nlohmann/json.hpp>
 
+#include "bx/devices.h"
 #include "commands.h"
-#include "verbs/verbs.h"
 
 namespace bx::tools {
 namespace {
 
-nlohmann::ordered_json ToJson(const verbs::DeviceInfo& device) {
+nlohmann::ordered_json ToJson(const DeviceInfo& device) {
   return {{"name", device.name},
           {"kind", device.kind},
           {"port_state", device.port_state},
@@ -23,12 +23,12 @@ nlohmann::ordered_json ToJson(const verbs::DeviceInfo& device) {
           {"max_mr_size", device.max_mr_size}};
 }
 
-void PrintTable(const verbs::Library& lib, const std::vector<verbs::DeviceInfo>& devices) {
-  fmt::print("backend {} ({})\n", verbs::BackendName(lib.backend()), lib.path());
+void PrintTable(const DeviceList& list) {
+  fmt::print("backend {} ({})\n", list.backend, list.library);
   fmt::print("{:<10} {:<8} {:<12} {:<11} {:<39} {:>8} {:>9} {:>8} {:>9} {:>8} {:>14}\n", "NAME",
              "KIND", "PORT", "LINK", "GID", "MAX_QP", "MAX_QP_WR", "MAX_CQ", "MAX_CQE", "MAX_MR",
              "MAX_MR_SIZE");
-  for (const verbs::DeviceInfo& d : devices) {
+  for (const DeviceInfo& d : list.devices) {
     fmt::print("{:<10} {:<8} {:<12} {:<11} {:<39} {:>8} {:>9} {:>8} {:>9} {:>8} {:>14}\n", d.name,
                d.kind, d.port_state, d.link_layer, d.gid, d.max_qp, d.max_qp_wr, d.max_cq,
                d.max_cqe, d.max_mr, d.max_mr_size);
@@ -36,25 +36,20 @@ void PrintTable(const verbs::Library& lib, const std::vector<verbs::DeviceInfo>&
 }
 
 int RunDevices(bool json) {
-  Result<verbs::Library*> lib = verbs::Library::Get();
-  if (!lib.ok()) {
-    fmt::print(stderr, "bx devices: {}\n", lib.status().ToString());
-    return 1;
-  }
-  Result<std::vector<verbs::DeviceInfo>> devices = verbs::ListDevices(*lib.value());
-  if (!devices.ok()) {
-    fmt::print(stderr, "bx devices: {}\n", devices.status().ToString());
+  Result<DeviceList> list = ListDevices();
+  if (!list.ok()) {
+    fmt::print(stderr, "bx devices: {}\n", list.status().ToString());
     return 1;
   }
   if (!json) {
-    PrintTable(*lib.value(), devices.value());
+    PrintTable(*list);
     return 0;
   }
   nlohmann::ordered_json out;
   out["devices"] = nlohmann::ordered_json::array();
-  for (const verbs::DeviceInfo& device : devices.value()) out["devices"].push_back(ToJson(device));
-  out["backend"] = verbs::BackendName(lib.value()->backend());
-  out["library"] = lib.value()->path();
+  for (const DeviceInfo& device : list->devices) out["devices"].push_back(ToJson(device));
+  out["backend"] = list->backend;
+  out["library"] = list->library;
   fmt::print("{}\n", out.dump(2));
   return 0;
 }

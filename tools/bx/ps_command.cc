@@ -22,10 +22,10 @@
 
 #include "bx/init.h"
 #include "bx/metrics.h"
+#include "bx/observe.h"
 #include "bx/ps/client.h"
 #include "bx/ps/server.h"
 #include "commands.h"
-#include "observe/observe.h"
 
 namespace bx::tools {
 

@@ -90,6 +90,25 @@ TEST(RegistryTest, MapCollectorExportsACounterStructAsItIs) {
   }
 }
 
+TEST(RegistryTest, CollectGivesWhatAScrapeReads) {
+  Registry r;
+  r.GetCounter("bx_test_events_total", "events", {{"b", "2"}, {"a", "1"}}).Increment(3);
+  r.GetHistogram("bx_test_latency_seconds", "latency").Observe(0.5);
+  CollectorHandle handle = r.AddCollector(
+      [](SampleWriter& w) { w.Gauge("bx_test_collected", "from a callback", {}, 42); });
+  std::map<std::string, double> by_name;
+  for (const Sample& s : r.Collect()) {
+    if (s.name == "bx_test_events_total") {
+      EXPECT_EQ(s.labels, (Labels{{"a", "1"}, {"b", "2"}}));
+    }
+    if (s.name != "bx_test_latency_seconds_bucket") by_name[s.name] = s.value;
+  }
+  EXPECT_EQ(by_name, (std::map<std::string, double>{{"bx_test_collected", 42},
+                                                    {"bx_test_events_total", 3},
+                                                    {"bx_test_latency_seconds_count", 1},
+                                                    {"bx_test_latency_seconds_sum", 0.5}}));
+}
+
 TEST(RegistryTest, SeveralCollectorsFeedOneFamily) {
   Registry r;
   auto one = r.AddMapCollector("bx_socket", {{"socket", "1"}}, SampleKind::kCounter, [] {

@@ -15,9 +15,9 @@
 
 #include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
+#include "bx/observe.h"
 #include "metrics/http_request.h"
 #include "metrics/text_format.h"
-#include "observe/observe.h"
 #include "ps/service/ps_service.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/tcp/tcp_transport.h"

@@ -35,22 +35,19 @@ void RdmaSocket::Send(Buffer message, SendCallback done) {
   Submit(std::move(message), std::nullopt, 0, std::move(done));
 }
 
-void RdmaSocket::WriteTo(Buffer message, engine::RemoteBuffer target, uint16_t tag,
-                         SendCallback done) {
-  Submit(std::move(message), target, tag, std::move(done));
-}
-
-void RdmaSocket::SetRemoteWriteHandler(std::function<void(uint16_t)> handler) {
-  // Often called from on_accept, which already runs on the I/O thread.
-  if (io_.InThread()) {
-    remote_write_handler_ = std::move(handler);
-  } else {
-    io_.Run([&] { remote_write_handler_ = std::move(handler); });
+void RdmaSocket::WriteTo(Buffer message, RemoteBuffer target, uint16_t tag, SendCallback done) {
+  if (message.size() > target.length) {
+    if (done)
+      done(InvalidArgument("a write of " + std::to_string(message.size()) +
+                           " bytes does not fit the remote buffer of " +
+                           std::to_string(target.length)));
+    return;
   }
+  Submit(std::move(message), engine::RemoteBuffer{target.addr, target.rkey}, tag, std::move(done));
 }
 
 void RdmaSocket::OnRemoteWrite(uint16_t tag) {
-  if (remote_write_handler_) remote_write_handler_(tag);
+  if (handlers_.on_remote_write) handlers_.on_remote_write(*this, tag);
 }
 
 void RdmaSocket::Submit(Buffer message, std::optional<engine::RemoteBuffer> target, uint16_t tag,

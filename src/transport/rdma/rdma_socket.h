@@ -36,12 +36,7 @@ class RdmaSocket : public Socket, public std::enable_shared_from_this<RdmaSocket
   // The engine's counters (shared with the other sockets on it) plus sockets_on_engine.
   std::map<std::string, uint64_t> counters() const override;
 
-  // rdma:// only: writes `message` into a buffer the peer registered and described out of band
-  // (address and rkey), skipping the rendezvous exchange. The peer socket's remote-write handler
-  // runs with `tag` once every byte has landed; `done` as for Send.
-  void WriteTo(Buffer message, engine::RemoteBuffer target, uint16_t tag, SendCallback done);
-  // Any thread: what runs (on the I/O thread) when the peer's WriteTo into our memory lands.
-  void SetRemoteWriteHandler(std::function<void(uint16_t tag)> handler);
+  void WriteTo(Buffer message, RemoteBuffer target, uint16_t tag, SendCallback done) override;
 
   // I/O thread. `accepted`: the accepting side's sockets are; the connecting side's wait for
   // the peer's answer (OnAccepted).
@@ -69,7 +64,6 @@ class RdmaSocket : public Socket, public std::enable_shared_from_this<RdmaSocket
 
   engine::ChannelId channel_ = 0;
   SocketHandlers handlers_;
-  std::function<void(uint16_t)> remote_write_handler_;
   transport::MessageQueue queue_;
   std::atomic<size_t> queued_bytes_{0};
   bool torn_down_ = false;  // I/O thread

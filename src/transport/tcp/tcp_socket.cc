@@ -59,6 +59,11 @@ Status TcpSocket::Start(SocketHandlers handlers) {
   return status;
 }
 
+void TcpSocket::WriteTo(Buffer message, RemoteBuffer, uint16_t, SendCallback done) {
+  message.Reset();
+  if (done) done(Unimplemented("WriteTo needs rdma://; tcp:// has no one-sided writes"));
+}
+
 void TcpSocket::Send(Buffer message, SendCallback done) {
   auto refuse = [&](const Status& status) {
     message.Reset();

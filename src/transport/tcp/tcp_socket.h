@@ -44,6 +44,8 @@ class TcpSocket final : public Socket,
   void HoldPeerSlot(transport::PeerSlot slot) { peer_slot_ = std::move(slot); }
 
   void Send(Buffer message, SendCallback done) override;
+  // Unimplemented: the kernel stack has no one-sided writes.
+  void WriteTo(Buffer message, RemoteBuffer target, uint16_t tag, SendCallback done) override;
   Result<Buffer> Receive(std::chrono::milliseconds timeout) override;
   void Close() override;
   Status status() const override;

@@ -9,11 +9,11 @@
 
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "bx/bemalloc.h"
 #include "transport/rdma/bootstrap.h"
-#include "transport/rdma/rdma_socket.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/tests/transports_under_test.h"
 
@@ -165,18 +165,24 @@ TEST(RdmaBootstrapTest, ListenerDropsGarbageAndKeepsServing) {
   EXPECT_EQ(accepted.load(), 1);
 }
 
-TEST(RdmaSocketTest, WriteToAKnownBufferSkipsTheRendezvous) {
+TEST(RdmaSocketTest, WriteToAKnownBufferSkipsTheRendezvousAndFollowsEarlierSends) {
   auto server = MakeRdma();
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<uint16_t> tags;
-  auto listener = server->Listen("rdma://127.0.0.1:0", [&](const std::shared_ptr<Socket>& s) {
-    static_cast<RdmaSocket&>(*s).SetRemoteWriteHandler([&](uint16_t tag) {
+  std::vector<std::string> events;  // what the server saw, in order
+  auto listener = server->Listen("rdma://127.0.0.1:0", [&](const std::shared_ptr<Socket>&) {
+    SocketHandlers handlers;
+    handlers.on_message = [&](Socket&, Buffer message) {
       std::lock_guard lock(mu);
-      tags.push_back(tag);
+      events.push_back("message " + std::to_string(message.size()));
       cv.notify_all();
-    });
-    return SocketHandlers{};
+    };
+    handlers.on_remote_write = [&](Socket&, uint16_t tag) {
+      std::lock_guard lock(mu);
+      events.push_back("write " + std::to_string(tag));
+      cv.notify_all();
+    };
+    return handlers;
   });
   ASSERT_TRUE(listener.ok());
   // The server's "tensor", whose address and rkey the client learnt out of band.
@@ -185,18 +191,58 @@ TEST(RdmaSocketTest, WriteToAKnownBufferSkipsTheRendezvous) {
   auto client = MakeRdma();
   auto socket = client->Connect((*listener)->url(), {}, 5000ms);
   ASSERT_TRUE(socket.ok());
-  auto& rdma = static_cast<RdmaSocket&>(**socket);
-  std::atomic<bool> sent{false};
-  rdma.WriteTo(transport::testing::PatternMessage(256 << 10, 9),
-               {reinterpret_cast<uint64_t>(tensor.data()), tensor.rkey()}, 7,
-               [&](const Status& s) { sent = s.ok(); });
+  // A rendezvous-sized message first: the write must not overtake it.
+  (*socket)->Send(transport::testing::PatternMessage(100 << 10, 3));
+  std::optional<Status> sent;  // guarded by mu; the sender may hear after the receiver
+  (*socket)->WriteTo(transport::testing::PatternMessage(256 << 10, 9), RemoteBuffer::Of(tensor), 7,
+                     [&](const Status& s) {
+                       std::lock_guard lock(mu);
+                       sent = s;
+                       cv.notify_all();
+                     });
   std::unique_lock lock(mu);
-  ASSERT_TRUE(cv.wait_for(lock, 5s, [&] { return !tags.empty(); }));
-  EXPECT_EQ(tags[0], 7);
+  ASSERT_TRUE(cv.wait_for(lock, 5s, [&] { return events.size() == 2 && sent; }));
+  EXPECT_EQ(events, (std::vector<std::string>{"message 102400", "write 7"}));
   EXPECT_TRUE(transport::testing::HasPattern(tensor, 256 << 10, 9));
-  auto counters = rdma.counters();
-  EXPECT_EQ(counters["rendezvous_exchanges"], 0u);
+  EXPECT_TRUE(sent->ok()) << sent->ToString();
+  auto counters = (*socket)->counters();
+  EXPECT_EQ(counters["rendezvous_exchanges"], 1u);  // the message's, none for the write
   EXPECT_EQ(counters["remote_writes"], 1u);
+}
+
+TEST(RdmaSocketTest, WriteToRefusesAMessageLongerThanTheTarget) {
+  auto server = MakeRdma();
+  auto listener = server->Listen("rdma://127.0.0.1:0",
+                                 [&](const std::shared_ptr<Socket>&) { return SocketHandlers{}; });
+  ASSERT_TRUE(listener.ok());
+  Buffer tensor = std::move(Buffer::Allocate(4096)).value();
+  auto client = MakeRdma();
+  auto socket = client->Connect((*listener)->url(), {}, 5000ms);
+  ASSERT_TRUE(socket.ok());
+  Status result = Internal("not called");
+  (*socket)->WriteTo(transport::testing::PatternMessage(4097, 1), RemoteBuffer::Of(tensor), 1,
+                     [&](const Status& s) { result = s; });
+  EXPECT_EQ(result.code(), StatusCode::kInvalidArgument) << result.ToString();
+  EXPECT_EQ((*socket)->counters()["remote_writes"], 0u);
+  EXPECT_TRUE((*socket)->status().ok());  // a refused write does not end the socket
+}
+
+TEST(TcpSocketTest, WriteToIsUnimplemented) {
+  auto server = transport::testing::FindTransport("tcp").create({});
+  ASSERT_TRUE(server.ok());
+  auto listener = (*server)->Listen(
+      "tcp://127.0.0.1:0", [&](const std::shared_ptr<Socket>&) { return SocketHandlers{}; });
+  ASSERT_TRUE(listener.ok());
+  auto client = transport::testing::FindTransport("tcp").create({});
+  ASSERT_TRUE(client.ok());
+  auto socket = (*client)->Connect((*listener)->url(), {}, 5000ms);
+  ASSERT_TRUE(socket.ok());
+  Buffer tensor = std::move(Buffer::Allocate(4096)).value();
+  Status result = Internal("not called");
+  (*socket)->WriteTo(transport::testing::PatternMessage(64, 1), RemoteBuffer::Of(tensor), 1,
+                     [&](const Status& s) { result = s; });
+  EXPECT_EQ(result.code(), StatusCode::kUnimplemented) << result.ToString();
+  EXPECT_TRUE((*socket)->status().ok());
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 // scraped, and returns the handle that keeps it registered. The metric names are listed in
 // docs/HARDENING.md ("Metrics").
 //
-// This library sits above transport, rpc and ps and nothing but tools depends on it.
+// Part of libbexpress; in the source tree it is the bx_observe layer (src/observe/), above
+// transport, rpc and ps.
 //
 // Lifetime: the exported object must outlive the handle; destroy (or Reset) the handle first.
 // Destroying a handle waits for a scrape that is running its collector.
@@ -27,6 +28,7 @@
 #include <memory>
 #include <vector>
 
+#include "bx/export.h"
 #include "bx/metrics.h"
 #include "bx/rpc.h"
 #include "bx/status.h"
@@ -49,37 +51,37 @@ using metrics::Registry;
 // among this transport's live engines to that peer and side); and bx_rdma_engines,
 // bx_rdma_io_threads, bx_rdma_thread_domains, bx_rdma_parent_domains gauges. An engine's series
 // exist while it does. InvalidArgument when `transport` is not rdma://.
-Result<CollectorHandle> ExportRdmaTransport(Transport& transport, Labels labels = {},
-                                            Registry& registry = Registry::Default());
+BX_EXPORT Result<CollectorHandle> ExportRdmaTransport(Transport& transport, Labels labels = {},
+                                                      Registry& registry = Registry::Default());
 
 // One socket of either transport: Socket::counters() as bx_socket_<counter>_total with a peer
 // label (for the few sockets an operator cares about; the engines already count rdma traffic).
-CollectorHandle ExportSocket(Socket& socket, Labels labels = {},
-                             Registry& registry = Registry::Default());
+BX_EXPORT CollectorHandle ExportSocket(Socket& socket, Labels labels = {},
+                                       Registry& registry = Registry::Default());
 
 // An RPC client: calls, outcomes by status code, attempts, retries, fallbacks, replica state
 // changes, connections, heartbeats, per-replica state and load, and call latency per method.
-CollectorHandle ExportRpcClient(const rpc::Client& client, Labels labels = {},
-                                Registry& registry = Registry::Default());
+BX_EXPORT CollectorHandle ExportRpcClient(const rpc::Client& client, Labels labels = {},
+                                          Registry& registry = Registry::Default());
 
 // An RPC server: requests, executions, drops, unknown methods, heartbeats, connections and
 // handler latency per method.
-CollectorHandle ExportRpcServer(const rpc::Server& server, Labels labels = {},
-                                Registry& registry = Registry::Default());
+BX_EXPORT CollectorHandle ExportRpcServer(const rpc::Server& server, Labels labels = {},
+                                          Registry& registry = Registry::Default());
 
 // A parameter-server replica: bx_ps_server_* counters, its replica's role, epoch, lsn and live
 // backups, and the bx_rpc_server_* metrics of the rpc::Server inside it.
-CollectorHandle ExportPsServer(ps::PsServer& server, Labels labels = {},
-                               Registry& registry = Registry::Default());
+BX_EXPORT CollectorHandle ExportPsServer(ps::PsServer& server, Labels labels = {},
+                                         Registry& registry = Registry::Default());
 
 // A parameter-server client: bx_ps_client_push_failovers_total and the bx_rpc_client_* metrics
 // summed over its rpc::Clients (without the per-replica series, which would repeat a replica
 // once per client that knows it).
-CollectorHandle ExportPsClient(const ps::PsClient& client, Labels labels = {},
-                               Registry& registry = Registry::Default());
+BX_EXPORT CollectorHandle ExportPsClient(const ps::PsClient& client, Labels labels = {},
+                                         Registry& registry = Registry::Default());
 
 // Several handles kept together (what a command exports); destroying it unregisters them all.
-class Exports {
+class BX_EXPORT Exports {
  public:
   void Add(CollectorHandle handle) { handles_.push_back(std::move(handle)); }
   // Keeps the handle or returns the error.
