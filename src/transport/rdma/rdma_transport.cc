@@ -12,6 +12,7 @@
 
 #include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
+#include "transport/rdma/handshake_pool.h"
 #include "transport/rdma/rdma_transport_impl.h"
 #include "transport/socket_util.h"
 #include "transport/transport_registry.h"
@@ -21,9 +22,13 @@ namespace bx::rdma {
 namespace {
 
 constexpr int kListenBacklog = 4096;
-// An accepted connection must finish its handshake within this; a silent client cannot hold the
-// acceptor longer.
+// An accepted connection must finish its handshake within this; a silent client cannot hold its
+// handshake thread longer.
 constexpr std::chrono::milliseconds kAcceptHandshakeTimeout{5000};
+// Handshakes in progress at once, per remote address and in total (HandshakePool). A client
+// opens one bootstrap connection per engine, so 16 is far above what a legitimate host needs
+// at one moment; idle connections from one address cannot take every slot.
+constexpr HandshakePool::Limits kHandshakeLimits{16, 256};
 // How often the acceptor looks at its stop flag.
 constexpr int kAcceptPollMs = 100;
 // Inline capacity asked of the QP: rendezvous control payloads (16 bytes) go inline.
@@ -62,15 +67,17 @@ void SetBlocking(int fd) {
 
 }  // namespace
 
-// Accepts bootstrap connections on its own thread and runs their handshakes there, so a slow
-// handshake never stalls an I/O thread.
+// Accepts bootstrap connections on its own thread and runs each handshake on a thread of its
+// own (HandshakePool), so a slow or silent client stalls neither an I/O thread, nor the accept
+// loop, nor another client's handshake.
 class RdmaListener : public Listener {
  public:
   RdmaListener(RdmaTransportImpl& transport, transport::ListeningSocket socket,
                AcceptHandler on_accept)
       : transport_(transport),
         socket_(std::move(socket)),
-        accept_(std::make_shared<AcceptState>()) {
+        accept_(std::make_shared<AcceptState>()),
+        handshakes_(kHandshakeLimits) {
     accept_->on_accept = std::move(on_accept);
     thread_ = std::thread([this] { AcceptLoop(); });
   }
@@ -82,6 +89,7 @@ class RdmaListener : public Listener {
     if (stop_.exchange(true)) return;
     accept_->closed = true;  // channels opened on existing engines are refused from now on
     if (thread_.joinable()) thread_.join();
+    handshakes_.Close();  // aborts handshakes in progress
     ::close(socket_.fd);
     std::lock_guard lock(transport_.mu_);
     std::erase(transport_.listeners_, this);
@@ -100,17 +108,28 @@ class RdmaListener : public Listener {
       std::string peer =
           transport::FormatAddress("rdma", reinterpret_cast<sockaddr*>(&address), length);
       std::string host = transport::FormatHost(reinterpret_cast<sockaddr*>(&address), length);
-      Admit(fd, peer, host);
+      bool started =
+          handshakes_.Start(fd, host, [this, peer, host](int fd) { Admit(fd, peer, host); });
+      if (!started) {
+        transport_.peers_refused_.fetch_add(1, std::memory_order_relaxed);
+        std::fprintf(stderr, "bx rdma: refused %s: too many handshakes in progress\n",
+                     peer.c_str());
+        ::close(fd);
+      }
     }
   }
 
-  // Everything up to Establish runs before anything is allocated for the peer: its Hello, the
-  // authentication (bootstrap_auth.h) and the per-address limit. A refused peer gets a Refusal
-  // saying why and sees the connection close.
+  // On the connection's handshake thread. Everything up to Establish runs before anything is
+  // allocated for the peer: its Hello, the authentication (bootstrap_auth.h) and the
+  // per-address limit. A refused peer gets a Refusal saying why and sees the connection close.
   void Admit(int fd, const std::string& peer, const std::string& host) {
     const TransportOptions& options = transport_.options();
     auto deadline = std::chrono::steady_clock::now() + kAcceptHandshakeTimeout;
     auto refused = [&](const Status& why) {
+      if (stop_.load()) {  // Close shut the handshake down: not the peer's doing
+        ::close(fd);
+        return;
+      }
       transport_.peers_refused_.fetch_add(1, std::memory_order_relaxed);
       std::fprintf(stderr, "bx rdma: refused %s: %s\n", peer.c_str(), why.ToString().c_str());
       ::close(fd);
@@ -139,6 +158,7 @@ class RdmaListener : public Listener {
   RdmaTransportImpl& transport_;
   transport::ListeningSocket socket_;
   std::shared_ptr<AcceptState> accept_;
+  HandshakePool handshakes_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

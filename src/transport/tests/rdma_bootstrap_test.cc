@@ -165,6 +165,67 @@ TEST(RdmaBootstrapTest, ListenerDropsGarbageAndKeepsServing) {
   EXPECT_EQ(accepted.load(), 1);
 }
 
+// A TCP connection from `source` (a loopback address) to `port` that sends nothing.
+int SilentConnection(const char* source, uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &from.sin_addr);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0) << strerror(errno);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(port);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0) << strerror(errno);
+  return fd;
+}
+
+uint64_t PeersRefused(Transport& transport) {
+  auto info = GetRdmaTransportInfo(transport);
+  EXPECT_TRUE(info.ok());
+  return info.ok() ? info->peers_refused : 0;
+}
+
+// Issue 19: silent sockets used to stall every connect behind them, 5 s each, since the
+// acceptor ran handshakes one at a time. Now each handshake has its own thread, at most 16 per
+// remote address: the rest are closed at once, and a client from elsewhere gets straight in.
+TEST(RdmaBootstrapTest, SilentClientsStallNeitherTheAcceptorNorOtherClients) {
+  auto server = MakeRdma();
+  std::atomic<int> accepted{0};
+  auto listener = server->Listen("rdma://127.0.0.1:0", [&](const std::shared_ptr<Socket>&) {
+    accepted.fetch_add(1);
+    return SocketHandlers{};
+  });
+  ASSERT_TRUE(listener.ok());
+  auto url = ParseUrl((*listener)->url());
+  ASSERT_TRUE(url.ok());
+  std::vector<int> silent;
+  for (int i = 0; i < 20; ++i) silent.push_back(SilentConnection("127.0.0.2", url->port));
+  // The four beyond the per-address bound are refused at once, long before the 5 s handshake
+  // limit could refuse any of the others.
+  for (int i = 0; i < 2000 && PeersRefused(*server) < 4; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(PeersRefused(*server), 4u);
+  // Well inside the 5 s a single silent client used to hold the acceptor for.
+  auto client = MakeRdma();
+  auto started = std::chrono::steady_clock::now();
+  auto socket = client->Connect((*listener)->url(), {}, 4000ms);
+  ASSERT_TRUE(socket.ok()) << socket.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 4000ms);
+  // Closing the listener aborts the 16 handshakes in progress instead of waiting them out.
+  started = std::chrono::steady_clock::now();
+  (*listener)->Close();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 2500ms);
+  int closed = 0;
+  for (int fd : silent) {
+    pollfd p{fd, POLLIN, 0};
+    char c;
+    if (poll(&p, 1, 0) == 1 && recv(fd, &c, 1, MSG_DONTWAIT) <= 0) ++closed;
+    close(fd);
+  }
+  EXPECT_EQ(closed, 20) << "every silent connection was closed by the server";
+  EXPECT_EQ(accepted.load(), 1);
+}
+
 TEST(RdmaSocketTest, WriteToAKnownBufferSkipsTheRendezvousAndFollowsEarlierSends) {
   auto server = MakeRdma();
   std::mutex mu;
