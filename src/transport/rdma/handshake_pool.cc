@@ -4,37 +4,73 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <system_error>
+
 namespace bx::rdma {
 
-bool HandshakePool::Start(int fd, const std::string& host, std::function<void(int)> handshake) {
-  std::map<uint64_t, std::unique_ptr<Handshake>> finished;  // joined after the lock is released
+HandshakePool::Running::~Running() {
+  if (thread.joinable()) thread.join();  // never with mu_ held: the thread's last step takes it
+}
+
+bool HandshakePool::Start(int fd, const std::string& host, Handshake handshake) {
+  Map finished;  // joined once the lock is released (declared before it, destroyed after)
   std::lock_guard lock(mu_);
   ReapLocked(finished);
-  auto count = per_host_.find(host);
-  if (closed_ || handshakes_.size() >= limits_.total ||
-      (count != per_host_.end() && count->second >= limits_.per_host))
-    return false;
-  int wake_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (wake_fd < 0) return false;  // out of descriptors: refuse like any other overload
-  ++per_host_[host];
-  auto h = std::make_unique<Handshake>();
-  h->wake_fd = wake_fd;
+  if (closed_) return false;
+  // Make room: the address's own oldest first, then the oldest of all.
+  if (auto it = per_host_.find(host); it != per_host_.end() && it->second >= limits_.per_host) {
+    for (auto& [id, h] : handshakes_) {
+      if (!h->done && !h->evicted && h->host == host) {
+        EvictLocked(*h);
+        break;
+      }
+    }
+  }
+  if (live_ >= limits_.total) {
+    for (auto& [id, h] : handshakes_) {
+      if (!h->done && !h->evicted) {
+        EvictLocked(*h);
+        break;
+      }
+    }
+  }
+  auto h = std::make_unique<Running>();
+  h->wake_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (h->wake_fd < 0) return false;  // out of descriptors
   h->host = host;
-  Handshake* raw = h.get();
-  handshakes_[next_id_++] = std::move(h);
-  raw->thread = std::thread([this, raw, fd, handshake = std::move(handshake)] {
-    handshake(fd);
-    std::lock_guard lock(mu_);
-    raw->done = true;
+  Running* raw = h.get();
+  try {
+    raw->thread = std::thread([this, raw, fd, handshake = std::move(handshake)] {
+      handshake(fd, raw->evicted);
+      std::lock_guard lock(mu_);
+      raw->done = true;
+      ::close(raw->wake_fd);
+      if (!raw->evicted) {
+        --live_;
+        if (--per_host_[raw->host] == 0) per_host_.erase(raw->host);
+      }
+    });
+  } catch (const std::system_error&) {  // out of threads
     ::close(raw->wake_fd);
-    if (--per_host_[raw->host] == 0) per_host_.erase(raw->host);
-  });
+    return false;
+  }
+  ++live_;
+  ++per_host_[host];
+  handshakes_[next_id_++] = std::move(h);
   return true;
 }
 
+void HandshakePool::EvictLocked(Running& victim) {
+  victim.evicted = true;
+  ::shutdown(victim.wake_fd, SHUT_RDWR);
+  ++evictions_;
+  --live_;
+  if (--per_host_[victim.host] == 0) per_host_.erase(victim.host);
+}
+
 // Moves finished handshakes into `finished`, whose threads the caller joins once mu_ is released
-// (destroying a Handshake joins it): a finished thread may still be returning from its lock.
-void HandshakePool::ReapLocked(std::map<uint64_t, std::unique_ptr<Handshake>>& finished) {
+// (destroying a Running joins it): a finished thread may still be returning from its lock.
+void HandshakePool::ReapLocked(Map& finished) {
   for (auto it = handshakes_.begin(); it != handshakes_.end();) {
     if (it->second->done) {
       finished.insert(handshakes_.extract(it++));
@@ -46,18 +82,26 @@ void HandshakePool::ReapLocked(std::map<uint64_t, std::unique_ptr<Handshake>>& f
 
 size_t HandshakePool::running() const {
   std::lock_guard lock(mu_);
-  size_t n = 0;
-  for (const auto& [id, h] : handshakes_) n += h->done ? 0 : 1;
-  return n;
+  return live_;
+}
+
+uint64_t HandshakePool::evictions() const {
+  std::lock_guard lock(mu_);
+  return evictions_;
 }
 
 void HandshakePool::Close() {
-  std::map<uint64_t, std::unique_ptr<Handshake>> all;
+  Map all;
   {
     std::lock_guard lock(mu_);
     closed_ = true;
-    for (const auto& [id, h] : handshakes_)
-      if (!h->done) ::shutdown(h->wake_fd, SHUT_RDWR);
+    for (auto& [id, h] : handshakes_) {
+      if (h->done) continue;
+      h->evicted = true;  // not the peer's doing; the thread no longer counts itself
+      ::shutdown(h->wake_fd, SHUT_RDWR);
+    }
+    live_ = 0;
+    per_host_.clear();
     all.swap(handshakes_);
   }
   all.clear();  // joins

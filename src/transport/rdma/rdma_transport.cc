@@ -13,6 +13,7 @@
 #include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
 #include "transport/rdma/handshake_pool.h"
+#include "transport/rdma/pending_hellos.h"
 #include "transport/rdma/rdma_transport_impl.h"
 #include "transport/socket_util.h"
 #include "transport/transport_registry.h"
@@ -22,15 +23,21 @@ namespace bx::rdma {
 namespace {
 
 constexpr int kListenBacklog = 4096;
-// An accepted connection must finish its handshake within this; a silent client cannot hold its
-// handshake thread longer.
+// An accepted connection waits for its Hello in the accept loop (PendingHellos: no thread; 2 s,
+// since a connecting peer sends it at once), then has 5 s for the rest of its handshake on a
+// thread of its own (HandshakePool). Beyond either's bounds per remote address and in total,
+// the oldest is evicted. A client opens one bootstrap connection per engine, so the per-address
+// bounds are far above what a legitimate host has in flight at one moment.
+constexpr PendingHellos::Limits kHelloLimits{64, 4096, std::chrono::milliseconds{2000}};
 constexpr std::chrono::milliseconds kAcceptHandshakeTimeout{5000};
-// Handshakes in progress at once, per remote address and in total (HandshakePool). A client
-// opens one bootstrap connection per engine, so 16 is far above what a legitimate host needs
-// at one moment; idle connections from one address cannot take every slot.
 constexpr HandshakePool::Limits kHandshakeLimits{16, 256};
+// At most one refusal line per this on stderr, then how many were left unsaid: a flood of
+// hostile connections must not become a flood of log lines.
+constexpr std::chrono::seconds kRefusalLogInterval{1};
 // How often the acceptor looks at its stop flag.
 constexpr int kAcceptPollMs = 100;
+// How long the acceptor waits when accept fails for want of descriptors and none can be freed.
+constexpr std::chrono::milliseconds kNoDescriptorBackoff{10};
 // Inline capacity asked of the QP: rendezvous control payloads (16 bytes) go inline.
 constexpr uint32_t kInlineBytes = 64;
 
@@ -77,6 +84,7 @@ class RdmaListener : public Listener {
       : transport_(transport),
         socket_(std::move(socket)),
         accept_(std::make_shared<AcceptState>()),
+        hellos_(kHelloLimits),
         handshakes_(kHandshakeLimits) {
     accept_->on_accept = std::move(on_accept);
     thread_ = std::thread([this] { AcceptLoop(); });
@@ -97,47 +105,93 @@ class RdmaListener : public Listener {
 
  private:
   void AcceptLoop() {
+    std::vector<pollfd> fds;
+    std::vector<PendingHellos::Arrived> arrived;
+    std::vector<PendingHellos::Dropped> dropped;
     while (!stop_.load()) {
-      pollfd p{socket_.fd, POLLIN, 0};
-      if (poll(&p, 1, kAcceptPollMs) <= 0) continue;
-      sockaddr_storage address{};
-      socklen_t length = sizeof(address);
-      int fd = accept4(socket_.fd, reinterpret_cast<sockaddr*>(&address), &length, SOCK_CLOEXEC);
-      if (fd < 0) continue;
-      (void)transport::SetNoDelay(fd);
-      std::string peer =
-          transport::FormatAddress("rdma", reinterpret_cast<sockaddr*>(&address), length);
-      std::string host = transport::FormatHost(reinterpret_cast<sockaddr*>(&address), length);
-      bool started =
-          handshakes_.Start(fd, host, [this, peer, host](int fd) { Admit(fd, peer, host); });
-      if (!started) {
-        transport_.peers_refused_.fetch_add(1, std::memory_order_relaxed);
-        std::fprintf(stderr, "bx rdma: refused %s: too many handshakes in progress\n",
-                     peer.c_str());
-        ::close(fd);
-      }
+      fds.assign(1, pollfd{socket_.fd, POLLIN, 0});
+      hellos_.AppendPollFds(fds);
+      int wait = hellos_.MillisecondsToNextDeadline();
+      wait = wait < 0 ? kAcceptPollMs : std::min(wait, kAcceptPollMs);
+      if (poll(fds.data(), fds.size(), wait) < 0) continue;
+      hellos_.Service(fds, 1, arrived, dropped);
+      if ((fds[0].revents & POLLIN) != 0) AcceptOne(dropped);
+      for (const PendingHellos::Dropped& d : dropped) Refused(d.peer, d.why);
+      for (PendingHellos::Arrived& a : arrived) StartHandshake(std::move(a));
+      arrived.clear();
+      dropped.clear();
     }
+    hellos_.CloseAll();  // the listener closed: not the peers' doing
+  }
+
+  void AcceptOne(std::vector<PendingHellos::Dropped>& dropped) {
+    sockaddr_storage address{};
+    socklen_t length = sizeof(address);
+    int fd = accept4(socket_.fd, reinterpret_cast<sockaddr*>(&address), &length,
+                     SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      // Out of descriptors: free one held by the oldest silent connection, or wait a moment
+      // rather than spin on a listening socket that stays readable.
+      if (errno == EMFILE || errno == ENFILE) {
+        if (!hellos_.EvictOldest(dropped)) std::this_thread::sleep_for(kNoDescriptorBackoff);
+      }
+      return;
+    }
+    (void)transport::SetNoDelay(fd);
+    std::string peer =
+        transport::FormatAddress("rdma", reinterpret_cast<sockaddr*>(&address), length);
+    std::string host = transport::FormatHost(reinterpret_cast<sockaddr*>(&address), length);
+    hellos_.Add(fd, std::move(peer), std::move(host), dropped);
+  }
+
+  void StartHandshake(PendingHellos::Arrived arrived) {
+    const int fd = arrived.fd;
+    const std::string host = arrived.host;
+    std::string peer = arrived.peer;
+    bool started = handshakes_.Start(
+        fd, host, [this, arrived = std::move(arrived)](int fd, const std::atomic<bool>& evicted) {
+          Admit(fd, arrived, evicted);
+        });
+    if (!started) {  // out of threads or descriptors
+      ::close(fd);
+      Refused(peer, ResourceExhausted("no thread or descriptor for its handshake"));
+    }
+  }
+
+  // Counts a refused peer and says so on stderr, at most once per kRefusalLogInterval.
+  void Refused(const std::string& peer, const Status& why) {
+    transport_.peers_refused_.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard lock(log_mu_);
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_log_ < kRefusalLogInterval) {
+      ++unlogged_;
+      return;
+    }
+    std::string more =
+        unlogged_ == 0 ? "" : " (and " + std::to_string(unlogged_) + " more refused since)";
+    std::fprintf(stderr, "bx rdma: refused %s: %s%s\n", peer.c_str(), why.ToString().c_str(),
+                 more.c_str());
+    last_log_ = now;
+    unlogged_ = 0;
   }
 
   // On the connection's handshake thread. Everything up to Establish runs before anything is
   // allocated for the peer: its Hello, the authentication (bootstrap_auth.h) and the
   // per-address limit. A refused peer gets a Refusal saying why and sees the connection close.
-  void Admit(int fd, const std::string& peer, const std::string& host) {
+  void Admit(int fd, const PendingHellos::Arrived& arrived, const std::atomic<bool>& evicted) {
+    const std::string& peer = arrived.peer;
+    const std::string& host = arrived.host;
     const TransportOptions& options = transport_.options();
     auto deadline = std::chrono::steady_clock::now() + kAcceptHandshakeTimeout;
     auto refused = [&](const Status& why) {
-      if (stop_.load()) {  // Close shut the handshake down: not the peer's doing
-        ::close(fd);
-        return;
-      }
-      transport_.peers_refused_.fetch_add(1, std::memory_order_relaxed);
-      std::fprintf(stderr, "bx rdma: refused %s: %s\n", peer.c_str(), why.ToString().c_str());
       ::close(fd);
+      if (stop_.load()) return;  // the listener closed: not the peer's doing
+      Refused(peer, evicted ? ResourceExhausted("evicted to make room for newer handshakes") : why);
     };
-    uint8_t raw[kRecordBytes];
-    Result<Hello> hello = ReceiveHello(fd, kAcceptHandshakeTimeout, raw);
+    Result<Hello> hello = DecodeHello(arrived.raw.data());
     if (!hello.ok()) return refused(hello.status());
-    auto auth = AuthenticateConnectingPeer(fd, *hello, raw, options.auth_secret, deadline);
+    auto auth =
+        AuthenticateConnectingPeer(fd, *hello, arrived.raw.data(), options.auth_secret, deadline);
     if (!auth.ok()) return refused(auth.status());
     std::optional<transport::PeerSlot> slot = transport_.limiter_.TryAcquire(host);
     if (!slot) {
@@ -149,7 +203,7 @@ class RdmaListener : public Listener {
     auto connection =
         transport_.Establish(fd, peer, &*hello, accept_, kAcceptHandshakeTimeout,
                              auth->has_value() ? &**auth : nullptr, std::move(slot).value());
-    if (!connection.ok()) {
+    if (!connection.ok() && !stop_.load()) {
       std::fprintf(stderr, "bx rdma: handshake with %s failed: %s\n", peer.c_str(),
                    connection.status().ToString().c_str());
     }
@@ -158,8 +212,12 @@ class RdmaListener : public Listener {
   RdmaTransportImpl& transport_;
   transport::ListeningSocket socket_;
   std::shared_ptr<AcceptState> accept_;
+  PendingHellos hellos_;  // the accept thread's
   HandshakePool handshakes_;
   std::atomic<bool> stop_{false};
+  std::mutex log_mu_;
+  std::chrono::steady_clock::time_point last_log_;  // guarded by log_mu_
+  uint64_t unlogged_ = 0;                           // guarded by log_mu_
   std::thread thread_;
 };
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -180,6 +181,15 @@ int SilentConnection(const char* source, uint16_t port) {
   return fd;
 }
 
+void RaiseDescriptorLimit(rlim_t wanted) {
+  rlimit limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  if (limit.rlim_cur >= wanted) return;
+  limit.rlim_cur = std::min(wanted, limit.rlim_max);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &limit), 0);
+  ASSERT_GE(limit.rlim_cur, wanted) << "the hard descriptor limit is too low for this test";
+}
+
 uint64_t PeersRefused(Transport& transport) {
   auto info = GetRdmaTransportInfo(transport);
   EXPECT_TRUE(info.ok());
@@ -187,8 +197,9 @@ uint64_t PeersRefused(Transport& transport) {
 }
 
 // Issue 19: silent sockets used to stall every connect behind them, 5 s each, since the
-// acceptor ran handshakes one at a time. Now each handshake has its own thread, at most 16 per
-// remote address: the rest are closed at once, and a client from elsewhere gets straight in.
+// acceptor ran handshakes one at a time. Now the acceptor waits for Hellos without blocking, at
+// most 64 per remote address (a 65th evicts that address's oldest), and a client from
+// elsewhere gets straight in.
 TEST(RdmaBootstrapTest, SilentClientsStallNeitherTheAcceptorNorOtherClients) {
   auto server = MakeRdma();
   std::atomic<int> accepted{0};
@@ -200,18 +211,18 @@ TEST(RdmaBootstrapTest, SilentClientsStallNeitherTheAcceptorNorOtherClients) {
   auto url = ParseUrl((*listener)->url());
   ASSERT_TRUE(url.ok());
   std::vector<int> silent;
-  for (int i = 0; i < 20; ++i) silent.push_back(SilentConnection("127.0.0.2", url->port));
-  // The four beyond the per-address bound are refused at once, long before the 5 s handshake
-  // limit could refuse any of the others.
-  for (int i = 0; i < 2000 && PeersRefused(*server) < 4; ++i) std::this_thread::sleep_for(1ms);
-  EXPECT_EQ(PeersRefused(*server), 4u);
+  for (int i = 0; i < 70; ++i) silent.push_back(SilentConnection("127.0.0.2", url->port));
+  // The six oldest are evicted at once, long before the 2 s Hello limit could refuse any of
+  // the others.
+  for (int i = 0; i < 2000 && PeersRefused(*server) < 6; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(PeersRefused(*server), 6u);
   // Well inside the 5 s a single silent client used to hold the acceptor for.
   auto client = MakeRdma();
   auto started = std::chrono::steady_clock::now();
   auto socket = client->Connect((*listener)->url(), {}, 4000ms);
   ASSERT_TRUE(socket.ok()) << socket.status().ToString();
   EXPECT_LT(std::chrono::steady_clock::now() - started, 4000ms);
-  // Closing the listener aborts the 16 handshakes in progress instead of waiting them out.
+  // Closing the listener drops the 64 waiting for a Hello instead of waiting them out.
   started = std::chrono::steady_clock::now();
   (*listener)->Close();
   EXPECT_LT(std::chrono::steady_clock::now() - started, 2500ms);
@@ -222,8 +233,51 @@ TEST(RdmaBootstrapTest, SilentClientsStallNeitherTheAcceptorNorOtherClients) {
     if (poll(&p, 1, 0) == 1 && recv(fd, &c, 1, MSG_DONTWAIT) <= 0) ++closed;
     close(fd);
   }
-  EXPECT_EQ(closed, 20) << "every silent connection was closed by the server";
+  EXPECT_EQ(closed, 70) << "every silent connection was closed by the server";
   EXPECT_EQ(accepted.load(), 1);
+}
+
+// 500 silent and 100 slow connections from 50 addresses, held while legitimate clients connect:
+// they cost the listener a descriptor each and no thread, and the clients (whose Hello arrives
+// at once) get in well inside their connect deadline.
+TEST(RdmaBootstrapTest, SilentAndSlowClientsStallNeitherTheAcceptorNorOtherClients) {
+  RaiseDescriptorLimit(4096);
+  auto server = MakeRdma();
+  std::atomic<int> accepted{0};
+  auto listener = server->Listen("rdma://127.0.0.1:0", [&](const std::shared_ptr<Socket>&) {
+    accepted.fetch_add(1);
+    return SocketHandlers{};
+  });
+  ASSERT_TRUE(listener.ok());
+  auto url = ParseUrl((*listener)->url());
+  ASSERT_TRUE(url.ok());
+  // 500 silent connections from 50 addresses and 100 that send half a Hello and stop.
+  std::vector<int> attackers;
+  for (int i = 0; i < 600; ++i) {
+    std::string source = "127.0.1." + std::to_string(1 + i % 50);
+    int fd = SilentConnection(source.c_str(), url->port);
+    if (i >= 500) {
+      uint8_t half[kRecordBytes / 2] = {};
+      EXPECT_EQ(send(fd, half, sizeof(half), MSG_NOSIGNAL), ssize_t(sizeof(half)));
+    }
+    attackers.push_back(fd);
+  }
+  // Legitimate clients, each its own transport (engine, handshake), while the attack holds.
+  for (int i = 0; i < 5; ++i) {
+    auto client = MakeRdma();
+    auto started = std::chrono::steady_clock::now();
+    auto socket = client->Connect((*listener)->url(), {}, 4000ms);
+    ASSERT_TRUE(socket.ok()) << socket.status().ToString();
+    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - started);
+    std::printf("connect %d during the attack: %lld ms\n", i, static_cast<long long>(took.count()));
+  }
+  EXPECT_EQ(accepted.load(), 5);
+  // Closing the listener aborts the handshakes in progress instead of waiting them out.
+  auto started = std::chrono::steady_clock::now();
+  (*listener)->Close();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 2500ms);
+  for (int fd : attackers) close(fd);
 }
 
 TEST(RdmaSocketTest, WriteToAKnownBufferSkipsTheRendezvousAndFollowsEarlierSends) {
