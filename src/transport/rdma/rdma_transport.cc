@@ -15,6 +15,7 @@
 #include "transport/rdma/handshake_pool.h"
 #include "transport/rdma/pending_hellos.h"
 #include "transport/rdma/rdma_transport_impl.h"
+#include "transport/refusal_log.h"
 #include "transport/socket_util.h"
 #include "transport/transport_registry.h"
 #include "verbs/rc_connect.h"
@@ -31,9 +32,6 @@ constexpr int kListenBacklog = 4096;
 constexpr PendingHellos::Limits kHelloLimits{64, 4096, std::chrono::milliseconds{2000}};
 constexpr std::chrono::milliseconds kAcceptHandshakeTimeout{5000};
 constexpr HandshakePool::Limits kHandshakeLimits{16, 256};
-// At most one refusal line per this on stderr, then how many were left unsaid: a flood of
-// hostile connections must not become a flood of log lines.
-constexpr std::chrono::seconds kRefusalLogInterval{1};
 // How often the acceptor looks at its stop flag.
 constexpr int kAcceptPollMs = 100;
 // How long the acceptor waits when accept fails for want of descriptors and none can be freed.
@@ -158,21 +156,10 @@ class RdmaListener : public Listener {
     }
   }
 
-  // Counts a refused peer and says so on stderr, at most once per kRefusalLogInterval.
+  // Counts a refused peer and says so on stderr (rate-limited).
   void Refused(const std::string& peer, const Status& why) {
     transport_.peers_refused_.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard lock(log_mu_);
-    auto now = std::chrono::steady_clock::now();
-    if (now - last_log_ < kRefusalLogInterval) {
-      ++unlogged_;
-      return;
-    }
-    std::string more =
-        unlogged_ == 0 ? "" : " (and " + std::to_string(unlogged_) + " more refused since)";
-    std::fprintf(stderr, "bx rdma: refused %s: %s%s\n", peer.c_str(), why.ToString().c_str(),
-                 more.c_str());
-    last_log_ = now;
-    unlogged_ = 0;
+    refusals_.Log(peer, why);
   }
 
   // On the connection's handshake thread. Everything up to Establish runs before anything is
@@ -215,9 +202,7 @@ class RdmaListener : public Listener {
   PendingHellos hellos_;  // the accept thread's
   HandshakePool handshakes_;
   std::atomic<bool> stop_{false};
-  std::mutex log_mu_;
-  std::chrono::steady_clock::time_point last_log_;  // guarded by log_mu_
-  uint64_t unlogged_ = 0;                           // guarded by log_mu_
+  transport::RefusalLog refusals_{"bx rdma"};
   std::thread thread_;
 };
 

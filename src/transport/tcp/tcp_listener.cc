@@ -10,6 +10,7 @@
 #include <optional>
 #include <utility>
 
+#include "transport/refusal_log.h"
 #include "transport/socket_util.h"
 #include "transport/tcp/handshake.h"
 #include "transport/tcp/tcp_socket.h"
@@ -26,6 +27,7 @@ struct AcceptContext {
   TransportOptions options;
   AcceptHandler on_accept;
   std::shared_ptr<transport::PeerLimiter> limiter;
+  transport::RefusalLog refusals{"bx tcp"};
 };
 
 // One accepted connection running the accepting side of the handshake on its I/O thread,
@@ -145,8 +147,7 @@ class Handshaker final : public IoThread::Handler, public std::enable_shared_fro
   void End(const Status& why, bool log = true) {
     if (timer_) timer_->Cancel(*io_thread_);
     if (fd_ < 0) return;
-    if (log)
-      std::fprintf(stderr, "bx tcp: refused %s: %s\n", peer_.c_str(), why.ToString().c_str());
+    if (log) context_->refusals.Log(peer_, why);
     io_thread_->Remove(fd_, this);
     ::close(fd_);
     fd_ = -1;
@@ -221,8 +222,10 @@ Result<std::unique_ptr<TcpListener>> TcpListener::Start(
     int fd, std::string url, std::vector<std::shared_ptr<IoThread>> io_threads,
     const TransportOptions& options, std::shared_ptr<transport::PeerLimiter> limiter,
     AcceptHandler on_accept) {
-  auto context = std::make_shared<AcceptContext>(
-      AcceptContext{options, std::move(on_accept), std::move(limiter)});
+  auto context = std::make_shared<AcceptContext>();
+  context->options = options;
+  context->on_accept = std::move(on_accept);
+  context->limiter = std::move(limiter);
   auto acceptor = std::make_shared<Acceptor>(fd, std::move(io_threads), std::move(context));
   BX_RETURN_IF_ERROR(acceptor->Start());
   return std::unique_ptr<TcpListener>(new TcpListener(std::move(url), std::move(acceptor)));
