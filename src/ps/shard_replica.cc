@@ -54,6 +54,10 @@ Status ShardReplica::BecomePrimary(uint64_t epoch,
   std::vector<std::function<void()>> calls;
   {
     OrderSection order(order_mu_, this);
+    if (epoch > kMaxEpoch) {
+      return InvalidArgument("promotion to epoch " + std::to_string(epoch) + ", above the limit " +
+                             std::to_string(kMaxEpoch));
+    }
     if (epoch <= state_->epoch) {
       return FailedPrecondition("promotion to epoch " + std::to_string(epoch) +
                                 " but this replica has seen epoch " +
@@ -253,7 +257,12 @@ void ShardReplica::HandleForward(ForwardedPush forwarded, ForwardDone done) {
   {
     OrderSection order(order_mu_, this);
     Status refused;
-    {
+    if (forwarded.epoch > kMaxEpoch) {
+      // Forged or corrupt: refused before it can fence a primary or move a backup's epoch.
+      refused = InvalidArgument("forward from epoch " + std::to_string(forwarded.epoch) +
+                                ", above the limit " + std::to_string(kMaxEpoch));
+    }
+    if (refused.ok()) {
       std::lock_guard lock(mu_);
       if (role_ == Role::kFenced) {
         // Not FailedPrecondition: that would tell the sender it was deposed.

@@ -55,6 +55,10 @@ class BackupLink {
 
 class ShardReplica {
  public:
+  // Epochs above this are refused (a promotion to one, a forward from one): no cluster gets near
+  // it honestly, and every successor epoch, max seen + 1, then fits in 64 bits.
+  static constexpr uint64_t kMaxEpoch = uint64_t{1} << 62;
+
   enum class Role {
     kBackup,   // applies forwarded pushes; refuses client pushes
     kPrimary,  // applies client pushes and forwards them

@@ -328,6 +328,29 @@ TEST(ShardReplica, DeposedPrimaryIsFencedByEpoch) {
   EXPECT_TRUE(BitwiseEqual(Values(*b, kKeys), AppliedOnce({MakePush(1, 1, {11}), y}, kKeys)));
 }
 
+// Issue 19: a forged forward at epoch 2^64-1 fenced the primary, and the backup's promotion to
+// 2^64-1 + 1 = 0 failed, leaving the shard without a primary for good.
+TEST(ShardReplica, EpochsBeyondTheLimitAreRefusedAndChangeNothing) {
+  auto p = NewReplica(), b = NewReplica();
+  ASSERT_TRUE(p->BecomePrimary(1, {std::make_shared<FakeLink>(b.get())}).ok());
+  ASSERT_TRUE(Push(*p, MakePush(1, 1, {11}))->acked());
+  for (uint64_t forged : {ShardReplica::kMaxEpoch + 1, ~uint64_t{0}}) {
+    for (ShardReplica* target : {p.get(), b.get()}) {
+      std::optional<Status> done;
+      target->HandleForward(ForwardedPush{forged, 1, MakePush(9, 1, {11})},
+                            [&](Status s) { done = s; });
+      ASSERT_TRUE(done.has_value());
+      EXPECT_EQ(done->code(), StatusCode::kInvalidArgument) << done->ToString();
+    }
+    EXPECT_EQ(b->BecomePrimary(forged, {}).code(), StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(p->role(), ShardReplica::Role::kPrimary) << "not fenced";
+  EXPECT_EQ(p->position(), (ShardReplica::Position{1, 1}));
+  EXPECT_EQ(b->position(), (ShardReplica::Position{1, 1}));
+  ASSERT_TRUE(Push(*p, MakePush(1, 2, {11}))->acked());
+  EXPECT_TRUE(b->BecomePrimary(ShardReplica::kMaxEpoch, {}).ok()) << "the limit itself is fine";
+}
+
 TEST(ShardReplica, DeadBackupIsDroppedAndPushesContinue) {
   auto p = NewReplica(), b1 = NewReplica(), b2 = NewReplica();
   auto to_b2 = std::make_shared<FakeLink>(b2.get());
