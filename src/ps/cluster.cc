@@ -1,11 +1,18 @@
 // The cluster file parser (include/bx/ps/cluster.h) and key-to-shard routing.
 #include "bx/ps/cluster.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+
+#include "bx/transport.h"
 
 namespace bx::ps {
 namespace {
@@ -15,6 +22,7 @@ using nlohmann::json;
 // Sanity bounds: a cluster file is written by people; anything this large is a mistake.
 constexpr size_t kMaxShards = 1 << 20;
 constexpr size_t kMaxReplicas = 64;
+constexpr off_t kMaxSecretBytes = 4096;
 
 Status Bad(const std::string& path, const std::string& what) {
   return InvalidArgument("cluster file: " + path + ": " + what);
@@ -140,18 +148,60 @@ Status ParseTable(const json& j, const std::string& path, TableConfig* t) {
   return Status::Ok();
 }
 
+// A replica address: scheme://host:port with a port other replicas can reach (1-65535). Both
+// schemes listen on a TCP port (rdma:// for its bootstrap), so no two addresses in the file may
+// share host and port: `endpoints` maps "host:port" to the path that named it first.
 Status ParseAddress(const json& replica, const std::string& path, const char* scheme,
-                    std::string* out) {
+                    std::map<std::string, std::string>& endpoints, std::string* out) {
   auto it = replica.find(scheme);
   if (it == replica.end()) return Status::Ok();
+  const std::string field = path + "." + scheme;
   const std::string prefix = std::string(scheme) + "://";
-  if (!it->is_string()) return Bad(path + "." + scheme, "expected a string");
+  if (!it->is_string()) return Bad(field, "expected a string");
   std::string s = it->get<std::string>();
-  if (s.rfind(prefix, 0) != 0 || s.size() == prefix.size()) {
-    return Bad(path + "." + scheme, "\"" + s + "\" is not a " + prefix + "host:port address");
+  Result<Url> url = ParseUrl(s);
+  if (s.rfind(prefix, 0) != 0 || !url.ok()) {
+    return Bad(field, "\"" + s + "\" is not a " + prefix + "host:port address");
+  }
+  if (url->port == 0) return Bad(field, "\"" + s + "\" needs a port from 1 to 65535");
+  Url endpoint = *url;
+  endpoint.scheme = "tcp";  // the same TCP port whichever scheme listens on it
+  auto [first, inserted] = endpoints.emplace(endpoint.ToString(), field);
+  if (!inserted) {
+    return Bad(field, "\"" + s + "\" uses the host and port of " + first->second +
+                          " (every replica address needs a port of its own)");
   }
   *out = std::move(s);
   return Status::Ok();
+}
+
+// The cluster secret: the file's contents without surrounding whitespace. The file must be a
+// regular file that only its owner can read or write, as ssh insists for private keys.
+Result<std::string> ReadSecretFile(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return Status::FromErrno(errno, "secret_file " + path.string());
+  }
+  if (!S_ISREG(st.st_mode)) return Bad("secret_file", path.string() + " is not a regular file");
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", unsigned(st.st_mode & 07777));
+    return Bad("secret_file", path.string() + " is open to other users (mode " + mode +
+                                  "); make it readable by its owner only (chmod 600)");
+  }
+  if (st.st_size > kMaxSecretBytes) {
+    return Bad("secret_file",
+               path.string() + " is larger than " + std::to_string(kMaxSecretBytes) + " bytes");
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string secret = text.str();
+  const char* space = " \t\r\n";
+  secret.erase(secret.find_last_not_of(space) + 1);
+  secret.erase(0, secret.find_first_not_of(space));
+  if (secret.empty()) return Bad("secret_file", path.string() + " is empty");
+  return secret;
 }
 
 }  // namespace
@@ -159,7 +209,8 @@ Status ParseAddress(const json& replica, const std::string& path, const char* sc
 Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
   json root = json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return InvalidArgument("cluster file: not valid JSON");
-  BX_RETURN_IF_ERROR(CheckKeys(root, "(root)", {"version", "transport", "tables", "shards"}));
+  BX_RETURN_IF_ERROR(
+      CheckKeys(root, "(root)", {"version", "transport", "secret_file", "tables", "shards"}));
   uint32_t version = 0;
   BX_RETURN_IF_ERROR(GetNumber(root, "(root)", "version", &version));
   if (version != 1) return Bad("version", "must be 1");
@@ -170,6 +221,12 @@ Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
       return Bad("transport", "expected \"rdma\" or \"tcp\"");
     }
     spec.transport = it->get<std::string>();
+  }
+  if (auto it = root.find("secret_file"); it != root.end()) {
+    if (!it->is_string() || it->get<std::string>().empty()) {
+      return Bad("secret_file", "expected the path of a file");
+    }
+    spec.secret_file = it->get<std::string>();
   }
 
   if (auto it = root.find("tables"); it != root.end()) {
@@ -189,6 +246,7 @@ Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
   if (!shards->is_array() || shards->empty() || shards->size() > kMaxShards) {
     return Bad("shards", "expected an array of 1.." + std::to_string(kMaxShards) + " shards");
   }
+  std::map<std::string, std::string> endpoints;  // host:port -> the field that named it
   for (size_t s = 0; s < shards->size(); ++s) {
     const std::string path = "shards[" + std::to_string(s) + "]";
     const json& shard = (*shards)[s];
@@ -204,8 +262,8 @@ Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
       const std::string rpath = path + ".replicas[" + std::to_string(r) + "]";
       BX_RETURN_IF_ERROR(CheckKeys((*replicas)[r], rpath, {"rdma", "tcp"}));
       ReplicaSpec replica;
-      BX_RETURN_IF_ERROR(ParseAddress((*replicas)[r], rpath, "rdma", &replica.rdma));
-      BX_RETURN_IF_ERROR(ParseAddress((*replicas)[r], rpath, "tcp", &replica.tcp));
+      BX_RETURN_IF_ERROR(ParseAddress((*replicas)[r], rpath, "rdma", endpoints, &replica.rdma));
+      BX_RETURN_IF_ERROR(ParseAddress((*replicas)[r], rpath, "tcp", endpoints, &replica.tcp));
       if (replica.rdma.empty() && replica.tcp.empty()) {
         return Bad(rpath, "needs an \"rdma\" or \"tcp\" address");
       }
@@ -223,6 +281,14 @@ Result<ClusterSpec> LoadClusterFile(const std::string& path) {
   text << in.rdbuf();
   Result<ClusterSpec> spec = ParseClusterSpec(text.str());
   if (!spec.ok()) return spec.status().WithContext(path);
+  if (!spec->secret_file.empty()) {
+    // Relative to the cluster file, so a directory of configuration moves as one.
+    std::filesystem::path secret_path =
+        std::filesystem::path(path).parent_path() / spec->secret_file;
+    Result<std::string> secret = ReadSecretFile(secret_path);
+    if (!secret.ok()) return secret.status().WithContext(path);
+    spec->secret = std::move(secret).value();
+  }
   return spec;
 }
 
@@ -230,6 +296,7 @@ std::string ClusterSpecToJson(const ClusterSpec& spec) {
   json root;
   root["version"] = 1;
   root["transport"] = spec.transport;
+  if (!spec.secret_file.empty()) root["secret_file"] = spec.secret_file;
   json tables = json::array();
   for (const TableConfig& t : spec.tables) {
     json j;

@@ -532,7 +532,9 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
   // With --metrics-port the client's transport is ours, so that its engines can be exported.
   std::unique_ptr<Transport> transport;
   if (metrics_port >= 0) {
-    Result<std::unique_ptr<Transport>> created = CreateTransport(scheme, {});
+    TransportOptions transport_options;
+    transport_options.auth_secret = spec.secret;
+    Result<std::unique_ptr<Transport>> created = CreateTransport(scheme, transport_options);
     if (!created.ok()) Fail("client transport", created.status());
     transport = std::move(created).value();
     (scheme == "rdma" ? client_options.rpc.rdma_transport : client_options.rpc.tcp_transport) =
@@ -603,8 +605,10 @@ void AddDemoCommand(CLI::App* app) {
   command->add_option("--shards", options->shards, "Shards");
   command->add_option("--replicas", options->replicas, "Replicas per shard");
   command->add_flag("--json", options->json, "Print JSON instead of the tables");
-  command->add_option("--metrics-port", options->metrics_port,
-                      "Serve Prometheus /metrics on 127.0.0.1:PORT (0: any free port)");
+  command
+      ->add_option("--metrics-port", options->metrics_port,
+                   "Serve Prometheus /metrics on 127.0.0.1:PORT (0: any free port)")
+      ->check(CLI::Range(0, 65535));
   command->callback([options] { RunDemo(*options); });
 }
 

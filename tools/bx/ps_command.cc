@@ -52,7 +52,8 @@ ps::ClusterSpec Load(const std::string& path) {
   return std::move(spec).value();
 }
 
-// Listens on the host's addresses from the file, bound to every interface on those ports.
+// With --listen-any: the file's port on every interface (for a host behind NAT, whose address in
+// the file is not one of its own).
 std::string AnyHost(const std::string& url) {
   size_t scheme_end = url.find("://");
   size_t port = url.rfind(':');
@@ -77,8 +78,8 @@ struct MetricsFlags {
   std::string address = "127.0.0.1";
 };
 
-void Serve(const std::string& path, int shard, int replica, const FailoverFlags& failover,
-           const MetricsFlags& metrics_flags) {
+void Serve(const std::string& path, int shard, int replica, bool listen_any,
+           const FailoverFlags& failover, const MetricsFlags& metrics_flags) {
   ps::ClusterSpec spec = Load(path);
   if (shard < 0 || size_t(shard) >= spec.shards.size() || replica < 0 ||
       size_t(replica) >= spec.shards[shard].replicas.size()) {
@@ -87,13 +88,16 @@ void Serve(const std::string& path, int shard, int replica, const FailoverFlags&
   InitProcess();
 
   ps::PsServerOptions options;
+  options.auth_secret = spec.secret;
   options.rpc.worker_threads = 2;
   Result<std::unique_ptr<ps::PsServer>> server = ps::PsServer::Create(spec.tables, options);
   if (!server.ok()) Fail("server", server.status());
   const ps::ReplicaSpec& me = spec.shards[shard].replicas[replica];
   std::vector<std::string> urls;
-  if (!me.rdma.empty()) urls.push_back(AnyHost(me.rdma));
-  if (!me.tcp.empty()) urls.push_back(AnyHost(me.tcp));
+  // The address the file names, so that a host name that is not this host's, or an address no
+  // interface has, fails here ("cannot assign requested address") rather than at the clients.
+  if (!me.rdma.empty()) urls.push_back(listen_any ? AnyHost(me.rdma) : me.rdma);
+  if (!me.tcp.empty()) urls.push_back(listen_any ? AnyHost(me.tcp) : me.tcp);
   if (Status s = (*server)->Start(urls); !s.ok()) Fail("listen", s);
   std::unique_ptr<metrics::MetricsServer> metrics_endpoint =
       StartMetricsEndpoint(metrics_flags.port, metrics_flags.address);
@@ -111,7 +115,9 @@ void Serve(const std::string& path, int shard, int replica, const FailoverFlags&
     for (size_t r = 1; r < spec.shards[shard].replicas.size(); ++r) {
       const ps::ReplicaSpec& b = spec.shards[shard].replicas[r];
       rpc::ReplicaAddress address{b.rdma, b.tcp};
-      Result<std::unique_ptr<rpc::Client>> probe = rpc::Client::Create({address});
+      rpc::ClientOptions probe_options;
+      probe_options.transport.auth_secret = spec.secret;
+      Result<std::unique_ptr<rpc::Client>> probe = rpc::Client::Create({address}, probe_options);
       if (!probe.ok()) Fail("backup client", probe.status());
       while (!g_stop && !(*probe)->WaitReady(1s).ok()) {
         std::fprintf(stderr, "waiting for backup %s\n", address.ToString().c_str());
@@ -270,6 +276,7 @@ void AddPsCommand(CLI::App* app) {
   struct ServeOptions {
     std::string cluster;
     int shard = 0, replica = 0;
+    bool listen_any = false;
     FailoverFlags failover;
     MetricsFlags metrics;
   };
@@ -283,12 +290,17 @@ void AddPsCommand(CLI::App* app) {
       ->check(CLI::NonNegativeNumber);
   s->add_option("--probe-interval-ms", serve->failover.probe_ms, "How often a backup pings")
       ->check(CLI::PositiveNumber);
+  s->add_flag("--listen-any", serve->listen_any,
+              "Listen on every interface at the file's ports, not on the file's address (a host "
+              "behind NAT)");
   s->add_option("--metrics-port", serve->metrics.port,
-                "Serve Prometheus /metrics on this port (0: any free port)");
+                "Serve Prometheus /metrics on this port (0: any free port)")
+      ->check(CLI::Range(0, 65535));
   s->add_option("--metrics-address", serve->metrics.address,
                 "Address of /metrics (default 127.0.0.1; 0.0.0.0: scrapable from other hosts)");
   s->callback([serve] {
-    Serve(serve->cluster, serve->shard, serve->replica, serve->failover, serve->metrics);
+    Serve(serve->cluster, serve->shard, serve->replica, serve->listen_any, serve->failover,
+          serve->metrics);
   });
 
   struct WorkloadOptions {
@@ -309,7 +321,8 @@ void AddPsCommand(CLI::App* app) {
     w->add_option("--threads", options->threads, training ? "Trainers" : "Rankers");
     w->add_flag("--json", options->json, "Print JSON");
     w->add_option("--metrics-port", options->metrics_port,
-                  "Serve Prometheus /metrics on 127.0.0.1:PORT (0: any free port)");
+                  "Serve Prometheus /metrics on 127.0.0.1:PORT (0: any free port)")
+        ->check(CLI::Range(0, 65535));
     if (training) {
       w->add_flag(
           "--verify", options->verify.enabled,

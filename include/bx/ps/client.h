@@ -36,6 +36,8 @@ struct BX_EXPORT PsClientOptions {
   // "rdma" or "tcp": which url of each replica to use (the other is not used, so that a run
   // measures one transport).
   std::string transport = "rdma";
+  // rpc.transport.auth_secret, when empty, is the cluster's (ClusterSpec::secret); a different
+  // one than the cluster's is refused.
   rpc::ClientOptions rpc;
   uint64_t client_id = 0;  // names this client's pushes; 0: random
 };

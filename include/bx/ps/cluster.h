@@ -6,6 +6,7 @@
 //   {
 //     "version": 1,
 //     "transport": "rdma",                  // optional: "rdma" (default) or "tcp"
+//     "secret_file": "cluster.secret",      // optional: see ClusterSpec::secret
 //     "tables": [                           // optional
 //       {"id": 1, "name": "user", "kind": "embedding", "dim": 16,
 //        "init": {"kind": "normal", "mean": 0, "stddev": 0.01, "seed": 7},
@@ -17,7 +18,9 @@
 //                     {"rdma": "rdma://10.0.0.2:7000", "tcp": "tcp://10.0.0.2:7001"}]}
 //     ]
 //   }
-// Replica 0 of each shard is the initial primary. A replica needs at least one address.
+// Replica 0 of each shard is the initial primary. A replica needs at least one address; every
+// address a port from 1 to 65535 of its own (no two addresses share host and port, whatever
+// their schemes: rdma:// listens on a TCP port too).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +46,13 @@ struct BX_EXPORT ShardSpec {
 
 struct BX_EXPORT ClusterSpec {
   std::string transport = "rdma";  // preferred scheme; tcp is the fallback
+  // The cluster's shared secret: every server and client of the cluster proves it knows it
+  // before a connection is accepted, on both transports (TransportOptions::auth_secret), so
+  // nobody else can call any method, replication included. `secret_file` names the file that
+  // holds it, relative to the cluster file; LoadClusterFile reads it into `secret` and refuses
+  // a file that other users can read (chmod 600). ParseClusterSpec leaves `secret` empty.
+  std::string secret_file;
+  std::string secret;
   std::vector<TableConfig> tables;
   std::vector<ShardSpec> shards;
 };

@@ -39,6 +39,11 @@ struct BX_EXPORT PsServerCounters {
 };
 
 struct BX_EXPORT PsServerOptions {
+  // The cluster's secret (ClusterSpec::secret; empty: none). Every connection to this server
+  // must prove it, and this server proves it to its backups and, through a FailoverMonitor
+  // started on it, to the replicas it watches. Overrides the auth_secret of rpc.transport and
+  // backup_client.transport.
+  std::string auth_secret;
   rpc::ServerOptions rpc;
   // Clients this server opens to its backups when it becomes primary.
   rpc::ClientOptions backup_client;
@@ -91,7 +96,10 @@ struct BX_EXPORT FailoverOptions {
   // before the next replica takes over. Give the timeout a margin a loaded host cannot cross.
   std::chrono::milliseconds probe_interval{100};
   std::chrono::milliseconds failure_timeout{1000};
-  rpc::ClientOptions client;                  // for the ping client
+  // For the ping client. Its transport's auth_secret, when empty, is the server's
+  // PsServerOptions::auth_secret: a monitor that could not reach a primary only for want of
+  // the secret would promote a second one.
+  rpc::ClientOptions client;
   std::function<void(std::string_view)> log;  // one line per event; default stderr
 };
 

@@ -57,6 +57,9 @@ Result<std::unique_ptr<FailoverMonitorCore>> FailoverMonitorCore::Start(PsServer
     return Status(StatusCode::kInvalidArgument,
                   "failover: need 0 < probe interval <= failure timeout");
   }
+  if (options.client.transport.auth_secret.empty()) {
+    options.client.transport.auth_secret = server->auth_secret();
+  }
   std::unique_ptr<FailoverMonitorCore> monitor(new FailoverMonitorCore(server, std::move(options)));
   monitor->thread_ = std::thread([m = monitor.get()] { m->Run(); });
   return monitor;

@@ -75,6 +75,12 @@ struct PsClientCore::PushAttempt {
 Result<std::unique_ptr<PsClientCore>> PsClientCore::Create(const ClusterSpec& spec,
                                                            PsClientOptions options) {
   if (spec.shards.empty()) return Status(StatusCode::kInvalidArgument, "cluster has no shards");
+  std::string& secret = options.rpc.transport.auth_secret;
+  if (secret.empty()) {
+    secret = spec.secret;
+  } else if (!spec.secret.empty() && secret != spec.secret) {
+    return InvalidArgument("PsClientOptions: rpc.transport.auth_secret differs from the cluster's");
+  }
   std::unique_ptr<PsClientCore> client(new PsClientCore());
   client->client_id_ = options.client_id;
   while (client->client_id_ == 0)

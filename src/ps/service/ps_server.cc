@@ -59,6 +59,10 @@ PsServerCore::PsServerCore(PsServerOptions options)
 Result<std::unique_ptr<PsServerCore>> PsServerCore::Create(const std::vector<TableConfig>& tables,
                                                            PsServerOptions options) {
   BX_RETURN_IF_ERROR(CheckOptions(options));
+  if (!options.auth_secret.empty()) {
+    options.rpc.transport.auth_secret = options.auth_secret;
+    options.backup_client.transport.auth_secret = options.auth_secret;
+  }
   std::unique_ptr<PsServerCore> server(new PsServerCore(std::move(options)));
   for (const TableConfig& table : tables) BX_RETURN_IF_ERROR(server->replica_.CreateTable(table));
   Result<std::unique_ptr<rpc::Server>> rpc_server = rpc::Server::Create(server->options_.rpc);

@@ -74,6 +74,7 @@ class PsServerCore {
   void Stop();
 
   ShardReplica& replica() { return replica_; }
+  const std::string& auth_secret() const { return options_.auth_secret; }
   PsServerCounters counters() const;
   rpc::ServerStats rpc_stats() const { return server_->stats(); }
 

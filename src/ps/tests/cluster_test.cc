@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 
@@ -109,6 +110,46 @@ TEST(ClusterSpec, LoadsFromAFile) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
 }
 
+// The secret file sits next to the cluster file; it must be the owner's alone.
+TEST(ClusterSpec, ReadsTheSecretFileAndRefusesOneOthersCanRead) {
+  const std::string dir = ::testing::TempDir() + "/bx_ps_secret_test";
+  std::filesystem::create_directories(dir);
+  const std::string cluster = dir + "/cluster.json";
+  const std::string secret = dir + "/cluster.secret";
+  std::ofstream(cluster) << R"({"version": 1, "secret_file": "cluster.secret",
+                               "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})";
+  std::ofstream(secret) << "  s3cret value\n";
+  std::filesystem::permissions(
+      secret, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  Result<ClusterSpec> spec = LoadClusterFile(cluster);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->secret, "s3cret value");
+  EXPECT_EQ(spec->secret_file, "cluster.secret");
+  // Written back, the file names the secret file, never the secret.
+  EXPECT_EQ(ClusterSpecToJson(*spec).find("s3cret"), std::string::npos);
+  EXPECT_NE(ClusterSpecToJson(*spec).find("cluster.secret"), std::string::npos);
+  // Parsed from text, the secret is not read.
+  EXPECT_EQ(ParseClusterSpec(ClusterSpecToJson(*spec))->secret, "");
+
+  std::filesystem::permissions(secret, std::filesystem::perms::group_read,
+                               std::filesystem::perm_options::add);
+  Result<ClusterSpec> open_to_group = LoadClusterFile(cluster);
+  ASSERT_FALSE(open_to_group.ok());
+  EXPECT_NE(open_to_group.status().message().find("mode 0640"), std::string::npos)
+      << open_to_group.status().ToString();
+
+  std::filesystem::remove(secret);
+  Result<ClusterSpec> missing = LoadClusterFile(cluster);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("cluster.secret"), std::string::npos);
+  std::ofstream(secret) << " \n";
+  std::filesystem::permissions(secret, std::filesystem::perms::owner_read);
+  Result<ClusterSpec> empty = LoadClusterFile(cluster);
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("is empty"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ClusterSpec, ErrorsNameWhatIsWrong) {
   struct Case {
     const char* json;
@@ -142,6 +183,21 @@ TEST(ClusterSpec, ErrorsNameWhatIsWrong) {
        "tables[0].init.kind"},
       {R"({"version": 1, "tables": [{"id": 1, "dim": 4, "optimizer": {"learning_rate": 0}}], "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
        "learning_rate"},
+      {R"({"version": 1, "shards": [{"replicas": [{"tcp": "tcp://h:70000"}]}]})",
+       "shards[0].replicas[0].tcp"},
+      {R"({"version": 1, "shards": [{"replicas": [{"tcp": "tcp://h:0"}]}]})",
+       "needs a port from 1 to 65535"},
+      {R"({"version": 1, "shards": [{"replicas": [{"tcp": "tcp://:7000"}]}]})",
+       "shards[0].replicas[0].tcp"},
+      // One address twice: the replica would be its own backup.
+      {R"({"version": 1, "shards": [{"replicas": [{"tcp": "tcp://h:1"}, {"tcp": "tcp://h:1"}]}]})",
+       "shards[0].replicas[1].tcp: \"tcp://h:1\" uses the host and port of "
+       "shards[0].replicas[0].tcp"},
+      // rdma:// listens on a TCP port too, so another scheme on the same port collides.
+      {R"({"version": 1, "shards": [{"replicas": [{"rdma": "rdma://h:1"}]}, {"replicas": [{"tcp": "tcp://h:1"}]}]})",
+       "shards[1].replicas[0].tcp"},
+      {R"({"version": 1, "secret_file": "", "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
+       "secret_file"},
   };
   for (const Case& c : cases) {
     Result<ClusterSpec> spec = ParseClusterSpec(c.json);

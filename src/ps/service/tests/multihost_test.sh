@@ -4,7 +4,8 @@
 # over TCP through a router namespace (one veth link per host). Mid-run the primary of each
 # shard is killed with SIGKILL; the backups must take over and the trainers
 # (`bx ps train --verify`: unit gradients on fixed keys, counted acks, final fetch) must find
-# every acknowledged push applied exactly once.
+# every acknowledged push applied exactly once. The cluster file names a secret file (issue 19):
+# a process whose cluster file lacks it gets nothing from any replica.
 #
 # Usage: multihost_test.sh BX_BINARY. Exit 0: passed; 77: skipped (network namespaces are not
 # allowed here: not root, or no CLONE_NEWNET); anything else: failed.
@@ -72,10 +73,12 @@ for i in 1 2 3 4 5 6; do
 done
 
 CLUSTER="$WORK/cluster.json"
+(umask 077 && head -c 32 /dev/urandom | base64 >"$WORK/cluster.secret")
 cat >"$CLUSTER" <<JSON
 {
   "version": 1,
   "transport": "tcp",
+  "secret_file": "cluster.secret",
   "tables": [
     {"id": 1, "name": "verify", "kind": "embedding", "dim": 8,
      "optimizer": {"kind": "sgd", "learning_rate": 1}}
@@ -147,6 +150,16 @@ ip netns exec "${TAG}h5" "$BX" ps train --cluster "$CLUSTER" --verify --threads 
   fail "the exactly-once check passed on keys that already held other pushes"
 grep -q '"doubled":[1-9]' "$WORK/selfcheck.out" || fail "checker self-test: no doubled pushes reported"
 echo "checker self-test: a second trainer on the same keys is rejected (doubled pushes detected)"
+
+# A ranker with the cluster's addresses but not its secret: every call fails.
+grep -v secret_file "$CLUSTER" >"$WORK/stranger.json"
+ip netns exec "${TAG}h6" "$BX" ps rank --cluster "$WORK/stranger.json" --threads 1 --duration 1 \
+  --json >"$WORK/stranger.out" 2>"$WORK/stranger.log" || true
+grep -Eq '"requests": *0[^0-9.]' "$WORK/stranger.out" ||
+  fail "a client without the cluster's secret got answers: $(cat "$WORK/stranger.out")"
+grep -q "peer failed authentication" "$WORK/s0r1.log" "$WORK/s1r1.log" ||
+  fail "the replicas did not log the stranger's refused connections"
+echo "a ranker without the cluster's secret got no answer (refused at connect)"
 
 for s in 0 1; do
   grep -q "promoted to primary of epoch 2" "$WORK/s${s}r1.log" ||

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <future>
 #include <limits>
 #include <thread>
 
@@ -33,8 +34,10 @@ struct Cluster {
   ClusterSpec spec;
   std::vector<std::vector<std::unique_ptr<PsServer>>> servers;
 
-  void Start(const std::string& scheme, int shards, int replicas) {
+  // With `secret`, a cluster whose file names a secret_file (ClusterSpec::secret).
+  void Start(const std::string& scheme, int shards, int replicas, const std::string& secret = {}) {
     spec.transport = scheme;
+    spec.secret = secret;
     spec.tables = {Table()};
     rpc::ClientOptions backup_client;
     backup_client.log = [](std::string_view) {};
@@ -43,6 +46,7 @@ struct Cluster {
       ShardSpec shard;
       for (int r = 0; r < replicas; ++r) {
         PsServerOptions options;
+        options.auth_secret = secret;
         options.rpc.worker_threads = 1;
         options.rpc.log = [](std::string_view) {};
         options.backup_client = backup_client;
@@ -329,6 +333,72 @@ TEST(PingReplyTest, RoundTripsAndRejectsBadBytes) {
   bytes[0] = std::byte{1};
   bytes[5] = std::byte{1};
   EXPECT_FALSE(DecodePingReply(bytes).ok());
+}
+
+// Issue 19: every method was open to anyone who could reach the port; one forged ps.Forward
+// fenced a primary. With the cluster's secret, a client or replica that does not know it gets
+// nothing from any method, while the cluster's own replication and clients work.
+TEST_P(PsServiceTest, ASecretClusterServesOnlyThoseWhoKnowTheSecret) {
+  Cluster cluster;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 2, "cluster secret"));
+  auto client = MakeClient(cluster);  // takes the secret from the spec
+  ASSERT_TRUE(client);
+  const uint64_t key = 42;
+  std::vector<float> ones(kDim, 1.0f);
+  ASSERT_TRUE(client->Push(kTable, kDim, {&key, 1}, ones, 5s).ok());
+  PsServer& primary = *cluster.servers[0][0];
+  PsServer& backup = *cluster.servers[0][1];
+  EXPECT_EQ(backup.core().replica().position().lsn, 1u) << "replication proves the secret too";
+
+  // A client with the cluster's addresses but not its secret.
+  ClusterSpec stranger_spec = cluster.spec;
+  stranger_spec.secret.clear();
+  PsClientOptions stranger_options;
+  stranger_options.transport = GetParam();
+  stranger_options.rpc.log = [](std::string_view) {};
+  auto stranger = PsClient::Create(stranger_spec, stranger_options);
+  ASSERT_TRUE(stranger.ok());
+  Status pushed = (*stranger)->Push(kTable, kDim, {&key, 1}, ones, 1s);
+  EXPECT_FALSE(pushed.ok());
+  EXPECT_FALSE((*stranger)->Fetch(kTable, {&key, 1}, 1s).ok());
+
+  // A forged forward at the last epoch, sent straight to the backup, as the attack did.
+  rpc::ClientOptions forger_options;
+  forger_options.log = [](std::string_view) {};
+  auto forger = rpc::Client::Create({backup.address()}, forger_options);
+  ASSERT_TRUE(forger.ok());
+  RpcBackupLink link(std::shared_ptr<rpc::Client>(std::move(forger).value()), 1s);
+  ForwardedPush forged;
+  forged.epoch = std::numeric_limits<uint64_t>::max();
+  forged.lsn = 1;
+  forged.push.table_id = kTable;
+  forged.push.dim = kDim;
+  forged.push.keys = {key};
+  forged.push.gradients = ones;
+  std::promise<Status> forwarded;
+  link.Forward(forged, [&](Status s) { forwarded.set_value(std::move(s)); });
+  EXPECT_FALSE(forwarded.get_future().get().ok());
+
+  EXPECT_EQ(backup.core().replica().position().epoch, 1u) << "the backup was not fenced";
+  EXPECT_EQ(primary.counters().pushes_acked, 1u);
+  EXPECT_EQ(FirstValue(primary, key), -1.0f);
+  EXPECT_EQ(FirstValue(backup, key), -1.0f);
+  // And the cluster's own client still works.
+  ASSERT_TRUE(client->Push(kTable, kDim, {&key, 1}, ones, 5s).ok());
+  EXPECT_EQ(FirstValue(backup, key), -2.0f);
+}
+
+// The client's secret must be the cluster's when both are given.
+TEST(PsClientOptionsTest, ASecretOtherThanTheClustersIsRefused) {
+  ClusterSpec spec;
+  spec.secret = "cluster secret";
+  spec.shards.push_back({{{"", "tcp://127.0.0.1:1"}}});
+  PsClientOptions options;
+  options.transport = "tcp";
+  options.rpc.transport.auth_secret = "another secret";
+  auto client = PsClient::Create(spec, options);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, PsServiceTest, ::testing::Values("tcp", "rdma"),
