@@ -105,6 +105,9 @@ struct BX_EXPORT ServerStats {
   uint64_t executed = 0;         // handlers started
   uint64_t dropped_expired = 0;  // requests not executed because their deadline had passed
   uint64_t late_responses = 0;   // responses not sent because the caller had given up
+  // Responses the transport refused (larger than its message limit, or the connection's send
+  // queue full); each caller got a ResourceExhausted answer saying why instead.
+  uint64_t responses_refused = 0;
   uint64_t unknown_method = 0;
   uint64_t heartbeats = 0;
   uint64_t connections = 0;                                 // accepted, since Start

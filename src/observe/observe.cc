@@ -187,6 +187,10 @@ void WriteServerStats(SampleWriter& w, const rpc::ServerStats& s, const Labels& 
   w.Counter("bx_rpc_server_late_responses_total",
             "Responses not sent because the caller had given up.", labels,
             double(s.late_responses));
+  w.Counter("bx_rpc_server_responses_refused_total",
+            "Responses the transport refused (too large, or the send queue full); the caller got "
+            "a ResourceExhausted answer instead.",
+            labels, double(s.responses_refused));
   w.Counter("bx_rpc_server_unknown_method_total", "Requests for a method not registered.", labels,
             double(s.unknown_method));
   w.Counter("bx_rpc_server_heartbeats_total", "Heartbeats received.", labels, double(s.heartbeats));

@@ -31,7 +31,7 @@ void ServerConnection::Send(Buffer frame) {
     std::lock_guard lock(mutex);
     s = socket;
   }
-  if (s) s->Send(std::move(frame));
+  if (s) (void)SendFrame(s, std::move(frame));
 }
 
 void ServerConnection::OnClose() {

@@ -74,7 +74,7 @@ void ServerCall::Finish(const Status& status, Message response) {
   header.status = static_cast<uint32_t>(status.code());
   Buffer frame = response.TakeFrame();
   EncodeHeader(header, frame);
-  connection_->Send(std::move(frame));
+  connection_->SendResponse(std::move(frame), call_id_);
 }
 
 }  // namespace bx::rpc

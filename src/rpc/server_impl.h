@@ -37,9 +37,31 @@ struct ServerConnection : std::enable_shared_from_this<ServerConnection> {
   void OnClose();
   // Sends a frame if the socket is still open.
   void Send(Buffer frame);
+  // Sends call `call_id`'s response. One the socket refuses, larger than the transport's message
+  // limit or beyond its send queue (max_queued_bytes), is answered instead by a small
+  // ResourceExhausted response saying so, sent at once or, when the queue is full, as soon as a
+  // send completes: no call waits for an answer that will never come (server_owed.cc).
+  void SendResponse(Buffer frame, uint64_t call_id);
   // Runs a request (on the I/O thread or a worker), unless its deadline has passed.
   void Execute(ServerCall call);
   static std::shared_ptr<ServerConnection> Of(const ServerCall& call) { return call.connection_; }
+
+ private:
+  // An error response not yet sent because the socket's send queue was full.
+  struct Owed {
+    uint64_t call_id;
+    std::string why;
+  };
+  // Sends `frame`; returns the code of a refusal (the transports refuse synchronously), kOk when
+  // the socket took it. A later completion, when OK, sends what is owed.
+  StatusCode SendFrame(const std::shared_ptr<Socket>& socket, Buffer frame);
+  void Owe(uint64_t call_id, std::string why);
+  void OnSendCompleted();
+  void FlushOwed();
+
+  std::deque<Owed> owed_;     // guarded by mutex
+  bool flushing_ = false;     // guarded by mutex
+  uint64_t completions_ = 0;  // sends completed OK; guarded by mutex
 };
 
 struct BX_HIDDEN Server::Impl : std::enable_shared_from_this<Server::Impl> {
