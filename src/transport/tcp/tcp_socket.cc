@@ -23,6 +23,12 @@ constexpr int kMaxIovecs = 64;
 // while such messages keep coming, reads stop at the next frame header so that no payload bytes
 // land in the staging area (a 64 KiB memcpy costs as much as the rest of a loopback round trip).
 constexpr size_t kDirectReadBytes = size_t{16} << 10;
+// A message's buffer starts at this (or its length, when smaller) and grows fourfold as its
+// bytes arrive: a header announcing max_message_bytes reserves 1 MiB, not the whole, until the
+// peer has actually sent that much (4x what arrived at most). The cost, one copy of about a
+// third of a message above 1 MiB, falls on large messages only.
+constexpr size_t kFirstReceiveBytes = size_t{1} << 20;
+constexpr size_t kReceiveGrowth = 4;
 // read() calls per epoll event before the other sockets of the I/O thread get their turn
 // (epoll is level-triggered, so data left over is reported again).
 constexpr int kReadsPerEvent = 16;
@@ -233,6 +239,7 @@ std::map<std::string, uint64_t> TcpSocket::counters() const {
       {"sends_refused_queue_full", get(counters_.sends_refused_queue_full)},
       {"send_queue_stalls", get(counters_.send_queue_stalls)},
       {"staged_copy_bytes", get(counters_.staged_copy_bytes)},
+      {"grown_copy_bytes", get(counters_.grown_copy_bytes)},
       {"queued_bytes", queued},
   };
 }
@@ -262,9 +269,12 @@ void TcpSocket::ReadAvailable() {
     size_t requested = 0;
     ssize_t n = 0;
     if (reading_payload_) {
-      // The staging area is empty while a payload is read: the payload first, then what follows.
+      // The staging area is empty while a payload is read: the payload first, then what follows
+      // (only once the buffer holds the whole message: before that, what follows is payload).
       payload_room = incoming_.size() - incoming_filled_;
-      size_t staging_room = large_messages_ ? kFrameHeaderBytes : staging_.size();
+      size_t staging_room = incoming_.size() < incoming_length_ ? 0
+                            : large_messages_                   ? kFrameHeaderBytes
+                                                                : staging_.size();
       iovec iov[2] = {{incoming_.data() + incoming_filled_, payload_room},
                       {staging_.data(), staging_room}};
       requested = payload_room + staging_room;
@@ -294,7 +304,7 @@ void TcpSocket::ReadAvailable() {
         return Teardown(DataLoss(fmt::format(
             "tcp socket from {}: peer closed the connection in the middle of a message ({} of {} "
             "payload bytes)",
-            peer_, incoming_filled_, incoming_.size())));
+            peer_, incoming_filled_, incoming_length_)));
       }
       if (staged_end_ > staged_begin_) {
         return Teardown(DataLoss(fmt::format(
@@ -313,9 +323,11 @@ void TcpSocket::ReadAvailable() {
 Status TcpSocket::ConsumeRead(size_t into_payload, size_t into_staging) {
   if (reading_payload_) {
     incoming_filled_ += into_payload;
-    if (incoming_filled_ == incoming_.size()) {
+    if (incoming_filled_ == incoming_length_) {
       reading_payload_ = false;
       Deliver(std::move(incoming_));
+    } else if (incoming_filled_ == incoming_.size()) {
+      BX_RETURN_IF_ERROR(GrowIncoming());
     }
   }
   staged_end_ += into_staging;
@@ -330,9 +342,11 @@ Status TcpSocket::ConsumeRead(size_t into_payload, size_t into_staging) {
     counters_.staged_copy_bytes.fetch_add(copied, std::memory_order_relaxed);
     staged_begin_ += copied;
     incoming_filled_ = copied;
-    if (incoming_filled_ == incoming_.size()) {
+    if (incoming_filled_ == incoming_length_) {
       reading_payload_ = false;
       Deliver(std::move(incoming_));
+    } else if (incoming_filled_ == incoming_.size()) {
+      BX_RETURN_IF_ERROR(GrowIncoming());
     }
   }
   if (staged_begin_ == staged_end_) staged_begin_ = staged_end_ = 0;
@@ -340,14 +354,27 @@ Status TcpSocket::ConsumeRead(size_t into_payload, size_t into_staging) {
 }
 
 Status TcpSocket::StartMessage(uint64_t length) {
-  // DecodeFrameHeader has bounded `length` by max_message_bytes: this is the only allocation a
-  // peer can cause, and it is never larger than that.
-  Result<Buffer> buffer = Buffer::Allocate(length);
+  // DecodeFrameHeader has bounded `length` by max_message_bytes; the buffer starts smaller still
+  // (kFirstReceiveBytes) and grows only as the payload arrives.
+  Result<Buffer> buffer = Buffer::Allocate(std::min<uint64_t>(length, kFirstReceiveBytes));
   if (!buffer.ok()) return buffer.status();
   incoming_ = std::move(buffer).value();
+  incoming_length_ = length;
   incoming_filled_ = 0;
   large_messages_ = length >= kDirectReadBytes;
   reading_payload_ = true;
+  return Status::Ok();
+}
+
+// The buffer is full and the message is not: a buffer kReceiveGrowth times larger (at most the
+// message's length) takes over what arrived.
+Status TcpSocket::GrowIncoming() {
+  const size_t next = std::min(incoming_length_, incoming_.size() * kReceiveGrowth);
+  Result<Buffer> bigger = Buffer::Allocate(next);
+  if (!bigger.ok()) return bigger.status();
+  std::memcpy(bigger->data(), incoming_.data(), incoming_filled_);
+  counters_.grown_copy_bytes.fetch_add(incoming_filled_, std::memory_order_relaxed);
+  incoming_ = std::move(bigger).value();
   return Status::Ok();
 }
 

@@ -98,10 +98,15 @@ class TcpSocket final : public Socket,
   std::vector<std::byte> staging_;  // received bytes not yet parsed: [staged_begin_, staged_end_)
   size_t staged_begin_ = 0;
   size_t staged_end_ = 0;
-  Buffer incoming_;  // the message whose payload is being read
+  // The message whose payload is being read: its announced length, and a buffer that grows
+  // toward it as bytes arrive (GrowIncoming), so that memory follows what the peer has sent,
+  // not what its header claims.
+  Buffer incoming_;
+  size_t incoming_length_ = 0;
   size_t incoming_filled_ = 0;
   bool reading_payload_ = false;
   bool large_messages_ = false;  // the last message was large: read up to the next header only
+  Status GrowIncoming();
 
   transport::MessageQueue received_;
   std::atomic<bool> queue_mode_{false};  // no on_message: messages wait for Receive()
@@ -124,6 +129,7 @@ class TcpSocket final : public Socket,
     std::atomic<uint64_t> sends_refused_queue_full{0};
     std::atomic<uint64_t> send_queue_stalls{0};  // times the kernel pushed back (EAGAIN)
     std::atomic<uint64_t> staged_copy_bytes{0};  // payload bytes copied out of staging
+    std::atomic<uint64_t> grown_copy_bytes{0};   // payload bytes copied when a buffer grew
   };
   Counters counters_;
 };
