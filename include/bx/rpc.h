@@ -108,6 +108,8 @@ struct BX_EXPORT ServerStats {
   // Responses the transport refused (larger than its message limit, or the connection's send
   // queue full); each caller got a ResourceExhausted answer saying why instead.
   uint64_t responses_refused = 0;
+  // Requests answered ResourceExhausted because the worker queue held max_queued_request_bytes.
+  uint64_t refused_busy = 0;
   uint64_t unknown_method = 0;
   uint64_t heartbeats = 0;
   uint64_t connections = 0;                                 // accepted, since Start
@@ -159,6 +161,10 @@ struct BX_EXPORT ServerOptions {
   // 0: handlers run inline on the transport's I/O thread (they must not block); N > 0: on a pool
   // of N worker threads, fed in arrival order.
   int worker_threads = 0;
+  // With workers: request bytes waiting for one. A request that would take the queue above
+  // this is answered at once with ResourceExhausted ("server busy"); one request of any size is
+  // taken into an empty queue. 0: unbounded.
+  size_t max_queued_request_bytes = size_t{256} << 20;
   TransportOptions transport;
   // Receives one line per notable event; default: stderr.
   std::function<void(std::string_view)> log;

@@ -191,6 +191,10 @@ void WriteServerStats(SampleWriter& w, const rpc::ServerStats& s, const Labels& 
             "Responses the transport refused (too large, or the send queue full); the caller got "
             "a ResourceExhausted answer instead.",
             labels, double(s.responses_refused));
+  w.Counter("bx_rpc_server_refused_busy_total",
+            "Requests answered ResourceExhausted because the worker queue was full "
+            "(max_queued_request_bytes).",
+            labels, double(s.refused_busy));
   w.Counter("bx_rpc_server_unknown_method_total", "Requests for a method not registered.", labels,
             double(s.unknown_method));
   w.Counter("bx_rpc_server_heartbeats_total", "Heartbeats received.", labels, double(s.heartbeats));

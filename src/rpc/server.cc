@@ -120,12 +120,25 @@ void ServerConnection::Execute(ServerCall call) {
 }
 
 void Server::Impl::Enqueue(ServerCall call) {
+  const size_t bytes = call.request().size();
+  size_t queued = 0;
   {
     std::lock_guard lock(queue_mutex);
     if (stopping) return;  // the call answers Internal as it is destroyed; the socket is closing
-    queue.push_back(std::move(call));
+    const size_t limit = options.max_queued_request_bytes;
+    if (limit == 0 || queued_bytes == 0 || queued_bytes + bytes <= limit) {
+      queued_bytes += bytes;
+      queue.push_back(std::move(call));
+      queue_changed.notify_one();
+      return;
+    }
+    queued = queued_bytes;
   }
-  queue_changed.notify_one();
+  Count(&ServerStats::refused_busy);
+  call.Fail(ResourceExhausted("server busy: " + std::to_string(queued) +
+                              " bytes of requests wait for a worker, a request of " +
+                              std::to_string(bytes) + " would pass max_queued_request_bytes (" +
+                              std::to_string(options.max_queued_request_bytes) + ")"));
 }
 
 void Server::Impl::WorkerLoop() {
@@ -135,6 +148,7 @@ void Server::Impl::WorkerLoop() {
     if (stopping) return;
     ServerCall call = std::move(queue.front());
     queue.pop_front();
+    queued_bytes -= call.request().size();
     lock.unlock();
     std::shared_ptr<ServerConnection> connection = ServerConnection::Of(call);
     connection->Execute(std::move(call));

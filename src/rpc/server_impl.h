@@ -85,6 +85,7 @@ struct BX_HIDDEN Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::mutex queue_mutex;
   std::condition_variable queue_changed;
   std::deque<ServerCall> queue;  // guarded by queue_mutex
+  size_t queued_bytes = 0;       // request bytes in `queue`; guarded by queue_mutex
   bool stopping = false;         // guarded by queue_mutex
   std::vector<std::thread> workers;
 

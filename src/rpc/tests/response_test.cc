@@ -1,6 +1,8 @@
-// Every call gets an answer (issue 19): a response the transport refuses, larger than its message
-// limit or beyond the connection's send queue, used to be dropped, and its caller waited until
-// its deadline with nothing said anywhere. Now the caller gets ResourceExhausted saying why.
+// Every call gets an answer, and the server's memory has a bound (issue 19): a response the
+// transport refuses, larger than its message limit or beyond the connection's send queue, used to
+// be dropped, and its caller waited until its deadline with nothing said anywhere; requests
+// waiting for a worker had no bound (30 pipelined 64 MiB requests held 1.5 GiB). Now the caller
+// gets ResourceExhausted saying why.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -130,6 +132,52 @@ TEST_P(RpcResponseTest, ResponsesBeyondTheSendQueueAreAnsweredOnceItDrains) {
   EXPECT_GT(refused, 0);
   EXPECT_GT(ok, 0);
   EXPECT_EQ(server->stats().responses_refused, uint64_t(refused));
+}
+
+// One worker held by a first call; requests of 512 KiB queue behind it until the 1 MiB bound,
+// and the rest are answered "server busy" at once. Those queued run when the worker frees.
+TEST_P(RpcResponseTest, RequestsBeyondTheWorkerQueueBoundAreRefusedAtOnce) {
+  ServerOptions options;
+  options.worker_threads = 1;
+  options.max_queued_request_bytes = 1 << 20;
+  options.log = [](std::string_view) {};
+  auto created = Server::Create(options);
+  ASSERT_TRUE(created.ok());
+  std::unique_ptr<Server> server = std::move(created).value();
+  auto gate = std::make_shared<Gate>();
+  struct OpenAtExit {
+    std::shared_ptr<Gate> gate;
+    ~OpenAtExit() { gate->Open(); }
+  } open_at_exit{gate};
+  std::atomic<int> held{0};
+  ASSERT_TRUE(server
+                  ->AddMethod("work",
+                              [gate, &held](ServerCall call) {
+                                if (held.fetch_add(1) == 0) gate->Wait();
+                                call.Respond(Text("done"));
+                              })
+                  .ok());
+  ASSERT_TRUE(server->Start({GetParam() + "://127.0.0.1:0"}).ok());
+  auto client = Client::Create({server->address()}, PatientClient());
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->WaitReady(5s).ok());
+  auto first = (*client)->Call("work", Text(""), {.timeout = 30s});
+  ASSERT_TRUE(WaitFor([&] { return held.load() == 1; }));
+  const std::string request(512 << 10, 'r');
+  std::vector<std::future<Result<Message>>> calls;
+  for (int i = 0; i < 5; ++i)
+    calls.push_back((*client)->Call("work", Text(request), {.timeout = 30s}));
+  // Calls 2-4 are answered while the worker is still held.
+  for (int i = 2; i < 5; ++i) {
+    Result<Message> busy = calls[i].get();
+    EXPECT_EQ(busy.status().code(), StatusCode::kResourceExhausted) << busy.status().ToString();
+    EXPECT_NE(busy.status().message().find("server busy"), std::string::npos);
+  }
+  EXPECT_EQ(server->stats().refused_busy, 3u);
+  gate->Open();
+  EXPECT_EQ(TextOf(first.get()), "done");
+  EXPECT_EQ(TextOf(calls[0].get()), "done");
+  EXPECT_EQ(TextOf(calls[1].get()), "done");
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, RpcResponseTest, ::testing::Values("tcp", "rdma"),
