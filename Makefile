@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
 .PHONY: all deps configure build test demo format format-check clean asan tsan test-asan test-tsan \
-	test-stress test-release build-variants install \
+	test-stress test-release build-variants conformance install \
 	fuzz fuzz-smoke fuzz-build fuzz-corpus
 
 all: build
@@ -61,6 +61,11 @@ build-variants:
 	  cmake -S . -B build-variants/gcc-$$type -G Ninja -DCMAKE_BUILD_TYPE=$$type $(LIB_ONLY); \
 	  cmake --build build-variants/gcc-$$type -j $(JOBS); \
 	done
+
+# rdma-core's own test suite (python3-pyverbs) against the simnic: a table per module and why
+# tests skipped. Also the ctest simnic_rdma_core_suite.
+conformance: build
+	bash tools/conformance.sh $(BUILD)/lib/libbx_simnic.so
 
 # Installs headers, libbexpress.so, the CMake package, bexpress.pc, bx and the simnic.
 PREFIX ?= /usr/local

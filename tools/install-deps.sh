@@ -11,7 +11,8 @@ packages=(
   libssl-dev                         # libcrypto's HMAC-SHA256 for peer authentication
   libgoogle-perftools-dev libmimalloc-dev   # allocators compared by `bx bench alloc`
   clang-format
-  clang-14 libclang-rt-14-dev libfuzzer-14-dev   # fuzz/ (libFuzzer) and `make build-clang`
+  clang-14 libclang-rt-14-dev libfuzzer-14-dev   # fuzz/ (libFuzzer) and `make build-variants`
+  python3-pyverbs                           # rdma-core's own test suite (`make conformance`)
   sockperf iperf3                           # peers measured beside `bx bench msg`
   libgrpc++-dev protobuf-compiler-grpc     # gRPC echo peer of `bx bench rpc` (tools/grpc_echo)
   gnuplot-nox                               # plots of `bx sim incast --sweep`
