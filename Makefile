@@ -62,10 +62,12 @@ build-variants:
 	  cmake --build build-variants/gcc-$$type -j $(JOBS); \
 	done
 
-# rdma-core's own test suite (python3-pyverbs) against the simnic: a table per module and why
-# tests skipped. Also the ctest simnic_rdma_core_suite.
+# Outside programs against the simnic: rdma-core's own test suite (python3-pyverbs), one line
+# per test, then perftest and rdma-core's examples between two processes. Also the ctests
+# simnic_rdma_core_suite and simnic_perftest (in make test).
 conformance: build
 	bash tools/conformance.sh $(BUILD)/lib/libbx_simnic.so
+	bash tools/perftest.sh $(BUILD)/lib/libbx_simnic.so
 
 # Installs headers, libbexpress.so, the CMake package, bexpress.pc, bx and the simnic.
 PREFIX ?= /usr/local

@@ -5,6 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libibverbs-dev ibverbs-utils       # verbs.h for the loader and the ABI test; real libibverbs
+  perftest                           # ib_*_lat/bw over the simnic (tools/perftest.sh)
   libjemalloc-dev                    # bemalloc's base allocator
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# perftest and rdma-core's example programs (Debian perftest, ibverbs-utils), unmodified, over
+# the simnic between two processes, each run bounded in time: the RC latency and bandwidth tests
+# at 8 B, 4 KiB, 64 KiB and 1 MiB, one with every size (-a), ibv_rc_pingpong and ibv_devinfo -v
+# must finish and print their figures; the shared-receive-queue programs (ib_send_bw
+# --use-srq, ibv_srq_pingpong) must fail cleanly, since the simnic has no SRQ (EOPNOTSUPP):
+# an error exit, no crash, no hang.
+#
+#   tools/perftest.sh build/lib/libbx_simnic.so
+set -uo pipefail
+simnic=$(realpath "${1:?usage: perftest.sh path/to/libbx_simnic.so}")
+for program in ib_send_lat ib_write_lat ib_read_lat ib_send_bw ib_write_bw ib_read_bw \
+  ibv_rc_pingpong ibv_srq_pingpong ibv_devinfo ss; do
+  command -v "$program" >/dev/null ||
+    { echo "perftest: $program is missing (tools/install-deps.sh installs perftest, ibverbs-utils)"; exit 1; }
+done
+work=$(mktemp -d /tmp/bx-perftest.XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+export LD_PRELOAD=$simnic
+limit=60  # seconds per program run
+port=$((20000 + RANDOM % 20000))
+failed=0
+
+# Starts the server side, waits until it listens on $port, runs the client; both bounded.
+# Sets server_rc, client_rc; output in $work/server.log, $work/client.log.
+pair() {  # program server-args... -- client-args...
+  local program=$1
+  shift
+  local server_args=() client_args=()
+  while (($# > 0)) && [[ $1 != -- ]]; do server_args+=("$1"); shift; done
+  shift
+  client_args=("$@")
+  port=$((port + 1))
+  timeout $limit "$program" "${server_args[@]}" -p "$port" >"$work/server.log" 2>&1 &
+  local server=$!
+  for _ in $(seq 200); do
+    ss -Hltn "sport = :$port" | grep -q . && break
+    kill -0 $server 2>/dev/null || break
+    sleep 0.05
+  done
+  timeout $limit "$program" "${client_args[@]}" -p "$port" localhost >"$work/client.log" 2>&1
+  client_rc=$?
+  wait $server
+  server_rc=$?
+}
+
+report() {  # name verdict detail
+  printf '%-44s %-5s %s\n' "$1" "$2" "$3"
+  [[ $2 == ok ]] || { failed=$((failed + 1)); tail -n 5 "$work/client.log" "$work/server.log" | sed 's/^/    /'; }
+}
+
+# A perftest run passed when both sides exited 0 and the client printed a figures line: the
+# size then the iteration count, under the "#bytes" header.
+expect_figures() {  # name
+  local lines
+  lines=$(sed -n '/^ *#bytes/,$p' "$work/client.log" | grep -E '^ *[0-9]+ +[0-9]+' | tr -s ' \t' ' ')
+  if ((client_rc == 0 && server_rc == 0)) && [[ -n $lines ]]; then
+    local count
+    count=$(wc -l <<<"$lines")
+    if ((count > 1)); then
+      report "$1" ok "$count sizes, the last: $(tail -1 <<<"$lines")"
+    else
+      report "$1" ok "$lines"
+    fi
+  else
+    report "$1" FAIL "client exit $client_rc, server exit $server_rc"
+  fi
+}
+
+# A program that needs what the simnic lacks: an error exit on both sides, not a signal or the
+# timeout (124).
+expect_clean_failure() {  # name
+  if ((client_rc != 0 && client_rc < 124 && server_rc < 124)); then
+    report "$1" ok "refused: $(grep -h -m1 -iE "couldn't|fail|error|not supported" "$work/server.log" "$work/client.log" | head -1 | cut -c1-90)"
+  else
+    report "$1" FAIL "client exit $client_rc, server exit $server_rc (want an error exit)"
+  fi
+}
+
+common=(-d bxsim0 -x 0 -n 200)
+for program in ib_send_lat ib_write_lat ib_read_lat ib_send_bw ib_write_bw ib_read_bw; do
+  for size in 8 4096 65536 1048576; do
+    pair "$program" "${common[@]}" -s "$size" -- "${common[@]}" -s "$size"
+    expect_figures "$program -s $size"
+  done
+done
+pair ib_write_lat "${common[@]}" -a -- "${common[@]}" -a
+expect_figures "ib_write_lat -a (every size, 2 B - 8 MiB)"
+pair ib_send_bw "${common[@]}" --use-srq -- "${common[@]}" --use-srq
+expect_clean_failure "ib_send_bw --use-srq"
+
+# rdma-core's examples take -p for the port too.
+pair ibv_rc_pingpong -d bxsim0 -g 0 -n 200 -- -d bxsim0 -g 0 -n 200
+if ((client_rc == 0 && server_rc == 0)) && grep -q 'iters in' "$work/client.log"; then
+  report "ibv_rc_pingpong" ok "$(grep -m1 'bytes in' "$work/client.log")"
+else
+  report "ibv_rc_pingpong" FAIL "client exit $client_rc, server exit $server_rc"
+fi
+pair ibv_srq_pingpong -d bxsim0 -g 0 -n 200 -- -d bxsim0 -g 0 -n 200
+expect_clean_failure "ibv_srq_pingpong"
+
+timeout $limit ibv_devinfo -v -d bxsim0 >"$work/client.log" 2>&1
+client_rc=$? server_rc=0
+if ((client_rc == 0)) && grep -q 'GID\[ *0\]' "$work/client.log"; then
+  report "ibv_devinfo -v" ok "$(grep -m1 'GID\[ *0\]' "$work/client.log" | tr -s ' \t' ' ')"
+else
+  report "ibv_devinfo -v" FAIL "exit $client_rc"
+fi
+
+echo "perftest: $failed failed"
+((failed == 0))
