@@ -1,4 +1,5 @@
-// bx::ListDevices (include/bx/devices.h): the verbs layer's device list in public types.
+// bx::ListDevices (include/bx/devices.h): the verbs layer's device list and which library it
+// came from.
 #include "bx/devices.h"
 
 #include "verbs/verbs.h"
@@ -13,10 +14,7 @@ Result<DeviceList> ListDevices() {
   DeviceList list;
   list.backend = std::string(verbs::BackendName((*library)->backend()));
   list.library = (*library)->path();
-  for (const verbs::DeviceInfo& d : *devices) {
-    list.devices.push_back(DeviceInfo{d.name, d.kind, d.port_state, d.link_layer, d.gid, d.max_qp,
-                                      d.max_qp_wr, d.max_cq, d.max_cqe, d.max_mr, d.max_mr_size});
-  }
+  list.devices = std::move(devices).value();
   return list;
 }
 

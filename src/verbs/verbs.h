@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bx/devices.h"
 #include "bx/simnic.h"
 #include "bx/status.h"
 
@@ -197,20 +198,8 @@ class Device {
   ibv_device_attr attr_{};
 };
 
-// What `bx devices` shows about one device.
-struct DeviceInfo {
-  std::string name;
-  std::string kind;        // "sim" or "hardware"
-  std::string port_state;  // port 1, as ibv_port_state_str says
-  std::string link_layer;  // "InfiniBand", "Ethernet" or "unspecified"
-  std::string gid;         // port 1, index 0, as eight colon-separated hex groups
-  uint32_t max_qp = 0;
-  uint32_t max_qp_wr = 0;
-  uint32_t max_cq = 0;
-  uint32_t max_cqe = 0;
-  uint32_t max_mr = 0;
-  uint64_t max_mr_size = 0;
-};
+// What `bx devices` shows about one device: the public type (bx::ListDevices returns it).
+using DeviceInfo = bx::DeviceInfo;
 
 // Every device of Library::Get() (or of `lib`). An error when there are none: Unavailable,
 // naming why ibv_get_device_list found nothing (ENOSYS on a kernel without RDMA).

@@ -130,6 +130,21 @@ TEST(RdmaBootstrapTest, ConnectRefusesAServerThatIsNotABexpressPeer) {
   }
 }
 
+// A plain TCP connection from `source` (a loopback address) to `port`; it sends nothing itself.
+int RawConnection(const char* source, uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &from.sin_addr);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0) << strerror(errno);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(port);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0) << strerror(errno);
+  return fd;
+}
+
 TEST(RdmaBootstrapTest, ListenerDropsGarbageAndKeepsServing) {
   auto transport = MakeRdma();
   std::atomic<int> accepted{0};
@@ -142,12 +157,7 @@ TEST(RdmaBootstrapTest, ListenerDropsGarbageAndKeepsServing) {
   ASSERT_TRUE(url.ok());
   auto before = bemalloc::GetCounters();
   for (int i = 0; i < 3; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(url->port);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    int fd = RawConnection("127.0.0.1", url->port);
     uint8_t garbage[64];
     std::memset(garbage, 0xee, sizeof(garbage));  // claims absurd sizes everywhere
     ASSERT_EQ(send(fd, garbage, sizeof(garbage), 0), 64);
@@ -164,21 +174,6 @@ TEST(RdmaBootstrapTest, ListenerDropsGarbageAndKeepsServing) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   for (int i = 0; i < 1000 && accepted.load() == 0; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(accepted.load(), 1);
-}
-
-// A TCP connection from `source` (a loopback address) to `port` that sends nothing.
-int SilentConnection(const char* source, uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in from{};
-  from.sin_family = AF_INET;
-  inet_pton(AF_INET, source, &from.sin_addr);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0) << strerror(errno);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  to.sin_port = htons(port);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0) << strerror(errno);
-  return fd;
 }
 
 void RaiseDescriptorLimit(rlim_t wanted) {
@@ -211,7 +206,7 @@ TEST(RdmaBootstrapTest, SilentClientsStallNeitherTheAcceptorNorOtherClients) {
   auto url = ParseUrl((*listener)->url());
   ASSERT_TRUE(url.ok());
   std::vector<int> silent;
-  for (int i = 0; i < 70; ++i) silent.push_back(SilentConnection("127.0.0.2", url->port));
+  for (int i = 0; i < 70; ++i) silent.push_back(RawConnection("127.0.0.2", url->port));
   // The six oldest are evicted at once, long before the 2 s Hello limit could refuse any of
   // the others.
   for (int i = 0; i < 2000 && PeersRefused(*server) < 6; ++i) std::this_thread::sleep_for(1ms);
@@ -255,7 +250,7 @@ TEST(RdmaBootstrapTest, SilentAndSlowClientsStallNeitherTheAcceptorNorOtherClien
   std::vector<int> attackers;
   for (int i = 0; i < 600; ++i) {
     std::string source = "127.0.1." + std::to_string(1 + i % 50);
-    int fd = SilentConnection(source.c_str(), url->port);
+    int fd = RawConnection(source.c_str(), url->port);
     if (i >= 500) {
       uint8_t half[kRecordBytes / 2] = {};
       EXPECT_EQ(send(fd, half, sizeof(half), MSG_NOSIGNAL), ssize_t(sizeof(half)));
