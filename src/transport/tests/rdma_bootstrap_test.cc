@@ -145,19 +145,30 @@ int RawConnection(const char* source, uint16_t port) {
   return fd;
 }
 
+// A listener on 127.0.0.1 that counts the sockets it accepts.
+struct CountingListener {
+  explicit CountingListener(Transport& transport) {
+    auto listening = transport.Listen("rdma://127.0.0.1:0", [this](const std::shared_ptr<Socket>&) {
+      accepted.fetch_add(1);
+      return SocketHandlers{};
+    });
+    EXPECT_TRUE(listening.ok()) << listening.status().ToString();
+    if (!listening.ok()) return;
+    listener = std::move(listening).value();
+    port = ParseUrl(listener->url())->port;
+  }
+  std::atomic<int> accepted{0};
+  std::unique_ptr<Listener> listener;
+  uint16_t port = 0;
+};
+
 TEST(RdmaBootstrapTest, ListenerDropsGarbageAndKeepsServing) {
   auto transport = MakeRdma();
-  std::atomic<int> accepted{0};
-  auto listener = transport->Listen("rdma://127.0.0.1:0", [&](const std::shared_ptr<Socket>&) {
-    accepted.fetch_add(1);
-    return SocketHandlers{};
-  });
-  ASSERT_TRUE(listener.ok());
-  auto url = ParseUrl((*listener)->url());
-  ASSERT_TRUE(url.ok());
+  CountingListener counted(*transport);
+  ASSERT_TRUE(counted.listener);
   auto before = bemalloc::GetCounters();
   for (int i = 0; i < 3; ++i) {
-    int fd = RawConnection("127.0.0.1", url->port);
+    int fd = RawConnection("127.0.0.1", counted.port);
     uint8_t garbage[64];
     std::memset(garbage, 0xee, sizeof(garbage));  // claims absurd sizes everywhere
     ASSERT_EQ(send(fd, garbage, sizeof(garbage), 0), 64);
@@ -165,15 +176,15 @@ TEST(RdmaBootstrapTest, ListenerDropsGarbageAndKeepsServing) {
     EXPECT_EQ(recv(fd, &c, 1, 0), 0) << "the listener closes the connection";
     close(fd);
   }
-  EXPECT_EQ(accepted.load(), 0);
+  EXPECT_EQ(counted.accepted.load(), 0);
   EXPECT_EQ(bemalloc::GetCounters().registrations, before.registrations)
       << "nothing was allocated for a refused peer";
   // And a real peer still gets through.
   auto client = MakeRdma();
-  auto s = client->Connect((*listener)->url(), {}, 5000ms);
+  auto s = client->Connect(counted.listener->url(), {}, 5000ms);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  for (int i = 0; i < 1000 && accepted.load() == 0; ++i) std::this_thread::sleep_for(10ms);
-  EXPECT_EQ(accepted.load(), 1);
+  for (int i = 0; i < 1000 && counted.accepted.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(counted.accepted.load(), 1);
 }
 
 void RaiseDescriptorLimit(rlim_t wanted) {
@@ -197,16 +208,10 @@ uint64_t PeersRefused(Transport& transport) {
 // elsewhere gets straight in.
 TEST(RdmaBootstrapTest, SilentClientsStallNeitherTheAcceptorNorOtherClients) {
   auto server = MakeRdma();
-  std::atomic<int> accepted{0};
-  auto listener = server->Listen("rdma://127.0.0.1:0", [&](const std::shared_ptr<Socket>&) {
-    accepted.fetch_add(1);
-    return SocketHandlers{};
-  });
-  ASSERT_TRUE(listener.ok());
-  auto url = ParseUrl((*listener)->url());
-  ASSERT_TRUE(url.ok());
+  CountingListener counted(*server);
+  ASSERT_TRUE(counted.listener);
   std::vector<int> silent;
-  for (int i = 0; i < 70; ++i) silent.push_back(RawConnection("127.0.0.2", url->port));
+  for (int i = 0; i < 70; ++i) silent.push_back(RawConnection("127.0.0.2", counted.port));
   // The six oldest are evicted at once, long before the 2 s Hello limit could refuse any of
   // the others.
   for (int i = 0; i < 2000 && PeersRefused(*server) < 6; ++i) std::this_thread::sleep_for(1ms);
@@ -214,12 +219,12 @@ TEST(RdmaBootstrapTest, SilentClientsStallNeitherTheAcceptorNorOtherClients) {
   // Well inside the 5 s a single silent client used to hold the acceptor for.
   auto client = MakeRdma();
   auto started = std::chrono::steady_clock::now();
-  auto socket = client->Connect((*listener)->url(), {}, 4000ms);
+  auto socket = client->Connect(counted.listener->url(), {}, 4000ms);
   ASSERT_TRUE(socket.ok()) << socket.status().ToString();
   EXPECT_LT(std::chrono::steady_clock::now() - started, 4000ms);
   // Closing the listener drops the 64 waiting for a Hello instead of waiting them out.
   started = std::chrono::steady_clock::now();
-  (*listener)->Close();
+  counted.listener->Close();
   EXPECT_LT(std::chrono::steady_clock::now() - started, 2500ms);
   int closed = 0;
   for (int fd : silent) {
@@ -229,7 +234,7 @@ TEST(RdmaBootstrapTest, SilentClientsStallNeitherTheAcceptorNorOtherClients) {
     close(fd);
   }
   EXPECT_EQ(closed, 70) << "every silent connection was closed by the server";
-  EXPECT_EQ(accepted.load(), 1);
+  EXPECT_EQ(counted.accepted.load(), 1);
 }
 
 // 500 silent and 100 slow connections from 50 addresses, held while legitimate clients connect:
@@ -238,19 +243,13 @@ TEST(RdmaBootstrapTest, SilentClientsStallNeitherTheAcceptorNorOtherClients) {
 TEST(RdmaBootstrapTest, SilentAndSlowClientsStallNeitherTheAcceptorNorOtherClients) {
   RaiseDescriptorLimit(4096);
   auto server = MakeRdma();
-  std::atomic<int> accepted{0};
-  auto listener = server->Listen("rdma://127.0.0.1:0", [&](const std::shared_ptr<Socket>&) {
-    accepted.fetch_add(1);
-    return SocketHandlers{};
-  });
-  ASSERT_TRUE(listener.ok());
-  auto url = ParseUrl((*listener)->url());
-  ASSERT_TRUE(url.ok());
+  CountingListener counted(*server);
+  ASSERT_TRUE(counted.listener);
   // 500 silent connections from 50 addresses and 100 that send half a Hello and stop.
   std::vector<int> attackers;
   for (int i = 0; i < 600; ++i) {
     std::string source = "127.0.1." + std::to_string(1 + i % 50);
-    int fd = RawConnection(source.c_str(), url->port);
+    int fd = RawConnection(source.c_str(), counted.port);
     if (i >= 500) {
       uint8_t half[kRecordBytes / 2] = {};
       EXPECT_EQ(send(fd, half, sizeof(half), MSG_NOSIGNAL), ssize_t(sizeof(half)));
@@ -261,16 +260,16 @@ TEST(RdmaBootstrapTest, SilentAndSlowClientsStallNeitherTheAcceptorNorOtherClien
   for (int i = 0; i < 5; ++i) {
     auto client = MakeRdma();
     auto started = std::chrono::steady_clock::now();
-    auto socket = client->Connect((*listener)->url(), {}, 4000ms);
+    auto socket = client->Connect(counted.listener->url(), {}, 4000ms);
     ASSERT_TRUE(socket.ok()) << socket.status().ToString();
     auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - started);
     std::printf("connect %d during the attack: %lld ms\n", i, static_cast<long long>(took.count()));
   }
-  EXPECT_EQ(accepted.load(), 5);
+  EXPECT_EQ(counted.accepted.load(), 5);
   // Closing the listener aborts the handshakes in progress instead of waiting them out.
   auto started = std::chrono::steady_clock::now();
-  (*listener)->Close();
+  counted.listener->Close();
   EXPECT_LT(std::chrono::steady_clock::now() - started, 2500ms);
   for (int fd : attackers) close(fd);
 }
