@@ -11,6 +11,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "simnic/sim_objects.h"
+
 namespace bx::simnic {
 namespace {
 
@@ -64,6 +66,15 @@ IpcLink::IpcLink(uint32_t pid, std::function<void()> wake) : pid_(pid), wake_(st
 }
 
 IpcLink::~IpcLink() = default;
+
+void IpcLink::RefusePeer(pid_t pid, uid_t uid) {
+  if (refused_peers_.fetch_add(1, std::memory_order_relaxed) == 0) {
+    std::fprintf(stderr,
+                 "simnic: refused a fabric connection from pid %d (uid %u, not ours: %u); later "
+                 "ones are counted, not logged\n",
+                 int(pid), unsigned(uid), unsigned(geteuid()));
+  }
+}
 
 int IpcLink::ConnectTo(uint32_t pid) {
   auto it = outgoing_.find(pid);
@@ -146,9 +157,19 @@ void IpcLink::ReadLoop() {
       if (fd == listen_fd_) {
         int conn = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
         if (conn < 0) continue;
+        // Only this user's processes are on our fabric: abstract sockets have no permissions,
+        // and the reader trusts a peer's frames (a partial one stalls it; a length allocates).
+        ucred peer{};
+        socklen_t peer_length = sizeof(peer);
+        if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &peer_length) != 0 ||
+            peer.uid != geteuid()) {
+          RefusePeer(peer.pid, peer.uid);
+          close(conn);
+          continue;
+        }
         int size = kSocketBufferBytes;
         setsockopt(conn, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-        incoming_[conn] = 0;
+        incoming_[conn] = uint32_t(peer.pid);
         epoll_event ev{};
         ev.events = EPOLLIN;
         ev.data.fd = conn;
@@ -158,12 +179,17 @@ void IpcLink::ReadLoop() {
       IpcFrame frame;
       bool ok =
           ReadFull(fd, &frame.header, sizeof(frame.header)) && frame.header.magic == kIpcMagic;
+      // A frame names its sender; the kernel told us who connected. One that claims another
+      // process, or a payload above the largest message, ends the connection before allocating.
+      ok =
+          ok && frame.header.src_pid == incoming_[fd] && frame.header.payload_length <= kMaxMsgSize;
       if (ok && frame.header.payload_length > 0) {
         frame.payload.resize(frame.header.payload_length);
         ok = ReadFull(fd, frame.payload.data(), frame.payload.size());
       }
       if (!ok) {
         uint32_t peer = incoming_[fd];
+        if (frame.header.magic == kIpcMagic && frame.header.src_pid != peer) peer = 0;
         epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
         close(fd);
         incoming_.erase(fd);
@@ -171,7 +197,6 @@ void IpcLink::ReadLoop() {
         if (peer != 0) lost_.push_back(peer);
         has_inbound_.store(true, std::memory_order_release);
       } else {
-        incoming_[fd] = frame.header.src_pid;
         std::lock_guard lock(inbound_mu_);
         inbound_.push_back(std::move(frame));
         has_inbound_.store(true, std::memory_order_release);

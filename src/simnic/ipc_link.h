@@ -11,6 +11,7 @@
 // costs one extra copy through the kernel, which lands on the simnic's threads, not the host's.
 #pragma once
 
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include <atomic>
@@ -77,6 +78,8 @@ class IpcLink {
  private:
   void ReadLoop();
   int ConnectTo(uint32_t pid);
+  // A connection from another user: closed; the first is logged, all are counted.
+  void RefusePeer(pid_t pid, uid_t uid);
 
   uint32_t pid_;
   std::function<void()> wake_;
@@ -92,6 +95,7 @@ class IpcLink {
   std::deque<IpcFrame> inbound_;
   std::vector<uint32_t> lost_;
   std::atomic<bool> has_inbound_{false};
+  std::atomic<uint64_t> refused_peers_{0};
 };
 
 }  // namespace bx::simnic

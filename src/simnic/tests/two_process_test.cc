@@ -6,10 +6,13 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -62,6 +65,64 @@ TEST(TwoProcessTest, RcWriteWithImmAcrossProcesses) {
   int fds[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
   pid_t server = Spawn({BX_RC_PEER, "server", std::to_string(fds[0])}, fds[0]);
+  pid_t client = Spawn({BX_RC_PEER, "client", std::to_string(fds[1])}, fds[1]);
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_EQ(WaitExit(client, std::chrono::seconds(60)), 0);
+  EXPECT_EQ(WaitExit(server, std::chrono::seconds(60)), 0);
+}
+
+// Issue 19: the fabric's socket (@bxsim.<pid>, abstract, so without permissions) took anyone on
+// the host, and 20 bytes of a frame header stalled its reader and with it all of the process's
+// inter-process RDMA. A process of another user is now refused at accept: while one holds a
+// half-sent header on the server's fabric socket, the transfer between server and client runs.
+TEST(TwoProcessTest, AnotherUsersProcessCannotStallTheFabric) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run the intruder as another user (CI is root)";
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  pid_t server = Spawn({BX_RC_PEER, "server", std::to_string(fds[0])}, fds[0]);
+  pid_t intruder = -1;
+  struct KillAtExit {  // a failed assertion must not leave the server or the intruder behind
+    const pid_t& server;
+    const pid_t& intruder;
+    ~KillAtExit() {
+      for (pid_t pid : {server, intruder}) {
+        if (pid > 0 && waitpid(pid, nullptr, WNOHANG) == 0) {
+          kill(pid, SIGKILL);
+          waitpid(pid, nullptr, 0);
+        }
+      }
+    }
+  } kill_at_exit{server, intruder};
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  intruder = fork();
+  if (intruder == 0) {  // as nobody: connect to the server's fabric, send half a header, hold
+    close(ready[0]);
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    int n = std::snprintf(address.sun_path + 1, sizeof(address.sun_path) - 1, "bxsim.%d", server);
+    socklen_t length = socklen_t(offsetof(sockaddr_un, sun_path) + 1 + n);
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&address), length) == 0) {
+        // The send fails when the server has already refused the connection: either way the
+        // intruder did what it could.
+        char half_header[20] = {};
+        (void)send(fd, half_header, sizeof(half_header), MSG_NOSIGNAL);
+        if (write(ready[1], "x", 1) != 1) _exit(4);
+        pause();
+      }
+      close(fd);
+      usleep(10000);
+    }
+    _exit(5);  // the server never listened
+  }
+  close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1) << "the intruder could not reach the server's fabric";
+  close(ready[0]);
   pid_t client = Spawn({BX_RC_PEER, "client", std::to_string(fds[1])}, fds[1]);
   close(fds[0]);
   close(fds[1]);
