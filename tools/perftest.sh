@@ -18,10 +18,19 @@ work=$(mktemp -d /tmp/bx-perftest.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 export LD_PRELOAD=$simnic
 limit=60  # seconds per program run
-port=$((20000 + RANDOM % 20000))
+# Ports below the kernel's ephemeral range, so that no client socket of a concurrent test holds
+# the one a server is about to listen on (perftest binds without retrying).
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range)
+port=$((10000 + RANDOM % (ephemeral_low > 12000 ? ephemeral_low - 12000 : 1000)))
 failed=0
 
-# Starts the server side, waits until it listens on $port, runs the client; both bounded.
+next_free_port() {  # advances $port to one no socket uses
+  port=$((port + 1))
+  while ss -Htan "( sport = :$port )" | grep -q .; do port=$((port + 1)); done
+}
+
+# Starts the server side, waits until it listens on a free port, runs the client; both bounded.
+# A server that could not listen (the port taken meanwhile) is started again on another port.
 # Sets server_rc, client_rc; output in $work/server.log, $work/client.log.
 pair() {  # program server-args... -- client-args...
   local program=$1
@@ -30,13 +39,20 @@ pair() {  # program server-args... -- client-args...
   while (($# > 0)) && [[ $1 != -- ]]; do server_args+=("$1"); shift; done
   shift
   client_args=("$@")
-  port=$((port + 1))
-  timeout $limit "$program" "${server_args[@]}" -p "$port" >"$work/server.log" 2>&1 &
-  local server=$!
-  for _ in $(seq 200); do
-    ss -Hltn "sport = :$port" | grep -q . && break
-    kill -0 $server 2>/dev/null || break
-    sleep 0.05
+  local server listening attempt
+  for attempt in 1 2 3; do
+    next_free_port
+    timeout $limit "$program" "${server_args[@]}" -p "$port" >"$work/server.log" 2>&1 &
+    server=$!
+    listening=0
+    for _ in $(seq 400); do
+      ss -Hltn "sport = :$port" | grep -q . && { listening=1; break; }
+      kill -0 $server 2>/dev/null || break
+      sleep 0.05
+    done
+    ((listening)) && break
+    kill $server 2>/dev/null
+    wait $server 2>/dev/null
   done
   timeout $limit "$program" "${client_args[@]}" -p "$port" localhost >"$work/client.log" 2>&1
   client_rc=$?
