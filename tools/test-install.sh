@@ -74,14 +74,16 @@ address=$(BX_VERBS=system start_server "$work/rpc-tcp.log" "$work/cmake-build/rp
 BX_VERBS=system "$work/cmake-build/rpc_client" "$address"
 
 echo "== parameter server: two shards (the installed bx, the example server), the example client"
-# Ports for the cluster file: random, skipping any already listening.
-free_port() {
-  local port
-  while :; do
-    port=$((20000 + RANDOM % 30000))
-    [[ -z $(ss -Htln "sport = :$port") ]] && { echo "$port"; return; }
-  done
-}
+# Ports for the cluster file: consecutive from a random start below the kernel's ephemeral range
+# (so no client socket of a concurrent test holds one), skipping any socket in use; never the
+# same port twice (the cluster file refuses a host:port named twice).
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range)
+next_port=$((10000 + RANDOM % (ephemeral_low > 12000 ? ephemeral_low - 12000 : 1000)))
+ports=()
+while ((${#ports[@]} < 4)); do
+  [[ -z $(ss -Htan "( sport = :$next_port )") ]] && ports+=("$next_port")
+  next_port=$((next_port + 1))
+done
 cluster=$work/cluster.json
 cat >"$cluster" <<JSON
 {"version": 1, "transport": "rdma",
@@ -89,8 +91,8 @@ cat >"$cluster" <<JSON
              "init": {"kind": "constant", "value": 1.0},
              "optimizer": {"kind": "sgd", "learning_rate": 1.0}}],
  "shards": [
-  {"replicas": [{"rdma": "rdma://127.0.0.1:$(free_port)", "tcp": "tcp://127.0.0.1:$(free_port)"}]},
-  {"replicas": [{"rdma": "rdma://127.0.0.1:$(free_port)", "tcp": "tcp://127.0.0.1:$(free_port)"}]}]}
+  {"replicas": [{"rdma": "rdma://127.0.0.1:${ports[0]}", "tcp": "tcp://127.0.0.1:${ports[1]}"}]},
+  {"replicas": [{"rdma": "rdma://127.0.0.1:${ports[2]}", "tcp": "tcp://127.0.0.1:${ports[3]}"}]}]}
 JSON
 # Shard 0 by the installed bx, shard 1 by the example server (bx::ps::PsServer).
 "$prefix/bin/bx" ps serve --cluster "$cluster" --shard 0 --replica 0 >"$work/ps0.log" 2>&1 &
