@@ -8,7 +8,10 @@
 #   tools/check-simnic-abi.sh build/lib/libbx_simnic.so
 set -euo pipefail
 simnic=${1:?usage: check-simnic-abi.sh path/to/libbx_simnic.so}
-system=$(ldconfig -p | awk '/libibverbs\.so\.1 .*x86-64|libibverbs\.so\.1 \(/ {print $NF; exit}')
+# awk reads all of ldconfig's output (an early exit would kill ldconfig with SIGPIPE, which
+# pipefail turns into a silent exit of this script).
+ldconfig=$(command -v ldconfig || echo /sbin/ldconfig)
+system=$("$ldconfig" -p | awk '/libibverbs\.so\.1 / && !found {print $NF; found = 1}')
 [[ -n $system && -f $system ]] || { echo "check-simnic-abi: the system libibverbs.so.1 is not installed"; exit 1; }
 exports() { nm -D --defined-only --with-symbol-versions "$1" | awk '{print $3}' | grep '@@IBVERBS_1\.' | sort -u; }
 missing=$(comm -23 <(exports "$system") <(exports "$simnic"))
