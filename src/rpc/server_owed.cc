@@ -36,19 +36,24 @@ void ServerConnection::SendResponse(Buffer frame, uint64_t call_id) {
     s = socket;
   }
   if (!s) return;
-  const size_t size = frame.size();
-  const StatusCode refused = SendFrame(s, std::move(frame));
-  if (refused == StatusCode::kInvalidArgument || refused == StatusCode::kResourceExhausted) {
-    if (auto impl = server.lock()) impl->Count(&ServerStats::responses_refused);
+  const std::string size = std::to_string(frame.size());
+  std::string why;
+  switch (SendFrame(s, std::move(frame))) {
+    case StatusCode::kInvalidArgument:
+      why = "response of " + size +
+            " bytes exceeds the transport's message limit "
+            "(max_message_bytes)";
+      break;
+    case StatusCode::kResourceExhausted:
+      why = "response of " + size +
+            " bytes refused: the connection's send queue is full "
+            "(max_queued_bytes; the client reads its responses more slowly than it asks for them)";
+      break;
+    default:
+      return;  // sent, or the socket has ended (its close tells the caller)
   }
-  if (refused == StatusCode::kInvalidArgument) {
-    Owe(call_id, "response of " + std::to_string(size) +
-                     " bytes exceeds the transport's message limit (max_message_bytes)");
-  } else if (refused == StatusCode::kResourceExhausted) {
-    Owe(call_id, "response of " + std::to_string(size) +
-                     " bytes refused: the connection's send queue is full (max_queued_bytes; "
-                     "the client reads its responses more slowly than it asks for them)");
-  }
+  if (auto impl = server.lock()) impl->Count(&ServerStats::responses_refused);
+  Owe(call_id, std::move(why));
 }
 
 void ServerConnection::Owe(uint64_t call_id, std::string why) {

@@ -1,5 +1,6 @@
 #include "transport/socket_util.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -49,6 +50,11 @@ Status SetNoDelay(int fd) {
     return Status::FromErrno(errno, "setsockopt(TCP_NODELAY)");
   }
   return Status::Ok();
+}
+
+void SetBlocking(int fd) {
+  int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
 }
 
 Result<int> ConnectOne(const addrinfo& address, std::chrono::steady_clock::time_point deadline,

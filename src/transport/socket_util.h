@@ -31,6 +31,9 @@ std::string FormatHost(const sockaddr* address, socklen_t length);
 // each back for an acknowledgement (40 ms on a delayed ACK).
 Status SetNoDelay(int fd);
 
+// Clears O_NONBLOCK: for code that reads a socket with poll()-based deadlines of its own.
+void SetBlocking(int fd);
+
 // Connects a non-blocking stream socket to `address`, waiting until `deadline`; TCP_NODELAY set.
 // Returns the fd (still non-blocking).
 Result<int> ConnectOne(const addrinfo& address, std::chrono::steady_clock::time_point deadline,

@@ -19,21 +19,9 @@ bool HandshakePool::Start(int fd, const std::string& host, Handshake handshake) 
   if (closed_) return false;
   // Make room: the address's own oldest first, then the oldest of all.
   if (auto it = per_host_.find(host); it != per_host_.end() && it->second >= limits_.per_host) {
-    for (auto& [id, h] : handshakes_) {
-      if (!h->done && !h->evicted && h->host == host) {
-        EvictLocked(*h);
-        break;
-      }
-    }
+    EvictOldestLocked(&host);
   }
-  if (live_ >= limits_.total) {
-    for (auto& [id, h] : handshakes_) {
-      if (!h->done && !h->evicted) {
-        EvictLocked(*h);
-        break;
-      }
-    }
-  }
+  if (live_ >= limits_.total) EvictOldestLocked(nullptr);
   auto h = std::make_unique<Running>();
   h->wake_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (h->wake_fd < 0) return false;  // out of descriptors
@@ -60,12 +48,15 @@ bool HandshakePool::Start(int fd, const std::string& host, Handshake handshake) 
   return true;
 }
 
-void HandshakePool::EvictLocked(Running& victim) {
-  victim.evicted = true;
-  ::shutdown(victim.wake_fd, SHUT_RDWR);
-  ++evictions_;
-  --live_;
-  if (--per_host_[victim.host] == 0) per_host_.erase(victim.host);
+void HandshakePool::EvictOldestLocked(const std::string* host) {
+  for (auto& [id, h] : handshakes_) {  // in start order
+    if (h->done || h->evicted || (host != nullptr && h->host != *host)) continue;
+    h->evicted = true;
+    ::shutdown(h->wake_fd, SHUT_RDWR);
+    --live_;
+    if (--per_host_[h->host] == 0) per_host_.erase(h->host);
+    return;
+  }
 }
 
 // Moves finished handshakes into `finished`, whose threads the caller joins once mu_ is released
@@ -78,16 +69,6 @@ void HandshakePool::ReapLocked(Map& finished) {
       ++it;
     }
   }
-}
-
-size_t HandshakePool::running() const {
-  std::lock_guard lock(mu_);
-  return live_;
-}
-
-uint64_t HandshakePool::evictions() const {
-  std::lock_guard lock(mu_);
-  return evictions_;
 }
 
 void HandshakePool::Close() {

@@ -44,9 +44,6 @@ class HandshakePool {
   // can be had.
   bool Start(int fd, const std::string& host, Handshake handshake);
 
-  size_t running() const;      // handshakes in progress, evicted ones not counted
-  uint64_t evictions() const;  // handshakes evicted to make room
-
   // Refuses new handshakes, shuts down the running ones (their reads and writes fail at once,
   // so each ends with an error and closes its socket), and joins them.
   void Close();
@@ -64,14 +61,14 @@ class HandshakePool {
   };
   using Map = std::map<uint64_t, std::unique_ptr<Running>>;  // by start order: oldest first
 
-  void EvictLocked(Running& victim);
+  // Evicts the oldest live handshake (from `host`, when given); none may be live.
+  void EvictOldestLocked(const std::string* host);
   void ReapLocked(Map& finished);
 
   const Limits limits_;
   mutable std::mutex mu_;
   bool closed_ = false;
   uint64_t next_id_ = 0;
-  uint64_t evictions_ = 0;
   size_t live_ = 0;                         // neither done nor evicted
   Map handshakes_;                          // guarded by mu_
   std::map<std::string, size_t> per_host_;  // live ones per address, guarded by mu_

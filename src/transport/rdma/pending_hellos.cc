@@ -1,11 +1,12 @@
 #include "transport/rdma/pending_hellos.h"
 
-#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+
+#include "transport/socket_util.h"
 
 namespace bx::rdma {
 
@@ -61,8 +62,7 @@ void PendingHellos::Service(const std::vector<pollfd>& fds, size_t first,
       }
     }
     if (failed.ok() && p.got == p.raw.size()) {
-      int flags = fcntl(p.fd, F_GETFL);
-      fcntl(p.fd, F_SETFL, flags & ~O_NONBLOCK);  // the handshake thread reads with deadlines
+      transport::SetBlocking(p.fd);  // the handshake thread reads with deadlines
       arrived.push_back({p.fd, p.peer, p.host, p.raw});
       Forget(i);
       continue;

@@ -1,6 +1,5 @@
 #include "transport/rdma/rdma_transport.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -63,11 +62,6 @@ Result<Url> ParseRdmaUrl(std::string_view text) {
   if (url->scheme != "rdma")
     return InvalidArgument("the rdma transport cannot use '" + std::string(text) + "'");
   return url;
-}
-
-void SetBlocking(int fd) {
-  int flags = fcntl(fd, F_GETFL);
-  fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
 }
 
 }  // namespace
@@ -341,7 +335,7 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Acquire(
   }
   Result<transport::ConnectedSocket> connected = transport::ConnectFirst(url, deadline);
   if (!connected.ok()) return connected.status();
-  SetBlocking(connected->fd);
+  transport::SetBlocking(connected->fd);
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
   auto connection = Establish(connected->fd, key, nullptr, nullptr,
@@ -359,7 +353,7 @@ Result<std::unique_ptr<Listener>> RdmaTransportImpl::Listen(std::string_view url
   if (!url.ok()) return url.status();
   Result<transport::ListeningSocket> listening = transport::ListenOn(*url, kListenBacklog);
   if (!listening.ok()) return listening.status();
-  SetBlocking(listening->fd);
+  transport::SetBlocking(listening->fd);
   auto listener =
       std::make_unique<RdmaListener>(*this, std::move(listening).value(), std::move(on_accept));
   std::lock_guard lock(mu_);
