@@ -46,8 +46,8 @@ ShardReplica::~ShardReplica() = default;
 
 // ---- Primary ---------------------------------------------------------------------------------
 
-Status ShardReplica::BecomePrimary(uint64_t epoch,
-                                   std::vector<std::shared_ptr<BackupLink>> backups) {
+Status ShardReplica::BecomePrimary(uint64_t epoch, std::vector<std::shared_ptr<BackupLink>> backups,
+                                   PrimaryGuard guard) {
   if (backups.size() > kMaxBackups) {
     return InvalidArgument("at most " + std::to_string(kMaxBackups) + " backups per shard");
   }
@@ -78,6 +78,8 @@ Status ShardReplica::BecomePrimary(uint64_t epoch,
       issued_lsn_ = 0;
       backups_ = std::move(backups);
       dead_backups_ = 0;
+      dropping_backups_ = 0;
+      guard_ = std::move(guard);
       owed_.clear();
     }
     // Re-forward the log in the new epoch: a backup may lack pushes the old primary had not
@@ -97,6 +99,7 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
     uint64_t undurable;
     {
       std::lock_guard lock(mu_);
+      if (role_ == Role::kPrimary) LeaseHeldLocked(&deferred_);
       role = role_;
       undurable = issued_lsn_ - DurableLsnLocked();
     }
@@ -151,9 +154,12 @@ void ShardReplica::ForwardLocked(const PushRequest& push, uint64_t lsn) {
     issued_lsn_ = lsn;
     uint64_t owed = 0;
     for (size_t b = 0; b < backups_.size(); ++b) {
-      if (dead_backups_ & (uint64_t{1} << b)) continue;
-      owed |= uint64_t{1} << b;
-      targets.emplace_back(b, backups_[b]);
+      const uint64_t bit = uint64_t{1} << b;
+      if (dead_backups_ & bit) continue;
+      owed |= bit;
+      // A backup being dropped stays owed (no ack without it until the store agrees) but is
+      // not sent to: its link has failed.
+      if ((dropping_backups_ & bit) == 0) targets.emplace_back(b, backups_[b]);
     }
     if (owed != 0) owed_[lsn] = owed;
     // With no live backup the push is durable now; RunDeferred delivers the acks.
@@ -188,7 +194,15 @@ uint64_t ShardReplica::DurableLsnLocked() const {
   return owed_.empty() ? issued_lsn_ : owed_.begin()->first - 1;
 }
 
+bool ShardReplica::LeaseHeldLocked(std::vector<std::function<void()>>* calls) {
+  if (!guard_.lease_valid || guard_.lease_valid()) return true;
+  StepDownLocked(Role::kFenced, Unavailable("primary's lease expired; retry at the new primary"),
+                 calls);
+  return false;
+}
+
 void ShardReplica::CollectReadyLocked(std::vector<std::function<void()>>* out) {
+  if (waiters_.empty() || !LeaseHeldLocked(out)) return;
   const uint64_t durable = DurableLsnLocked();
   while (!waiters_.empty() && waiters_.begin()->first <= durable) {
     auto node = waiters_.extract(waiters_.begin());
@@ -203,6 +217,8 @@ void ShardReplica::StepDownLocked(Role role, const Status& reason,
   owed_.clear();
   backups_.clear();
   dead_backups_ = 0;
+  dropping_backups_ = 0;
+  guard_ = {};
   for (auto& [lsn, waiter] : waiters_) {
     calls->push_back([w = std::move(waiter), reason] { w.done(reason); });
   }
@@ -223,22 +239,70 @@ void ShardReplica::OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, St
       // The backup follows a newer epoch: a new primary exists. Never ack from here again.
       StepDownLocked(Role::kFenced,
                      Unavailable("deposed as primary (" + status.message() + "); retry"), &calls);
-    } else {
-      // The backup is gone; it no longer counts towards durability.
-      dead_backups_ |= bit;
-      for (auto it = owed_.begin(); it != owed_.end();) {
-        it = (it->second &= ~bit) == 0 ? owed_.erase(it) : std::next(it);
+    } else if (guard_.drop_backup) {
+      // The backup is unreachable, or only slow: it keeps counting until the store has
+      // committed its removal, so an ack never rests on fewer replicas than the configuration.
+      if ((dropping_backups_ & bit) == 0 && (dead_backups_ & bit) == 0) {
+        dropping_backups_ |= bit;
+        calls.push_back([this, epoch, backup, drop = guard_.drop_backup] {
+          drop(backup, [this, epoch, backup](Status s) { OnDropCommitted(epoch, backup, s); });
+        });
       }
+    } else {
+      // No store to ask (the control): the backup stops counting at once.
+      ForgetBackupLocked(bit);
     }
     CollectReadyLocked(&calls);
-    // Inside an order section of this replica (a forward completing inline): RunDeferred
-    // runs the callbacks once order_mu_ is released.
-    if (order_holder == this) {
-      for (auto& c : calls) deferred_.push_back(std::move(c));
-      calls.clear();
-    }
+    DeferIfOrderedLocked(&calls);
   }
   for (auto& call : calls) call();
+}
+
+void ShardReplica::OnDropCommitted(uint64_t epoch, size_t backup, const Status& status) {
+  std::vector<std::function<void()>> calls;
+  {
+    std::lock_guard lock(mu_);
+    if (epoch != epoch_ || role_ != Role::kPrimary) return;
+    const uint64_t bit = uint64_t{1} << backup;
+    if (!status.ok()) {
+      StepDownLocked(Role::kFenced,
+                     Unavailable("could not drop an unreachable backup (" + status.message() +
+                                 "); retry at the current primary"),
+                     &calls);
+    } else {
+      dropping_backups_ &= ~bit;
+      ForgetBackupLocked(bit);
+      CollectReadyLocked(&calls);
+    }
+    DeferIfOrderedLocked(&calls);
+  }
+  for (auto& call : calls) call();
+}
+
+void ShardReplica::ForgetBackupLocked(uint64_t bit) {
+  dead_backups_ |= bit;
+  for (auto it = owed_.begin(); it != owed_.end();) {
+    it = (it->second &= ~bit) == 0 ? owed_.erase(it) : std::next(it);
+  }
+}
+
+void ShardReplica::StepDown(const std::string& reason) {
+  std::vector<std::function<void()>> calls;
+  {
+    std::lock_guard lock(mu_);
+    if (role_ != Role::kPrimary) return;
+    StepDownLocked(Role::kFenced, Unavailable(reason), &calls);
+    DeferIfOrderedLocked(&calls);
+  }
+  for (auto& call : calls) call();
+}
+
+void ShardReplica::DeferIfOrderedLocked(std::vector<std::function<void()>>* calls) {
+  // Inside an order section of this replica (e.g. a forward completing inline): RunDeferred
+  // runs the callbacks once order_mu_ is released.
+  if (order_holder != this) return;
+  for (auto& c : *calls) deferred_.push_back(std::move(c));
+  calls->clear();
 }
 
 void ShardReplica::RunDeferred() {

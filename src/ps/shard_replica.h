@@ -18,6 +18,11 @@
 //  - Fencing: a backup refuses forwards from an older epoch; the primary that gets that refusal
 //    steps down (Role::kFenced), failing its waiting pushes with Unavailable, so a deposed
 //    primary cannot acknowledge anything.
+//  - Configuration (PrimaryGuard): with a guard, a backup whose forward fails still counts
+//    towards durability until the configuration store has committed its removal, and the
+//    primary acks only while its lease is valid. Without one, a failed backup is dropped at
+//    once — the behaviour that splits a shard when the primary was only slow (issue 18); it is
+//    kept for the in-process cases that have no store and as the tests' control.
 //
 // Thread-safety: every method may be called from any thread. Pushes, forwards, promotion and
 // Save are serialised by one lock (one order of application per shard, which is what makes the
@@ -85,6 +90,19 @@ class ShardReplica {
   using PushDone = std::function<void(Result<PushAck>)>;
   using ForwardDone = std::function<void(Status)>;
 
+  // What a primary needs from its shard's committed configuration (docs/PS.md "Configuration
+  // and leases").
+  struct PrimaryGuard {
+    // Asks the store to drop backup `index` (into BecomePrimary's links) from the replica set.
+    // `committed` runs once, on any thread: OK once the removal is committed — only then does
+    // the backup stop counting towards durability — or an error when it cannot be (this
+    // primary was replaced, or lost its lease), which makes the primary step down.
+    std::function<void(size_t index, std::function<void(Status)> committed)> drop_backup;
+    // True while the primary's lease is certainly still valid at the store. Checked before
+    // every push is accepted and every ack is released; false once makes the primary step down.
+    std::function<bool()> lease_valid;
+  };
+
   // Starts as a backup at epoch 0 with empty tables.
   ShardReplica() : ShardReplica(std::make_unique<ShardState>(), Options{}) {}
   explicit ShardReplica(Options options)
@@ -97,8 +115,13 @@ class ShardReplica {
 
   // Makes this replica the primary of `epoch` (greater than any epoch it has seen) with these
   // live backups, and re-forwards its log to them. Pushes are accepted at once; acks wait for
-  // the re-forwarded log to be durable.
-  Status BecomePrimary(uint64_t epoch, std::vector<std::shared_ptr<BackupLink>> backups);
+  // the re-forwarded log to be durable. Without a guard a failed backup is dropped at once.
+  Status BecomePrimary(uint64_t epoch, std::vector<std::shared_ptr<BackupLink>> backups,
+                       PrimaryGuard guard = {});
+
+  // Ends this replica's time as primary (its lease ran out, or the store names another
+  // primary): it becomes kFenced and fails its waiting pushes with Unavailable(reason).
+  void StepDown(const std::string& reason);
 
   // A client push. `done` gets the ack (duplicate = true for a retry of an applied push) once
   // the push is on every live backup, or an error: FailedPrecondition (not primary: ask
@@ -146,6 +169,15 @@ class ShardReplica {
   // Forward completion: mu_ only. Inside this replica's order section (a forward completing
   // within Forward) its callbacks are deferred to RunDeferred.
   void OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, Status status);
+  // The backup with this bit no longer counts towards durability. mu_ held.
+  void ForgetBackupLocked(uint64_t bit);
+  // The store answered a drop_backup request of `epoch`.
+  void OnDropCommitted(uint64_t epoch, size_t backup, const Status& status);
+  // Hands `calls` to RunDeferred when this thread is inside this replica's order section, so
+  // they never run under order_mu_. mu_ held.
+  void DeferIfOrderedLocked(std::vector<std::function<void()>>* calls);
+  // False (after stepping down) when a guard says the lease is no longer valid. mu_ held.
+  bool LeaseHeldLocked(std::vector<std::function<void()>>* calls);
   // Collects waiters whose lsn is durable. mu_ held.
   void CollectReadyLocked(std::vector<std::function<void()>>* out);
   uint64_t DurableLsnLocked() const;
@@ -169,7 +201,9 @@ class ShardReplica {
   uint64_t epoch_ = 0;       // mirror of state_->epoch for forward completions
   uint64_t issued_lsn_ = 0;  // mirror of state_->applied_lsn on the primary
   std::vector<std::shared_ptr<BackupLink>> backups_;
-  uint64_t dead_backups_ = 0;                // bit i: backups_[i] failed
+  uint64_t dead_backups_ = 0;      // bit i: backups_[i] failed and no longer counts
+  uint64_t dropping_backups_ = 0;  // bit i: failed, its removal not yet committed (still owed)
+  PrimaryGuard guard_;
   std::map<uint64_t, uint64_t> owed_;        // lsn -> bitmask of backups that have not acked
   std::multimap<uint64_t, Waiter> waiters_;  // by the lsn that must be durable
   // Callbacks that became due inside an order section, for RunDeferred.

@@ -461,5 +461,97 @@ TEST(ShardReplica, InlineForwardCompletionsNeverAckUnderTheOrderLock) {
   EXPECT_EQ(p->live_backups(), 1u);
 }
 
+// ---- PrimaryGuard: the committed configuration and the lease (issue 18) -----------------------
+
+// A guard whose store answers drop requests when the test says so, and whose lease the test
+// can end.
+struct FakeGuard {
+  std::vector<std::pair<size_t, std::function<void(Status)>>> drops;  // requested, unanswered
+  std::atomic<bool> lease{true};
+
+  ShardReplica::PrimaryGuard Make() {
+    return {.drop_backup =
+                [this](size_t b, std::function<void(Status)> done) { drops.emplace_back(b, done); },
+            .lease_valid = [this] { return lease.load(); }};
+  }
+  void Answer(const Status& s) {
+    auto pending = std::move(drops);
+    drops.clear();
+    for (auto& [b, done] : pending) done(s);
+  }
+};
+
+TEST(ShardReplica, AFailedBackupCountsUntilItsRemovalIsCommitted) {
+  auto p = NewReplica(), b1 = NewReplica(), b2 = NewReplica();
+  auto to_b2 = std::make_shared<FakeLink>(b2.get());
+  FakeGuard guard;
+  ASSERT_TRUE(
+      p->BecomePrimary(1, {std::make_shared<FakeLink>(b1.get()), to_b2}, guard.Make()).ok());
+  to_b2->set_mode(FakeLink::Mode::kDead);
+  auto first = Push(*p, MakePush(1, 1, {11}));
+  auto second = Push(*p, MakePush(1, 2, {11}));
+  EXPECT_FALSE(first->result) << "acked on fewer replicas than the configuration names";
+  EXPECT_FALSE(second->result);
+  ASSERT_EQ(guard.drops.size(), 1u) << "one removal request per failed backup";
+  EXPECT_EQ(guard.drops[0].first, 1u);
+  EXPECT_EQ(to_b2->forwarded(), 1) << "a backup being dropped is not sent to again";
+  guard.Answer(Status::Ok());
+  EXPECT_TRUE(first->acked());
+  EXPECT_TRUE(second->acked());
+  EXPECT_EQ(p->live_backups(), 1u);
+  EXPECT_TRUE(Push(*p, MakePush(1, 3, {11}))->acked());
+  EXPECT_TRUE(BitwiseEqual(Values(*b1, kKeys), Values(*p, kKeys)));
+}
+
+TEST(ShardReplica, APrimaryThatCannotCommitARemovalStepsDownWithoutAcking) {
+  auto p = NewReplica(), b1 = NewReplica();
+  auto to_b1 = std::make_shared<FakeLink>(b1.get(), FakeLink::Mode::kDead);
+  FakeGuard guard;
+  ASSERT_TRUE(p->BecomePrimary(1, {to_b1}, guard.Make()).ok());
+  auto push = Push(*p, MakePush(1, 1, {11}));
+  ASSERT_EQ(guard.drops.size(), 1u);
+  // The store refuses: another replica was promoted while this one was paused.
+  guard.Answer(FailedPrecondition("configuration changed"));
+  EXPECT_EQ(push->code(), StatusCode::kUnavailable);
+  EXPECT_EQ(p->role(), ShardReplica::Role::kFenced);
+  EXPECT_EQ(Push(*p, MakePush(1, 2, {11}))->code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(ShardReplica, NoAckAfterTheLeaseRanOut) {
+  auto p = NewReplica(), b1 = NewReplica();
+  auto to_b1 = std::make_shared<FakeLink>(b1.get(), FakeLink::Mode::kHold);
+  FakeGuard guard;
+  ASSERT_TRUE(p->BecomePrimary(1, {to_b1}, guard.Make()).ok());
+  auto push = Push(*p, MakePush(1, 1, {11}));
+  guard.lease = false;   // e.g. the process was paused past its lease
+  to_b1->DeliverHeld();  // the backup has it, but the primary may no longer speak for the shard
+  EXPECT_EQ(push->code(), StatusCode::kUnavailable);
+  EXPECT_EQ(p->role(), ShardReplica::Role::kFenced);
+  EXPECT_EQ(Push(*p, MakePush(1, 2, {11}))->code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(ShardReplica, ALeaseThatRanOutRefusesNewPushesBeforeApplyingThem) {
+  auto p = NewReplica(), b1 = NewReplica();
+  FakeGuard guard;
+  ASSERT_TRUE(p->BecomePrimary(1, {std::make_shared<FakeLink>(b1.get())}, guard.Make()).ok());
+  ASSERT_TRUE(Push(*p, MakePush(1, 1, {11}))->acked());
+  guard.lease = false;
+  const std::vector<float> before = Values(*p, kKeys);
+  EXPECT_EQ(Push(*p, MakePush(1, 2, {11}))->code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(BitwiseEqual(before, Values(*p, kKeys)));
+}
+
+TEST(ShardReplica, StepDownFailsWaitingPushes) {
+  auto p = NewReplica(), b1 = NewReplica();
+  auto to_b1 = std::make_shared<FakeLink>(b1.get(), FakeLink::Mode::kHold);
+  FakeGuard guard;
+  ASSERT_TRUE(p->BecomePrimary(1, {to_b1}, guard.Make()).ok());
+  auto push = Push(*p, MakePush(1, 1, {11}));
+  p->StepDown("the store names another primary");
+  EXPECT_EQ(push->code(), StatusCode::kUnavailable);
+  to_b1->DeliverHeld();
+  EXPECT_EQ(p->role(), ShardReplica::Role::kFenced);
+}
+
 }  // namespace
 }  // namespace bx::ps
