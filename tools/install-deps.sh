@@ -18,6 +18,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc     # gRPC echo peer of `bx bench rpc` (tools/grpc_echo)
   gnuplot-nox                               # plots of `bx sim incast --sweep`
   iproute2                                  # `ip netns` (multi-host failover test), `ss`
+  etcd-server etcd-client libcurl4-openssl-dev   # ps/coord: etcd store (its tests run etcd)
 )
 
 missing=()

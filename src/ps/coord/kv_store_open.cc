@@ -1,0 +1,26 @@
+// OpenKvStore: a store by URL. "memory://<name>" stores live as long as the process and are
+// shared by name, so the replicas of an in-process cluster (tests, `bx demo`) see one store.
+#include <map>
+#include <mutex>
+
+#include "ps/coord/kv_store.h"
+
+namespace bx::ps {
+
+Result<std::shared_ptr<KvStore>> OpenKvStore(const std::string& url,
+                                             std::chrono::milliseconds timeout) {
+  static constexpr std::string_view kMemory = "memory://";
+  if (url.starts_with(kMemory)) {
+    static std::mutex mu;
+    static auto* stores = new std::map<std::string, std::shared_ptr<KvStore>>();  // never freed
+    std::lock_guard lock(mu);
+    std::shared_ptr<KvStore>& store = (*stores)[url.substr(kMemory.size())];
+    if (!store) store = NewMemoryKvStore();
+    return store;
+  }
+  Result<std::unique_ptr<KvStore>> etcd = OpenEtcdKvStore(url, timeout);
+  if (!etcd.ok()) return etcd.status();
+  return std::shared_ptr<KvStore>(std::move(etcd).value());
+}
+
+}  // namespace bx::ps

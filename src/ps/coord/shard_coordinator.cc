@@ -1,0 +1,265 @@
+#include "ps/coord/shard_coordinator.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+namespace bx::ps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string NewIncarnation() {
+  std::random_device rd;
+  const uint64_t value = (uint64_t{rd()} << 32) ^ rd();
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+int64_t Nanos(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+}  // namespace
+
+const ShardMember* ShardConfig::Find(uint32_t replica) const {
+  for (const ShardMember& m : members) {
+    if (m.replica == replica) return &m;
+  }
+  return nullptr;
+}
+
+std::string EncodeShardConfig(const ShardConfig& config) {
+  nlohmann::json members = nlohmann::json::array();
+  for (const ShardMember& m : config.members) {
+    members.push_back({{"replica", m.replica}, {"incarnation", m.incarnation}});
+  }
+  return nlohmann::json{{"epoch", config.epoch}, {"primary", config.primary}, {"members", members}}
+      .dump();
+}
+
+Result<ShardConfig> DecodeShardConfig(const std::string& json) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(json);
+    ShardConfig config;
+    config.epoch = j.at("epoch").get<uint64_t>();
+    config.primary = j.at("primary").get<uint32_t>();
+    for (const nlohmann::json& m : j.at("members")) {
+      config.members.push_back(
+          {m.at("replica").get<uint32_t>(), m.at("incarnation").get<std::string>()});
+    }
+    if (config.epoch == 0 || config.Find(config.primary) == nullptr) {
+      return DataLoss("shard config: epoch 0 or a primary outside the set: " + json);
+    }
+    return config;
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss(std::string("shard config: ") + e.what());
+  }
+}
+
+ShardCoordinator::ShardCoordinator(KvStore* store, Options options)
+    : store_(store), options_(std::move(options)), incarnation_(NewIncarnation()) {}
+
+ShardCoordinator::~ShardCoordinator() {
+  int64_t lease = 0;
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    lease = lease_id_;
+  }
+  cv_.notify_all();
+  if (renewer_.joinable()) renewer_.join();
+  deadline_ns_.store(0);
+  if (lease != 0) (void)store_->RevokeLease(lease);  // best effort: else it expires by itself
+}
+
+std::string ShardCoordinator::Key(const std::string& name) const {
+  return options_.prefix + "/shard/" + std::to_string(options_.shard) + "/" + name;
+}
+
+Status ShardCoordinator::Register() {
+  const KvPut put{Key("member/" + std::to_string(options_.self)), incarnation_, 0};
+  Result<bool> done = store_->Commit({}, {&put, 1});
+  if (!done.ok()) return done.status();
+  return *done ? Status::Ok() : Internal("unconditional put refused");
+}
+
+Result<std::vector<std::optional<std::string>>> ShardCoordinator::Registered(uint32_t replicas) {
+  std::vector<std::optional<std::string>> out;
+  for (uint32_t r = 0; r < replicas; ++r) {
+    Result<std::optional<KvEntry>> entry = store_->Get(Key("member/" + std::to_string(r)));
+    if (!entry.ok()) return entry.status();
+    out.push_back(*entry ? std::optional<std::string>((*entry)->value) : std::nullopt);
+  }
+  return out;
+}
+
+Result<std::optional<VersionedConfig>> ShardCoordinator::Read() {
+  Result<std::optional<KvEntry>> entry = store_->Get(Key("config"));
+  if (!entry.ok()) return entry.status();
+  if (!*entry) return std::optional<VersionedConfig>();
+  Result<ShardConfig> config = DecodeShardConfig((*entry)->value);
+  if (!config.ok()) return config.status();
+  return std::optional<VersionedConfig>(VersionedConfig{*config, (*entry)->mod_revision});
+}
+
+Result<bool> ShardCoordinator::PrimaryLeaseAlive() {
+  Result<std::optional<KvEntry>> entry = store_->Get(Key("lease"));
+  if (!entry.ok()) return entry.status();
+  return entry->has_value();
+}
+
+Result<KvLease> ShardCoordinator::GrantLease() {
+  const Clock::time_point sent = Clock::now();
+  Result<KvLease> lease = store_->GrantLease(options_.lease_ttl);
+  if (!lease.ok()) return lease.status();
+  SetDeadline(sent, lease->ttl);
+  return lease;
+}
+
+void ShardCoordinator::SetDeadline(Clock::time_point sent, std::chrono::milliseconds ttl) {
+  const Clock::time_point deadline = sent + ttl - options_.drift_margin;
+  deadline_ns_.store(deadline > sent ? Nanos(deadline) : 0);
+}
+
+bool ShardCoordinator::LeaseValid() const {
+  const int64_t deadline = deadline_ns_.load();
+  return deadline != 0 && Nanos(Clock::now()) < deadline;
+}
+
+Result<VersionedConfig> ShardCoordinator::Bootstrap(std::vector<ShardMember> members) {
+  std::sort(members.begin(), members.end(),
+            [](const ShardMember& a, const ShardMember& b) { return a.replica < b.replica; });
+  const ShardConfig config{1, options_.self, std::move(members)};
+  if (config.Find(options_.self) == nullptr) {
+    return InvalidArgument("bootstrap: the set must hold this replica");
+  }
+  Result<KvLease> lease = GrantLease();
+  if (!lease.ok()) return lease.status();
+  const KvCompare compares[] = {{Key("config"), KvCompare::Target::kCreate, 0}};
+  const KvPut puts[] = {{Key("config"), EncodeShardConfig(config), 0},
+                        {Key("lease"), std::to_string(options_.self) + " 1", lease->id}};
+  Result<bool> done = store_->Commit(compares, puts);
+  if (!done.ok() || !*done) {
+    (void)store_->RevokeLease(lease->id);
+    deadline_ns_.store(0);
+    if (!done.ok()) return done.status();
+    return FailedPrecondition("shard " + std::to_string(options_.shard) +
+                              " already has a configuration");
+  }
+  return TakeOffice(*lease, config);
+}
+
+Result<VersionedConfig> ShardCoordinator::Promote(const VersionedConfig& seen) {
+  if (seen.config.Find(options_.self) == nullptr) {
+    return FailedPrecondition("replica " + std::to_string(options_.self) + " is not in the set");
+  }
+  ShardConfig next = seen.config;
+  next.epoch += 1;
+  next.primary = options_.self;
+  std::erase_if(next.members,
+                [&](const ShardMember& m) { return m.replica == seen.config.primary; });
+  Result<KvLease> lease = GrantLease();
+  if (!lease.ok()) return lease.status();
+  const KvCompare compares[] = {{Key("config"), KvCompare::Target::kMod, seen.revision},
+                                {Key("lease"), KvCompare::Target::kCreate, 0}};
+  const KvPut puts[] = {
+      {Key("config"), EncodeShardConfig(next), 0},
+      {Key("lease"), std::to_string(options_.self) + " " + std::to_string(next.epoch), lease->id}};
+  Result<bool> done = store_->Commit(compares, puts);
+  if (!done.ok() || !*done) {
+    (void)store_->RevokeLease(lease->id);
+    deadline_ns_.store(0);
+    if (!done.ok()) return done.status();
+    return FailedPrecondition("promotion to epoch " + std::to_string(next.epoch) +
+                              " lost: the configuration changed or the primary's lease is alive");
+  }
+  return TakeOffice(*lease, next);
+}
+
+Result<VersionedConfig> ShardCoordinator::TakeOffice(const KvLease& lease,
+                                                     const ShardConfig& config) {
+  // Only this lease's holder writes the config while the lease key exists, so what we read
+  // now is what we wrote — unless the lease has already expired, which the checks catch.
+  Result<std::optional<KvEntry>> key = store_->Get(Key("lease"));
+  Result<std::optional<VersionedConfig>> current = Read();
+  if (!key.ok()) return key.status();
+  if (!current.ok()) return current.status();
+  if (!*key || (*key)->lease != lease.id || !*current || (*current)->config != config) {
+    deadline_ns_.store(0);
+    return FailedPrecondition("lease expired right after taking office");
+  }
+  {
+    std::lock_guard lock(mu_);
+    lease_id_ = lease.id;
+    lease_key_created_ = (*key)->create_revision;
+    office_ = **current;
+  }
+  if (!renewer_.joinable()) renewer_ = std::thread([this] { RenewLoop(); });
+  return **current;
+}
+
+Result<VersionedConfig> ShardCoordinator::Drop(uint32_t replica) {
+  VersionedConfig office;
+  int64_t key_created;
+  {
+    std::lock_guard lock(mu_);
+    if (!office_ || lease_id_ == 0) return FailedPrecondition("not the primary");
+    office = *office_;
+    key_created = lease_key_created_;
+  }
+  if (!LeaseValid()) return FailedPrecondition("the primary's lease expired");
+  ShardConfig next = office.config;
+  std::erase_if(next.members, [&](const ShardMember& m) { return m.replica == replica; });
+  if (replica == options_.self || next.members.size() == office.config.members.size()) {
+    return InvalidArgument("replica " + std::to_string(replica) + " is not a backup in the set");
+  }
+  const KvCompare compares[] = {{Key("config"), KvCompare::Target::kMod, office.revision},
+                                {Key("lease"), KvCompare::Target::kCreate, key_created}};
+  const KvPut put{Key("config"), EncodeShardConfig(next), 0};
+  Result<bool> done = store_->Commit(compares, {&put, 1});
+  if (!done.ok()) return done.status();
+  if (!*done) return FailedPrecondition("the configuration changed or the lease expired");
+  Result<std::optional<VersionedConfig>> current = Read();
+  if (!current.ok()) return current.status();
+  if (!*current || (*current)->config != next) {
+    return FailedPrecondition("the configuration changed after dropping a replica");
+  }
+  std::lock_guard lock(mu_);
+  office_ = **current;
+  return **current;
+}
+
+void ShardCoordinator::RenewLoop() {
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    const int64_t lease = lease_id_;
+    cv_.wait_for(lock, options_.lease_ttl / 3, [this] { return stop_; });
+    if (stop_) return;
+    lock.unlock();
+    const Clock::time_point sent = Clock::now();
+    Result<std::chrono::milliseconds> renewed = store_->KeepAlive(lease);
+    Status lost;
+    if (renewed.ok()) {
+      // Never extend a deadline that has already passed: the holder may have acted on it.
+      if (LeaseValid()) SetDeadline(sent, *renewed);
+    } else if (renewed.status().code() == StatusCode::kNotFound) {
+      lost = renewed.status();
+    }
+    if (lost.ok() && !LeaseValid()) lost = DeadlineExceeded("lease not renewed in time");
+    lock.lock();
+    if (!lost.ok()) {
+      deadline_ns_.store(0);
+      lease_id_ = 0;
+      office_.reset();
+      lock.unlock();
+      if (options_.on_lease_lost) options_.on_lease_lost(lost);
+      return;
+    }
+  }
+}
+
+}  // namespace bx::ps

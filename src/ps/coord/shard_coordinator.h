@@ -1,0 +1,135 @@
+// ShardCoordinator: one replica's view of its shard's configuration in a KvStore, and the
+// primary's lease (docs/PS.md "Configuration and leases"). Keys, under `prefix`/shard/<s>/:
+//
+//   member/<r>  the incarnation of the process serving replica r (random, written at start)
+//   config      {"epoch", "primary", "members": [{"replica", "incarnation"}...]}: the replica
+//               set, changed only by the transactions below
+//   lease       "<replica> <epoch>", bound to the primary's lease: it exists exactly while the
+//               primary's lease is alive at the store
+//
+// Transactions (each a compare-and-put on revisions):
+//   Bootstrap   config absent                           -> config{1, self, members}, lease key
+//   Promote     config unchanged since read, no lease   -> config{epoch + 1, self, set - old}
+//   Drop        config unchanged since own last write,  -> config{same epoch, set - dropped}
+//               own lease key still the one it created
+// so epochs come from the store (monotonic, one primary per epoch), a backup is promoted only
+// once the old primary's lease has expired at the store, and only a primary whose lease is
+// alive changes the set.
+//
+// The lease: granted with `lease_ttl`, renewed every ttl/3 by a thread of this object. Each
+// renewal is timed from before its request left, so the local deadline — send time + granted
+// ttl - drift margin — falls before the store's expiry (which counts from when the store got
+// the renewal) as long as the two clocks' rates differ by less than the margin. LeaseValid()
+// reads that deadline; when it passes, or the store says the lease is gone, `on_lease_lost`
+// runs once.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bx/status.h"
+#include "ps/coord/kv_store.h"
+
+namespace bx::ps {
+
+struct ShardMember {
+  uint32_t replica = 0;     // index in the cluster file's replica list of the shard
+  std::string incarnation;  // of the process that joined the set as this replica
+  friend bool operator==(const ShardMember&, const ShardMember&) = default;
+};
+
+struct ShardConfig {
+  uint64_t epoch = 0;
+  uint32_t primary = 0;
+  std::vector<ShardMember> members;  // the replica set, primary included, by replica
+
+  const ShardMember* Find(uint32_t replica) const;
+  friend bool operator==(const ShardConfig&, const ShardConfig&) = default;
+};
+
+std::string EncodeShardConfig(const ShardConfig& config);
+Result<ShardConfig> DecodeShardConfig(const std::string& json);
+
+struct VersionedConfig {
+  ShardConfig config;
+  int64_t revision = 0;  // the config key's mod_revision
+};
+
+class ShardCoordinator {
+ public:
+  struct Options {
+    std::string prefix = "/bexpress/ps";
+    uint32_t shard = 0;
+    uint32_t self = 0;
+    std::chrono::milliseconds lease_ttl{2000};
+    // Subtracted from every lease deadline; covers the difference of clock rates between this
+    // host and the store over one ttl (NTP-disciplined clocks differ by far less than 10%).
+    std::chrono::milliseconds drift_margin{200};
+    // Runs once (on the keep-alive thread) when the lease is lost; the holder must stop acting
+    // as primary.
+    std::function<void(const Status&)> on_lease_lost;
+  };
+
+  // `store` must outlive this object. The incarnation is random, fresh for every object.
+  ShardCoordinator(KvStore* store, Options options);
+  ~ShardCoordinator();  // stops renewing; revokes a held lease so a successor need not wait
+
+  const std::string& incarnation() const { return incarnation_; }
+
+  // Writes member/<self> = incarnation (this process now serves the replica).
+  Status Register();
+  // The incarnations registered for `replicas` (nullopt for one that has not registered).
+  Result<std::vector<std::optional<std::string>>> Registered(uint32_t replicas);
+
+  Result<std::optional<VersionedConfig>> Read();
+  // Whether the primary's lease key exists (the primary named in the config is alive).
+  Result<bool> PrimaryLeaseAlive();
+
+  // Creates the shard's first configuration: epoch 1, this replica primary, `members` (this one
+  // included). FailedPrecondition when a configuration exists.
+  Result<VersionedConfig> Bootstrap(std::vector<ShardMember> members);
+  // Becomes primary of seen.epoch + 1 with seen's members minus the old primary.
+  // FailedPrecondition when `seen` is no longer current or the old primary's lease is alive.
+  Result<VersionedConfig> Promote(const VersionedConfig& seen);
+  // As the primary holding its lease: removes `replica` from the set. FailedPrecondition when
+  // this replica is no longer primary of its config or its lease is gone.
+  Result<VersionedConfig> Drop(uint32_t replica);
+
+  // True while the lease certainly has not expired at the store.
+  bool LeaseValid() const;
+
+ private:
+  std::string Key(const std::string& name) const;
+  // Grants a lease and starts its deadline (before the grant was sent).
+  Result<KvLease> GrantLease();
+  // After a successful Bootstrap/Promote commit: learns the revisions the next Drop compares
+  // with, and starts renewing.
+  Result<VersionedConfig> TakeOffice(const KvLease& lease, const ShardConfig& config);
+  void SetDeadline(std::chrono::steady_clock::time_point sent, std::chrono::milliseconds ttl);
+  void RenewLoop();
+
+  KvStore* const store_;
+  const Options options_;
+  const std::string incarnation_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  int64_t lease_id_ = 0;                   // 0: no lease held
+  int64_t lease_key_created_ = 0;          // create_revision of our lease key
+  std::optional<VersionedConfig> office_;  // the config this replica wrote last as primary
+  std::atomic<int64_t> deadline_ns_{0};    // steady clock; 0: no valid lease
+  std::thread renewer_;
+};
+
+}  // namespace bx::ps

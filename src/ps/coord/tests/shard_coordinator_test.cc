@@ -1,0 +1,184 @@
+// The shard configuration protocol over the in-process store: one primary per epoch, promotion
+// only after the old primary's lease is gone at the store, and never while the old primary
+// still believes its lease valid.
+#include "ps/coord/shard_coordinator.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+namespace bx::ps {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A store whose lease renewals can be made to fail, as when the holder is paused or cut off
+// from the store.
+class CutOffStore : public KvStore {
+ public:
+  explicit CutOffStore(KvStore* inner) : inner_(inner) {}
+  Result<std::optional<KvEntry>> Get(const std::string& key) override { return inner_->Get(key); }
+  Result<bool> Commit(std::span<const KvCompare> c, std::span<const KvPut> p) override {
+    if (cut_) return Unavailable("cut off");
+    return inner_->Commit(c, p);
+  }
+  Result<KvLease> GrantLease(std::chrono::milliseconds ttl) override {
+    return inner_->GrantLease(ttl);
+  }
+  Result<std::chrono::milliseconds> KeepAlive(int64_t lease) override {
+    if (cut_) return Unavailable("cut off");
+    return inner_->KeepAlive(lease);
+  }
+  Status RevokeLease(int64_t lease) override {
+    if (cut_) return Unavailable("cut off");
+    return inner_->RevokeLease(lease);
+  }
+  std::string Describe() const override { return "cut-off " + inner_->Describe(); }
+  std::atomic<bool> cut_{false};
+
+ private:
+  KvStore* inner_;
+};
+
+ShardCoordinator::Options Replica(uint32_t self, std::chrono::milliseconds ttl = 600ms) {
+  ShardCoordinator::Options o;
+  o.prefix = "/test";
+  o.shard = 3;
+  o.self = self;
+  o.lease_ttl = ttl;
+  o.drift_margin = ttl / 10;
+  return o;
+}
+
+std::vector<ShardMember> Members(std::initializer_list<uint32_t> replicas) {
+  std::vector<ShardMember> out;
+  for (uint32_t r : replicas) out.push_back({r, "inc" + std::to_string(r)});
+  return out;
+}
+
+template <typename F>
+bool WaitFor(F condition, std::chrono::milliseconds limit = 20s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+TEST(ShardConfig, RoundTripsAndRefusesAPrimaryOutsideTheSet) {
+  const ShardConfig config{7, 2, Members({0, 2})};
+  Result<ShardConfig> decoded = DecodeShardConfig(EncodeShardConfig(config));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(*decoded, config);
+  EXPECT_EQ(DecodeShardConfig(EncodeShardConfig({7, 1, Members({0, 2})})).status().code(),
+            StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeShardConfig("{\"epoch\":").status().code(), StatusCode::kDataLoss);
+}
+
+TEST(ShardCoordinator, BootstrapHappensOnce) {
+  auto store = NewMemoryKvStore();
+  ShardCoordinator a(store.get(), Replica(0)), b(store.get(), Replica(1));
+  Result<VersionedConfig> first = a.Bootstrap(Members({0, 1}));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->config.epoch, 1u);
+  EXPECT_EQ(first->config.primary, 0u);
+  EXPECT_TRUE(a.LeaseValid());
+  EXPECT_EQ(b.Bootstrap(Members({0, 1})).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(b.LeaseValid());
+}
+
+TEST(ShardCoordinator, NoPromotionWhileThePrimarysLeaseIsAlive) {
+  auto store = NewMemoryKvStore();
+  ShardCoordinator primary(store.get(), Replica(0)), backup(store.get(), Replica(1));
+  ASSERT_TRUE(primary.Bootstrap(Members({0, 1, 2})).ok());
+  Result<std::optional<VersionedConfig>> seen = backup.Read();
+  ASSERT_TRUE(seen.ok() && *seen);
+  // Renewals keep it alive across several ttls.
+  const auto end = std::chrono::steady_clock::now() + 2s;
+  while (std::chrono::steady_clock::now() < end) {
+    EXPECT_EQ(backup.Promote(**seen).status().code(), StatusCode::kFailedPrecondition);
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(primary.LeaseValid());
+}
+
+TEST(ShardCoordinator, APrimaryCutOffFromTheStoreStopsBeforeItsSuccessorStarts) {
+  auto inner = NewMemoryKvStore();
+  CutOffStore cut(inner.get());
+  std::atomic<bool> lost{false};
+  ShardCoordinator::Options po = Replica(0);
+  po.on_lease_lost = [&](const Status&) { lost = true; };
+  ShardCoordinator primary(&cut, po), backup(inner.get(), Replica(1));
+  ASSERT_TRUE(primary.Bootstrap(Members({0, 1, 2})).ok());
+  Result<std::optional<VersionedConfig>> seen = backup.Read();
+  ASSERT_TRUE(seen.ok() && *seen);
+  cut.cut_ = true;
+  // The backup retries promotion as fast as it can; whenever it succeeds, the old primary must
+  // already have stopped trusting its lease.
+  Result<VersionedConfig> promoted = FailedPrecondition("not yet");
+  ASSERT_TRUE(WaitFor([&] {
+    promoted = backup.Promote(**seen);
+    if (promoted.ok()) {
+      EXPECT_FALSE(primary.LeaseValid()) << "two primaries trust a lease";
+    }
+    return promoted.ok();
+  }));
+  EXPECT_EQ(promoted->config.epoch, 2u);
+  EXPECT_EQ(promoted->config.primary, 1u);
+  EXPECT_EQ(promoted->config.members, Members({1, 2})) << "the old primary leaves the set";
+  EXPECT_TRUE(WaitFor([&] { return lost.load(); })) << "the holder is told it lost the lease";
+  cut.cut_ = false;
+  EXPECT_EQ(primary.Drop(2).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(ShardCoordinator, OneWinnerPerEpoch) {
+  auto store = NewMemoryKvStore();
+  std::optional<VersionedConfig> seen;
+  {
+    ShardCoordinator primary(store.get(), Replica(0));
+    ASSERT_TRUE(primary.Bootstrap(Members({0, 1, 2})).ok());
+  }  // destroyed: its lease is revoked
+  ShardCoordinator b1(store.get(), Replica(1)), b2(store.get(), Replica(2));
+  Result<std::optional<VersionedConfig>> read = b1.Read();
+  ASSERT_TRUE(read.ok() && *read);
+  std::atomic<int> winners{0};
+  std::thread t1([&] { winners += b1.Promote(**read).ok(); });
+  std::thread t2([&] { winners += b2.Promote(**read).ok(); });
+  t1.join();
+  t2.join();
+  EXPECT_EQ(winners.load(), 1);
+  EXPECT_NE(b1.LeaseValid(), b2.LeaseValid());
+}
+
+TEST(ShardCoordinator, OnlyTheLeaseHolderDropsAndOnlyFromItsOwnConfig) {
+  auto store = NewMemoryKvStore();
+  ShardCoordinator primary(store.get(), Replica(0)), backup(store.get(), Replica(1));
+  EXPECT_EQ(primary.Drop(1).status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(primary.Bootstrap(Members({0, 1, 2})).ok());
+  EXPECT_EQ(backup.Drop(2).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(primary.Drop(0).status().code(), StatusCode::kInvalidArgument);
+  Result<VersionedConfig> dropped = primary.Drop(2);
+  ASSERT_TRUE(dropped.ok()) << dropped.status().ToString();
+  EXPECT_EQ(dropped->config.members, Members({0, 1}));
+  EXPECT_EQ(dropped->config.epoch, 1u);
+  EXPECT_EQ(primary.Drop(2).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ShardCoordinator, RegisteredIncarnationsAreFreshPerProcess) {
+  auto store = NewMemoryKvStore();
+  ShardCoordinator first(store.get(), Replica(1));
+  ASSERT_TRUE(first.Register().ok());
+  ShardCoordinator restarted(store.get(), Replica(1));
+  EXPECT_NE(first.incarnation(), restarted.incarnation());
+  ASSERT_TRUE(restarted.Register().ok());
+  Result<std::vector<std::optional<std::string>>> registered = first.Registered(3);
+  ASSERT_TRUE(registered.ok());
+  EXPECT_FALSE((*registered)[0]);
+  EXPECT_EQ((*registered)[1], restarted.incarnation());
+  EXPECT_FALSE((*registered)[2]);
+}
+
+}  // namespace
+}  // namespace bx::ps
