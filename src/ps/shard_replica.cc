@@ -1,5 +1,6 @@
 #include "ps/shard_replica.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -290,7 +291,7 @@ void ShardReplica::StepDown(const std::string& reason) {
   std::vector<std::function<void()>> calls;
   {
     std::lock_guard lock(mu_);
-    if (role_ != Role::kPrimary) return;
+    if (role_ == Role::kFenced) return;
     StepDownLocked(Role::kFenced, Unavailable(reason), &calls);
     DeferIfOrderedLocked(&calls);
   }
@@ -345,6 +346,11 @@ void ShardReplica::HandleForward(ForwardedPush forwarded, ForwardDone done) {
       refused = FailedPrecondition("forward from epoch " + std::to_string(forwarded.epoch) +
                                    ", replica follows epoch " + std::to_string(state_->epoch));
     }
+    if (refused.ok() && forwarded.epoch < min_forward_epoch_) {
+      refused = FailedPrecondition("forward from epoch " + std::to_string(forwarded.epoch) +
+                                   ", the shard's configuration is at epoch " +
+                                   std::to_string(min_forward_epoch_));
+    }
     if (!refused.ok()) {
       calls.push_back([d = std::move(done), refused] { d(refused); });
     } else {
@@ -392,6 +398,11 @@ void ShardReplica::HandleForward(ForwardedPush forwarded, ForwardDone done) {
   }
   RunDeferred();
   for (auto& call : calls) call();
+}
+
+void ShardReplica::RefuseEpochsBelow(uint64_t epoch) {
+  OrderSection order(order_mu_, this);
+  min_forward_epoch_ = std::max(min_forward_epoch_, epoch);
 }
 
 void ShardReplica::ApplyForwardLocked(const ForwardedPush& forwarded, Status* result) {
@@ -446,6 +457,18 @@ Status ShardReplica::Save(const std::string& path) {
 ShardReplica::Role ShardReplica::role() const {
   std::lock_guard lock(mu_);
   return role_;
+}
+
+bool ShardReplica::PrimaryWithLease() {
+  std::vector<std::function<void()>> calls;
+  bool held = false;
+  {
+    std::lock_guard lock(mu_);
+    held = role_ == Role::kPrimary && LeaseHeldLocked(&calls);
+    DeferIfOrderedLocked(&calls);
+  }
+  for (auto& call : calls) call();
+  return held;
 }
 
 ShardReplica::Position ShardReplica::position() const {

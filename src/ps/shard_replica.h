@@ -119,8 +119,9 @@ class ShardReplica {
   Status BecomePrimary(uint64_t epoch, std::vector<std::shared_ptr<BackupLink>> backups,
                        PrimaryGuard guard = {});
 
-  // Ends this replica's time as primary (its lease ran out, or the store names another
-  // primary): it becomes kFenced and fails its waiting pushes with Unavailable(reason).
+  // Takes this replica out of service: it becomes kFenced (refuses pushes and forwards) and a
+  // primary fails its waiting pushes with Unavailable(reason). For a primary whose lease ran
+  // out or whom the store no longer names, and a backup the configuration no longer holds.
   void StepDown(const std::string& reason);
 
   // A client push. `done` gets the ack (duplicate = true for a retry of an applied push) once
@@ -133,6 +134,11 @@ class ShardReplica {
   // A push forwarded by the primary. `done` gets OK once it is applied here (or was already),
   // FailedPrecondition for a stale epoch, or another error.
   void HandleForward(ForwardedPush forwarded, ForwardDone done);
+
+  // The configuration store names epoch `epoch`: forwards from older epochs are refused from
+  // now on, even before the new primary's first forward arrives (a deposed primary may still
+  // be sending). Never lowers the bar.
+  void RefuseEpochsBelow(uint64_t epoch);
 
   // Fetches from any role. `out` is dim * keys.size() floats' worth of bytes (e.g.
   // FetchResponseValues of a response buffer).
@@ -147,6 +153,9 @@ class ShardReplica {
   Status Save(const std::string& path);
 
   Role role() const;
+  // A primary whose guard's lease is still valid (or that has no guard). A primary whose lease
+  // has run out steps down here. False for every other role.
+  bool PrimaryWithLease();
   Position position() const;
   // Live backups of a primary (backups dropped after a failed forward are not counted).
   size_t live_backups() const;
@@ -193,6 +202,7 @@ class ShardReplica {
   mutable std::mutex order_mu_;
   Role role_ = Role::kBackup;  // written under both locks; read under either
   std::deque<PushRequest> log_;
+  uint64_t min_forward_epoch_ = 0;  // RefuseEpochsBelow
   // Backup: forwards of the current epoch that arrived ahead of a gap, by lsn.
   std::map<uint64_t, std::pair<ForwardedPush, std::vector<ForwardDone>>> reordered_;
 

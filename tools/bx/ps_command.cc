@@ -69,7 +69,10 @@ void InitProcess() {
 }
 
 struct FailoverFlags {
-  int timeout_ms = 1000;  // 0: no automatic failover
+  std::string etcd;             // the configuration store's URL: failover with leases
+  int lease_ms = 2000;          // the primary's lease (etcd grants whole seconds)
+  bool without_leases = false;  // the old detector, no store (unsafe; the chaos tests' control)
+  int timeout_ms = 1000;        // without leases: silence before a backup takes over (0: never)
   int probe_ms = 100;
 };
 
@@ -109,7 +112,23 @@ void Serve(const std::string& path, int shard, int replica, bool listen_any,
   std::fprintf(stderr, "shard %d replica %d listening on %s\n", shard, replica,
                (*server)->address().ToString().c_str());
 
-  if (replica == 0) {
+  std::unique_ptr<ps::FailoverMonitor> monitor;
+  if (!failover.etcd.empty()) {
+    // Every replica runs a monitor; replica 0's creates the configuration once all replicas
+    // have registered, and becomes primary of epoch 1 under a lease.
+    ps::FailoverOptions fo;
+    for (const ps::ReplicaSpec& r : spec.shards[shard].replicas)
+      fo.replicas.push_back({r.rdma, r.tcp});
+    fo.self = size_t(replica);
+    fo.shard = uint32_t(shard);
+    fo.config_store = failover.etcd;
+    fo.lease_ttl = std::chrono::milliseconds(failover.lease_ms);
+    fo.probe_interval = std::chrono::milliseconds(failover.probe_ms);
+    Result<std::unique_ptr<ps::FailoverMonitor>> started =
+        ps::FailoverMonitor::Start(server->get(), std::move(fo));
+    if (!started.ok()) Fail("failover", started.status());
+    monitor = std::move(started).value();
+  } else if (replica == 0) {
     // The primary waits for its backups: a forward that fails drops the backup for good.
     std::vector<rpc::ReplicaAddress> backups;
     for (size_t r = 1; r < spec.shards[shard].replicas.size(); ++r) {
@@ -127,8 +146,12 @@ void Serve(const std::string& path, int shard, int replica, bool listen_any,
     if (Status s = (*server)->BecomePrimary(1, backups); !s.ok()) Fail("promote", s);
     std::fprintf(stderr, "primary of epoch 1 with %zu backups\n", backups.size());
   }
-  std::unique_ptr<ps::FailoverMonitor> monitor;
-  if (replica != 0 && failover.timeout_ms > 0) {
+  if (failover.etcd.empty() && !failover.without_leases && failover.timeout_ms > 0) {
+    std::fprintf(stderr,
+                 "failover is off: it needs a configuration store (--etcd URL); "
+                 "--unsafe-failover-without-leases runs the old detector\n");
+  }
+  if (failover.etcd.empty() && failover.without_leases && replica != 0 && failover.timeout_ms > 0) {
     ps::FailoverOptions fo;
     for (const ps::ReplicaSpec& r : spec.shards[shard].replicas)
       fo.replicas.push_back({r.rdma, r.tcp});
@@ -193,13 +216,20 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
   const auto end = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(seconds));
   std::vector<std::thread> workers;
+  // Every push's latency, per thread (a few MB for a long run): the stall a fault costs shows
+  // in the tail.
+  std::vector<std::vector<float>> latencies_us(size_t(std::max(threads, 1)));
   for (int t = 0; t < std::max(threads, 1); ++t) {
     workers.emplace_back([&, t] {
       std::vector<float> ones(table.dim, 1.0f);
       auto last = std::chrono::steady_clock::now();
       for (uint64_t i = 0; std::chrono::steady_clock::now() < end; ++i) {
         size_t k = (size_t(t) + i) % n;
+        const auto sent = std::chrono::steady_clock::now();
         Status s = (*client)->Push(table.id, table.dim, std::span(&keys[k], 1), ones, timeout);
+        latencies_us[size_t(t)].push_back(
+            std::chrono::duration<float, std::micro>(std::chrono::steady_clock::now() - sent)
+                .count());
         (s.ok() ? acked[k] : failed[k]).fetch_add(1);
         if (!s.ok() && errors_logged.fetch_add(1) < 5) {
           std::fprintf(stderr, "push of key %llu failed: %s\n",
@@ -259,6 +289,16 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
   out["doubled"] = doubled;
   out["push_failovers"] = stats.push_failovers;
   out["longest_stall_ms"] = double(longest_stall_us.load()) / 1000.0;
+  std::vector<float> all;
+  for (const auto& l : latencies_us) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  auto percentile_ms = [&](double p) {
+    return all.empty() ? 0.0 : double(all[size_t(p * double(all.size() - 1))]) / 1000.0;
+  };
+  out["push_p50_ms"] = percentile_ms(0.50);
+  out["push_p99_ms"] = percentile_ms(0.99);
+  out["push_p999_ms"] = percentile_ms(0.999);
+  out["push_max_ms"] = percentile_ms(1.0);
   out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out["mismatches"] = mismatches;
   out["ok"] = ok;
@@ -285,10 +325,21 @@ void AddPsCommand(CLI::App* app) {
   s->add_option("--cluster", serve->cluster, "Cluster file (JSON)")->required();
   s->add_option("--shard", serve->shard, "Shard index")->required();
   s->add_option("--replica", serve->replica, "Replica index (0: primary)")->required();
+  s->add_option("--etcd", serve->failover.etcd,
+                "Keep the shard's configuration and the primary's lease in this etcd "
+                "(client URL, http://host:2379): failover that loses no acknowledged push");
+  s->add_option("--lease-ms", serve->failover.lease_ms,
+                "The primary's lease with --etcd (etcd rounds up to whole seconds)")
+      ->check(CLI::Range(300, 600000));
+  s->add_flag("--unsafe-failover-without-leases", serve->failover.without_leases,
+              "Without --etcd: promote a backup when the primary is silent, with no lease (a "
+              "paused or partitioned primary can go on acknowledging alone)");
   s->add_option("--failover-timeout-ms", serve->failover.timeout_ms,
-                "A backup takes over after its primary is unreachable this long (0: never)")
+                "Without leases: a backup takes over after its primary is unreachable this long "
+                "(0: never)")
       ->check(CLI::NonNegativeNumber);
-  s->add_option("--probe-interval-ms", serve->failover.probe_ms, "How often a backup pings")
+  s->add_option("--probe-interval-ms", serve->failover.probe_ms,
+                "How often a backup pings its primary (or polls the store)")
       ->check(CLI::PositiveNumber);
   s->add_flag("--listen-any", serve->listen_any,
               "Listen on every interface at the file's ports, not on the file's address (a host "

@@ -29,6 +29,7 @@ namespace bx::ps {
 
 class PsServerCore;  // the implementations, inside the library
 class FailoverMonitorCore;
+class LeasedFailoverCore;
 
 struct BX_EXPORT PsServerCounters {
   uint64_t fetches = 0;
@@ -101,11 +102,28 @@ struct BX_EXPORT FailoverOptions {
   // the secret would promote a second one.
   rpc::ClientOptions client;
   std::function<void(std::string_view)> log;  // one line per event; default stderr
+
+  // The shard's configuration store (docs/PS.md "Configuration and leases"): an etcd member's
+  // client URL ("http://host:2379") or "memory://<name>" (a store inside this process, shared
+  // by every monitor naming it). With one, every replica runs a monitor — the initial primary's
+  // creates the configuration and takes the lease — the primary acks only under its lease and
+  // drops a backup only by a committed change, and a backup is promoted only after the old
+  // primary's lease expired: no acknowledged push is lost to a pause or a partition.
+  // Empty: the lease-less detector above (promotes on silence; a paused or partitioned
+  // primary can keep acknowledging alone — kept as the control of the chaos tests).
+  std::string config_store;
+  std::string config_prefix = "/bexpress/ps";  // this cluster's keys in the store
+  uint32_t shard = 0;                          // the shard these replicas serve
+  // The primary's lease; a backup takes over at the earliest this long after the primary
+  // last renewed it (etcd grants whole seconds, at least its own minimum).
+  std::chrono::milliseconds lease_ttl{2000};
 };
 
-// Watches the shard's primary from a backup and promotes the next replica in cluster-file order
-// (this one, or it waits for that one) when the primary stops answering (docs/PS.md "Automatic
-// failover"). There is no quorum and no lease: a network partition can leave two primaries.
+// With FailoverOptions::config_store: runs on every replica and keeps the shard's configuration
+// and the primary's lease in that store (docs/PS.md "Configuration and leases"). Without: watches
+// the shard's primary from a backup and promotes the next replica in cluster-file order when the
+// primary stops answering (docs/PS.md "Automatic failover"); there is no quorum and no lease, so
+// a pause or a partition can leave two primaries.
 class BX_EXPORT FailoverMonitor {
  public:
   // Starts watching on a thread of its own. `server` must outlive the monitor.
@@ -119,8 +137,10 @@ class BX_EXPORT FailoverMonitor {
   const FailoverMonitorCore& core() const { return *core_; }
 
  private:
-  explicit FailoverMonitor(std::unique_ptr<FailoverMonitorCore> core);
-  std::unique_ptr<FailoverMonitorCore> core_;
+  FailoverMonitor(std::unique_ptr<FailoverMonitorCore> core,
+                  std::unique_ptr<LeasedFailoverCore> leased);
+  std::unique_ptr<FailoverMonitorCore> core_;   // without a config store
+  std::unique_ptr<LeasedFailoverCore> leased_;  // with one
 };
 
 }  // namespace bx::ps

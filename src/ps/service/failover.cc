@@ -98,13 +98,26 @@ Result<PingReply> FailoverMonitorCore::Ping(rpc::Client& client,
   return DecodePingReply({reply->data(), reply->size()});
 }
 
-Result<PingReply> FailoverMonitorCore::PingReplica(size_t replica) const {
-  Result<std::unique_ptr<rpc::Client>> client =
-      rpc::Client::Create({options_.replicas[replica]}, options_.client);
+Result<PingReply> PingReplicaOnce(const rpc::ReplicaAddress& replica,
+                                  const rpc::ClientOptions& options,
+                                  std::chrono::milliseconds timeout) {
+  Result<std::unique_ptr<rpc::Client>> client = rpc::Client::Create({replica}, options);
   if (!client.ok()) return client.status();
+  Result<rpc::Message> request = rpc::Message::Allocate(0);
+  if (!request.ok()) return request.status();
+  Result<rpc::Message> reply =
+      (*client)
+          ->Call(kPingMethod, std::move(request).value(),
+                 rpc::CallOptions{.timeout = timeout, .idempotent = true, .max_attempts = 1})
+          .get();
+  if (!reply.ok()) return reply.status();
+  return DecodePingReply({reply->data(), reply->size()});
+}
+
+Result<PingReply> FailoverMonitorCore::PingReplica(size_t replica) const {
   // A fresh client must connect first (an RDMA handshake, slow on a loaded host), and this
   // answer decides whether a new epoch starts: it gets the failure timeout, not one probe.
-  return Ping(**client, options_.failure_timeout);
+  return PingReplicaOnce(options_.replicas[replica], options_.client, options_.failure_timeout);
 }
 
 std::optional<FailoverMonitorCore::Primary> FailoverMonitorCore::FindNewerPrimary(

@@ -118,47 +118,91 @@ PsClientCore::~PsClientCore() {
   shards_.clear();
 }
 
+// One fetch across shards: each shard's part completes into `results`; the last assembles.
+struct PsClientCore::FetchJoin {
+  std::vector<ShardBatch> batches;
+  std::vector<Result<rpc::Message>> results;
+  size_t total_keys = 0;
+  std::atomic<size_t> remaining{0};
+  std::function<void(Result<FetchResult>)> done;
+
+  void Complete() {
+    FetchResult out;
+    for (size_t b = 0; b < batches.size(); ++b) {
+      if (!results[b].ok()) return done(results[b].status());
+      const rpc::Message& m = *results[b];
+      Result<FetchResponseView> view = DecodeFetchResponse({m.data(), m.size()});
+      if (!view.ok()) return done(view.status());
+      const ShardBatch& batch = batches[b];
+      if (view->key_count() != batch.keys.size()) {
+        return done(Status(StatusCode::kDataLoss, "fetch response key count"));
+      }
+      if (b == 0) {
+        out.dim = view->dim();
+        out.values.resize(total_keys * out.dim);
+      } else if (view->dim() != out.dim) {
+        return done(Status(StatusCode::kDataLoss, "shards disagree on dim"));
+      }
+      for (size_t i = 0; i < batch.keys.size(); ++i) {
+        view->CopyRow(i, {out.values.data() + size_t{batch.positions[i]} * out.dim, out.dim});
+      }
+    }
+    done(std::move(out));
+  }
+};
+
 void PsClientCore::FetchAsync(uint32_t table, std::span<const uint64_t> keys,
                               std::chrono::microseconds timeout,
                               std::function<void(Result<FetchResult>)> done) {
-  auto batches = std::make_shared<std::vector<ShardBatch>>(SplitByShard(keys, shard_count()));
-  std::vector<rpc::SubCall> calls;
-  for (const ShardBatch& batch : *batches) {
-    FetchRequest request{table, batch.keys};
-    Result<rpc::Message> message = rpc::Message::Allocate(FetchRequestSize(batch.keys.size()));
-    if (!message.ok()) return done(message.status());
-    if (Status s = EncodeFetchRequest(request, {message->data(), message->size()}); !s.ok()) {
-      return done(s);
-    }
-    calls.push_back(rpc::SubCall{shards_[batch.shard]->reads.get(), std::string(kFetchMethod),
-                                 std::move(message).value(), /*idempotent=*/true});
+  auto join = std::make_shared<FetchJoin>();
+  join->batches = SplitByShard(keys, shard_count());
+  for (size_t b = 0; b < join->batches.size(); ++b) {
+    join->results.emplace_back(Status(StatusCode::kInternal, "not fetched"));
   }
-  size_t total = keys.size();
-  rpc::FanOut(
-      std::move(calls), timeout,
-      [batches, total, done = std::move(done)](rpc::FanOutResult result) {
-        if (!result.all_ok()) return done(result.results[result.failed[0]].status());
-        FetchResult out;
-        for (size_t b = 0; b < batches->size(); ++b) {
-          const rpc::Message& m = *result.results[b];
-          Result<FetchResponseView> view = DecodeFetchResponse({m.data(), m.size()});
-          if (!view.ok()) return done(view.status());
-          const ShardBatch& batch = (*batches)[b];
-          if (view->key_count() != batch.keys.size()) {
-            return done(Status(StatusCode::kDataLoss, "fetch response key count"));
-          }
-          if (b == 0) {
-            out.dim = view->dim();
-            out.values.resize(total * out.dim);
-          } else if (view->dim() != out.dim) {
-            return done(Status(StatusCode::kDataLoss, "shards disagree on dim"));
-          }
-          for (size_t i = 0; i < batch.keys.size(); ++i) {
-            view->CopyRow(i, {out.values.data() + size_t{batch.positions[i]} * out.dim, out.dim});
-          }
-        }
-        done(std::move(out));
-      });
+  join->total_keys = keys.size();
+  join->remaining = join->batches.size();
+  join->done = std::move(done);
+  if (join->batches.empty()) return join->Complete();
+  const rpc::Clock::time_point deadline = rpc::Clock::now() + timeout;
+  for (size_t b = 0; b < join->batches.size(); ++b) {
+    FetchFromShard(table, join, b, deadline, 0);
+  }
+}
+
+// One shard's part: first over `reads` (any replica); a replica that answers that it does not
+// serve reads (Unavailable: deposed, out of the set, lease lapsed) is passed over, and the part
+// is asked of each replica in turn, the one pushes last succeeded at first, until one answers
+// or the deadline passes.
+void PsClientCore::FetchFromShard(uint32_t table, std::shared_ptr<FetchJoin> join, size_t b,
+                                  rpc::Clock::time_point deadline, uint32_t attempt) {
+  const ShardBatch& batch = join->batches[b];
+  Shard& shard = *shards_[batch.shard];
+  auto finish = [join, b](Result<rpc::Message> result) {
+    join->results[b] = std::move(result);
+    if (join->remaining.fetch_sub(1) == 1) join->Complete();
+  };
+  const auto left =
+      std::chrono::duration_cast<std::chrono::microseconds>(deadline - rpc::Clock::now());
+  Result<rpc::Message> message = rpc::Message::Allocate(FetchRequestSize(batch.keys.size()));
+  if (!message.ok()) return finish(message.status());
+  if (Status s = EncodeFetchRequest({table, batch.keys}, {message->data(), message->size()});
+      !s.ok()) {
+    return finish(s);
+  }
+  const size_t n = shard.replicas.size();
+  rpc::Client* client =
+      attempt == 0
+          ? shard.reads.get()
+          : shard.replicas[(shard.primary.load(std::memory_order_relaxed) + attempt - 1) % n].get();
+  client->Call(kFetchMethod, std::move(message).value(),
+               rpc::CallOptions{.timeout = left, .idempotent = true},
+               [this, table, join, b, deadline, attempt, n, finish](Result<rpc::Message> reply) {
+                 if (reply.ok() || reply.status().code() != StatusCode::kUnavailable ||
+                     attempt >= n || rpc::Clock::now() >= deadline) {
+                   return finish(std::move(reply));
+                 }
+                 FetchFromShard(table, join, b, deadline, attempt + 1);
+               });
 }
 
 Result<FetchResult> PsClientCore::Fetch(uint32_t table, std::span<const uint64_t> keys,

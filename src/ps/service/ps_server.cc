@@ -93,8 +93,8 @@ Status PsServerCore::Register() {
                             [this](rpc::ServerCall call) { OnPing(std::move(call)); });
 }
 
-Status PsServerCore::BecomePrimary(uint64_t epoch,
-                                   const std::vector<rpc::ReplicaAddress>& backups) {
+Status PsServerCore::BecomePrimary(uint64_t epoch, const std::vector<rpc::ReplicaAddress>& backups,
+                                   ShardReplica::PrimaryGuard guard) {
   std::vector<std::shared_ptr<BackupLink>> links;
   std::lock_guard lock(backups_mu_);
   for (const rpc::ReplicaAddress& address : backups) {
@@ -105,13 +105,21 @@ Status PsServerCore::BecomePrimary(uint64_t epoch,
     backup_clients_.push_back(shared);
     links.push_back(std::make_shared<RpcBackupLink>(shared, options_.forward_timeout));
   }
-  return replica_.BecomePrimary(epoch, std::move(links));
+  return replica_.BecomePrimary(epoch, std::move(links), std::move(guard));
 }
 
 // The response is allocated at its final size and the table writes the rows straight into it:
 // the values are copied once, from the table into the registered buffer the NIC sends from.
+void PsServerCore::SetReadGate(std::function<Status()> gate) {
+  read_gate_.store(gate ? std::make_shared<const std::function<Status()>>(std::move(gate))
+                        : nullptr);
+}
+
 void PsServerCore::OnFetch(rpc::ServerCall call) {
   fetches_.fetch_add(1, std::memory_order_relaxed);
+  if (auto gate = read_gate_.load()) {
+    if (Status s = (*gate)(); !s.ok()) return call.Fail(s);
+  }
   Result<FetchRequest> request = DecodeFetchRequest(Bytes(call.request()));
   if (!request.ok()) return call.Fail(request.status());
   Result<uint32_t> dim = replica_.TableDim(request->table_id);

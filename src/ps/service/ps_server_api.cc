@@ -42,21 +42,29 @@ rpc::ServerStats PsServer::rpc_stats() const {
   return core_->rpc_stats();
 }
 
-FailoverMonitor::FailoverMonitor(std::unique_ptr<FailoverMonitorCore> core)
-    : core_(std::move(core)) {}
+FailoverMonitor::FailoverMonitor(std::unique_ptr<FailoverMonitorCore> core,
+                                 std::unique_ptr<LeasedFailoverCore> leased)
+    : core_(std::move(core)), leased_(std::move(leased)) {}
 FailoverMonitor::~FailoverMonitor() = default;
 
 Result<std::unique_ptr<FailoverMonitor>> FailoverMonitor::Start(PsServer* server,
                                                                 FailoverOptions options) {
   if (server == nullptr) return InvalidArgument("FailoverMonitor::Start: no server");
+  if (!options.config_store.empty()) {
+    Result<std::unique_ptr<LeasedFailoverCore>> leased =
+        LeasedFailoverCore::Start(&server->core(), std::move(options));
+    if (!leased.ok()) return leased.status();
+    return std::unique_ptr<FailoverMonitor>(
+        new FailoverMonitor(nullptr, std::move(leased).value()));
+  }
   Result<std::unique_ptr<FailoverMonitorCore>> core =
       FailoverMonitorCore::Start(&server->core(), std::move(options));
   if (!core.ok()) return core.status();
-  return std::unique_ptr<FailoverMonitor>(new FailoverMonitor(std::move(core).value()));
+  return std::unique_ptr<FailoverMonitor>(new FailoverMonitor(std::move(core).value(), nullptr));
 }
 
 uint64_t FailoverMonitor::promoted_epoch() const {
-  return core_->promoted_epoch();
+  return leased_ ? leased_->promoted_epoch() : core_->promoted_epoch();
 }
 
 }  // namespace bx::ps

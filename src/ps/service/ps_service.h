@@ -26,6 +26,8 @@
 #include "bx/ps/server.h"
 #include "bx/rpc.h"
 #include "bx/status.h"
+#include "ps/coord/kv_store.h"
+#include "ps/coord/shard_coordinator.h"
 #include "ps/shard_replica.h"
 #include "ps/wire.h"
 
@@ -45,6 +47,10 @@ struct PingReply {
 };
 void EncodePingReply(const PingReply& reply, std::span<std::byte> out);  // kPingReplyBytes
 Result<PingReply> DecodePingReply(std::span<const std::byte> bytes);
+// One "ps.Ping" over a client of its own (connecting counts against `timeout`).
+Result<PingReply> PingReplicaOnce(const rpc::ReplicaAddress& replica,
+                                  const rpc::ClientOptions& options,
+                                  std::chrono::milliseconds timeout);
 
 // A primary's link to one backup: each forward is one "ps.Forward" call. The call is marked
 // idempotent because the backup dedups by lsn and push id, so an RPC-level retry is harmless.
@@ -69,11 +75,16 @@ class PsServerCore {
   Status Start(const std::vector<std::string>& urls) { return server_->Start(urls); }
   rpc::ReplicaAddress address() const { return server_->address(); }
   // Promotes this replica to primary of `epoch`, forwarding to `backups` (one rpc::Client each).
-  Status BecomePrimary(uint64_t epoch, const std::vector<rpc::ReplicaAddress>& backups);
+  Status BecomePrimary(uint64_t epoch, const std::vector<rpc::ReplicaAddress>& backups,
+                       ShardReplica::PrimaryGuard guard = {});
   // Stops serving (listeners and connections close); the replica state stays readable.
   void Stop();
 
   ShardReplica& replica() { return replica_; }
+  // Decides whether this replica may answer a fetch now (OK) or must refuse it (the status the
+  // client gets). Empty (the default): every fetch is answered. Set by a leased failover
+  // monitor, which clears it before it goes away.
+  void SetReadGate(std::function<Status()> gate);
   const std::string& auth_secret() const { return options_.auth_secret; }
   PsServerCounters counters() const;
   rpc::ServerStats rpc_stats() const { return server_->stats(); }
@@ -89,6 +100,7 @@ class PsServerCore {
   PsServerOptions options_;
   ShardReplica replica_;
   std::unique_ptr<rpc::Server> server_;
+  std::atomic<std::shared_ptr<const std::function<Status()>>> read_gate_;
   std::mutex backups_mu_;
   std::vector<std::shared_ptr<rpc::Client>> backup_clients_;
   std::atomic<uint64_t> fetches_{0}, pushes_acked_{0}, pushes_duplicate_{0}, push_errors_{0},
@@ -160,6 +172,63 @@ class FailoverMonitorCore {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Failover through the shard's configuration in a KvStore (FailoverOptions::config_store;
+// docs/PS.md "Configuration and leases"). Every replica runs one, the initial primary's too:
+//  - it registers its incarnation; the initial primary creates the configuration (epoch 1,
+//    every registered replica a member) once all replicas have registered, and takes the lease;
+//  - a primary acks only while its lease is valid and drops a backup only by a committed
+//    change; it steps down when the lease is lost or the store names another primary;
+//  - a backup polls the store every probe_interval; once the primary's lease is gone it defers
+//    (for up to one lease ttl) to a live member holding more pushes, then tries to promote
+//    itself: at most one replica wins each epoch;
+//  - a replica whose incarnation the configuration does not name (dropped, or restarted)
+//    steps down (fenced) and serves nothing: rebuilding it from a snapshot is not built yet.
+class LeasedFailoverCore {
+ public:
+  static Result<std::unique_ptr<LeasedFailoverCore>> Start(PsServerCore* server,
+                                                           FailoverOptions options);
+  ~LeasedFailoverCore();  // stops the thread; a held lease is revoked
+
+  uint64_t promoted_epoch() const { return promoted_epoch_.load(); }
+
+ private:
+  LeasedFailoverCore(PsServerCore* server, FailoverOptions options, std::shared_ptr<KvStore> store);
+  void Run();
+  // One round of the loop; false when the monitor has nothing more to do.
+  void Step();
+  void TryBootstrap();
+  void TryPromote(const VersionedConfig& seen);
+  // Makes the server primary of `config` with a guard tied to the coordinator.
+  void TakeOver(const VersionedConfig& config, const char* how);
+  // The primary's requests to drop a backup, run on the monitor thread.
+  void DropBackup(uint32_t replica, std::function<void(Status)> committed);
+  void RunDrops();
+  void Log(const std::string& line) const;
+  void LogOnce(const std::string& line);  // suppresses repeats of the last line
+
+  PsServerCore* server_;
+  const FailoverOptions options_;
+  std::shared_ptr<KvStore> store_;
+  std::unique_ptr<ShardCoordinator> coordinator_;
+  std::atomic<uint64_t> promoted_epoch_{0};
+  // Steady-clock ns at which the last read that found this replica in the set was sent; shared
+  // with the server's read gate, which may outlive this object by a fetch in flight.
+  std::shared_ptr<std::atomic<int64_t>> member_confirmed_ns_ =
+      std::make_shared<std::atomic<int64_t>>(0);
+  uint64_t primary_epoch_ = 0;  // the epoch this replica is primary of (monitor thread)
+  bool registered_ = false;
+  std::string last_log_;
+  // When this backup first found the primary's lease gone (for deferring to a fuller member).
+  std::optional<std::chrono::steady_clock::time_point> lease_gone_since_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::vector<std::pair<uint32_t, std::function<void(Status)>>> drops_;  // guarded by mu_
+  std::thread thread_;
+};
+
+// ---------------------------------------------------------------------------------------------
 
 // The sharded client behind bx::ps::PsClient (include/bx/ps/client.h): one rpc::Client per shard
 // for reads and one per replica for pushes.
@@ -170,8 +239,9 @@ class PsClientCore {
   ~PsClientCore();
 
   // As PsClient's. Fetches: one sub-call per shard touched, all under one deadline; reads go to
-  // any replica of a shard. Pushes: each shard's part has its own PushId and is retried with it
-  // (on another replica when the one tried is not primary or unreachable) until acked.
+  // any replica of a shard, and to each in turn when one says it does not serve reads. Pushes: each
+  // shard's part has its own PushId and is retried with it (on another replica when the one tried
+  // is not primary or unreachable) until acked.
   void FetchAsync(uint32_t table, std::span<const uint64_t> keys, std::chrono::microseconds timeout,
                   std::function<void(Result<FetchResult>)> done);
   Result<FetchResult> Fetch(uint32_t table, std::span<const uint64_t> keys,
@@ -198,9 +268,12 @@ class PsClientCore {
     std::atomic<uint64_t> sequence{0};                   // PushId sequences of this shard
   };
   struct PushAttempt;
+  struct FetchJoin;
   class Timer;
   PsClientCore() = default;
   void TryPush(std::shared_ptr<PushAttempt> attempt);
+  void FetchFromShard(uint32_t table, std::shared_ptr<FetchJoin> join, size_t batch,
+                      rpc::Clock::time_point deadline, uint32_t attempt);
 
   uint64_t client_id_ = 0;
   std::vector<std::unique_ptr<Shard>> shards_;

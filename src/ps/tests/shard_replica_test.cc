@@ -553,5 +553,18 @@ TEST(ShardReplica, StepDownFailsWaitingPushes) {
   EXPECT_EQ(p->role(), ShardReplica::Role::kFenced);
 }
 
+TEST(ShardReplica, ABackupRefusesForwardsFromEpochsTheStoreHasLeftBehind) {
+  auto old_primary = NewReplica(), b1 = NewReplica();
+  ASSERT_TRUE(old_primary->BecomePrimary(1, {std::make_shared<FakeLink>(b1.get())}).ok());
+  ASSERT_TRUE(Push(*old_primary, MakePush(1, 1, {11}))->acked());
+  // The store moved to epoch 2; the new primary has not forwarded anything to b1 yet.
+  b1->RefuseEpochsBelow(2);
+  const std::vector<float> before = Values(*b1, kKeys);
+  auto late = Push(*old_primary, MakePush(1, 2, {11}));
+  EXPECT_EQ(late->code(), StatusCode::kUnavailable) << "refused as deposed, not acked";
+  EXPECT_EQ(old_primary->role(), ShardReplica::Role::kFenced);
+  EXPECT_TRUE(BitwiseEqual(before, Values(*b1, kKeys))) << "the stale forward was not applied";
+}
+
 }  // namespace
 }  // namespace bx::ps

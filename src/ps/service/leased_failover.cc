@@ -1,0 +1,248 @@
+// LeasedFailoverCore: failover through the shard's configuration in a KvStore (ps_service.h,
+// docs/PS.md "Configuration and leases").
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "ps/service/ps_service.h"
+
+namespace bx::ps {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kStoreTimeout{1000};
+
+int64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+Result<std::unique_ptr<LeasedFailoverCore>> LeasedFailoverCore::Start(PsServerCore* server,
+                                                                      FailoverOptions options) {
+  const size_t n = options.replicas.size();
+  if (server == nullptr || options.self >= n || options.initial_primary >= n) {
+    return InvalidArgument("failover: self and initial primary must be replicas of the shard");
+  }
+  if (options.probe_interval.count() <= 0 || options.lease_ttl < 3 * options.probe_interval) {
+    return InvalidArgument("failover: need 0 < 3 x probe interval <= lease ttl");
+  }
+  if (options.client.transport.auth_secret.empty()) {
+    options.client.transport.auth_secret = server->auth_secret();
+  }
+  Result<std::shared_ptr<KvStore>> store = OpenKvStore(options.config_store, kStoreTimeout);
+  if (!store.ok()) return store.status();
+  std::unique_ptr<LeasedFailoverCore> core(
+      new LeasedFailoverCore(server, std::move(options), std::move(store).value()));
+  // Reads (docs/PS.md "Reads"): the primary while its lease holds; a backup while it saw itself
+  // in the set less than half a lease ttl ago (so a backup dropped without knowing it yet may
+  // miss pushes acknowledged during at most that long); never a fenced replica.
+  server->SetReadGate([server, confirmed = core->member_confirmed_ns_,
+                       window = core->options_.lease_ttl / 2]() -> Status {
+    ShardReplica& replica = server->replica();
+    switch (replica.role()) {
+      case ShardReplica::Role::kFenced:
+        return Unavailable("replica is out of service (deposed or not in the set)");
+      case ShardReplica::Role::kPrimary:
+        if (replica.PrimaryWithLease()) return Status::Ok();
+        return Unavailable("primary's lease expired");
+      case ShardReplica::Role::kBackup:
+        break;
+    }
+    if (std::chrono::nanoseconds(NowNanos() - confirmed->load()) < window) return Status::Ok();
+    return Unavailable("backup has not confirmed its membership recently");
+  });
+  core->thread_ = std::thread([c = core.get()] { c->Run(); });
+  return core;
+}
+
+LeasedFailoverCore::LeasedFailoverCore(PsServerCore* server, FailoverOptions options,
+                                       std::shared_ptr<KvStore> store)
+    : server_(server), options_(std::move(options)), store_(std::move(store)) {
+  ShardCoordinator::Options co;
+  co.prefix = options_.config_prefix;
+  co.shard = options_.shard;
+  co.self = static_cast<uint32_t>(options_.self);
+  co.lease_ttl = options_.lease_ttl;
+  co.drift_margin = std::max(options_.lease_ttl / 10, std::chrono::milliseconds(1));
+  co.on_lease_lost = [this](const Status& why) {
+    Log("lease lost (" + why.ToString() + "); stepping down");
+    server_->replica().StepDown("primary lost its lease: " + why.message());
+  };
+  coordinator_ = std::make_unique<ShardCoordinator>(store_.get(), std::move(co));
+}
+
+LeasedFailoverCore::~LeasedFailoverCore() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  server_->SetReadGate(nullptr);
+  // Stops renewing and revokes the lease before the replica can ack again: step down first.
+  if (primary_epoch_ != 0) server_->replica().StepDown("failover monitor stopped");
+  coordinator_.reset();
+  for (auto& [replica, done] : drops_) done(Aborted("failover monitor stopped"));
+}
+
+void LeasedFailoverCore::Log(const std::string& line) const {
+  std::string text = "failover: " + line;
+  if (options_.log) return options_.log(text);
+  std::fprintf(stderr, "%s\n", text.c_str());
+}
+
+void LeasedFailoverCore::LogOnce(const std::string& line) {
+  if (line == last_log_) return;
+  last_log_ = line;
+  Log(line);
+}
+
+void LeasedFailoverCore::Run() {
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    lock.unlock();
+    RunDrops();
+    Step();
+    lock.lock();
+    cv_.wait_for(lock, options_.probe_interval, [this] { return stop_ || !drops_.empty(); });
+  }
+}
+
+void LeasedFailoverCore::DropBackup(uint32_t replica, std::function<void(Status)> committed) {
+  {
+    std::lock_guard lock(mu_);
+    drops_.emplace_back(replica, std::move(committed));
+  }
+  cv_.notify_all();
+}
+
+void LeasedFailoverCore::RunDrops() {
+  std::vector<std::pair<uint32_t, std::function<void(Status)>>> drops;
+  {
+    std::lock_guard lock(mu_);
+    drops.swap(drops_);
+  }
+  for (auto& [replica, committed] : drops) {
+    Result<VersionedConfig> config = coordinator_->Drop(replica);
+    Log(config.ok() ? "dropped unreachable replica " + std::to_string(replica) +
+                          " from the set (epoch " + std::to_string(config->config.epoch) + ")"
+                    : "could not drop replica " + std::to_string(replica) + ": " +
+                          config.status().ToString());
+    committed(config.status());
+  }
+}
+
+void LeasedFailoverCore::Step() {
+  const uint32_t self = static_cast<uint32_t>(options_.self);
+  if (!registered_) {
+    if (Status s = coordinator_->Register(); !s.ok()) {
+      return LogOnce("cannot register with " + store_->Describe() + ": " + s.ToString());
+    }
+    registered_ = true;
+    Log("registered replica " + std::to_string(self) + " (incarnation " +
+        coordinator_->incarnation() + ") with " + store_->Describe());
+  }
+  const ShardReplica::Role role = server_->replica().role();
+  if (role == ShardReplica::Role::kFenced) return;  // out of service for good
+
+  const int64_t sent = NowNanos();
+  Result<std::optional<VersionedConfig>> read = coordinator_->Read();
+  if (!read.ok()) return LogOnce("cannot read the configuration: " + read.status().ToString());
+  if (!*read) {
+    if (self == options_.initial_primary) TryBootstrap();
+    return;
+  }
+  const VersionedConfig& current = **read;
+  const ShardMember* me = current.config.Find(self);
+  if (me == nullptr || me->incarnation != coordinator_->incarnation()) {
+    Log(std::string("this replica is not in the shard's set (") +
+        (me == nullptr ? "dropped" : "the set names an earlier process") +
+        "): it serves nothing until rebuilt from a snapshot");
+    server_->replica().StepDown("not in the shard's replica set");
+    return;
+  }
+  member_confirmed_ns_->store(sent);
+  server_->replica().RefuseEpochsBelow(current.config.epoch);
+  if (role == ShardReplica::Role::kPrimary) {
+    if (current.config.epoch != primary_epoch_ || current.config.primary != self) {
+      Log("the store names replica " + std::to_string(current.config.primary) +
+          " primary of epoch " + std::to_string(current.config.epoch) + "; stepping down");
+      server_->replica().StepDown("the store names another primary");
+    }
+    return;
+  }
+  Result<bool> alive = coordinator_->PrimaryLeaseAlive();
+  if (!alive.ok()) return LogOnce("cannot read the lease: " + alive.status().ToString());
+  if (*alive) {
+    lease_gone_since_.reset();
+    return LogOnce("following replica " + std::to_string(current.config.primary) +
+                   ", primary of epoch " + std::to_string(current.config.epoch));
+  }
+  TryPromote(current);
+}
+
+void LeasedFailoverCore::TryBootstrap() {
+  const uint32_t n = static_cast<uint32_t>(options_.replicas.size());
+  Result<std::vector<std::optional<std::string>>> registered = coordinator_->Registered(n);
+  if (!registered.ok()) return LogOnce("cannot read members: " + registered.status().ToString());
+  std::vector<ShardMember> members;
+  for (uint32_t r = 0; r < n; ++r) {
+    if (!(*registered)[r])
+      return LogOnce("waiting for replica " + std::to_string(r) + " to register");
+    members.push_back({r, r == options_.self ? coordinator_->incarnation() : *(*registered)[r]});
+  }
+  Result<VersionedConfig> config = coordinator_->Bootstrap(std::move(members));
+  if (!config.ok()) return Log("bootstrap: " + config.status().ToString());
+  TakeOver(*config, "created the configuration");
+}
+
+void LeasedFailoverCore::TryPromote(const VersionedConfig& seen) {
+  const Clock::time_point now = Clock::now();
+  if (!lease_gone_since_) lease_gone_since_ = now;
+  // Prefer the member holding the most pushes (fewest to re-forward, nothing unacknowledged
+  // forgotten); one that does not answer, or not within a lease ttl, is passed over.
+  if (now - *lease_gone_since_ < options_.lease_ttl) {
+    const ShardReplica::Position mine = server_->replica().position();
+    for (const ShardMember& m : seen.config.members) {
+      if (m.replica == options_.self || m.replica == seen.config.primary) continue;
+      Result<PingReply> ping =
+          PingReplicaOnce(options_.replicas[m.replica], options_.client, options_.probe_interval);
+      if (!ping.ok() || ping->role != ShardReplica::Role::kBackup) continue;
+      if (ping->position > mine || (ping->position == mine && m.replica < options_.self)) {
+        return LogOnce("primary's lease expired; deferring to replica " +
+                       std::to_string(m.replica) + ", which holds as much or more");
+      }
+    }
+  }
+  Result<VersionedConfig> config = coordinator_->Promote(seen);
+  if (!config.ok()) return Log("promotion: " + config.status().ToString());
+  promoted_epoch_.store(config->config.epoch);
+  TakeOver(*config, "promoted after the primary's lease expired");
+}
+
+void LeasedFailoverCore::TakeOver(const VersionedConfig& config, const char* how) {
+  std::vector<rpc::ReplicaAddress> backups;
+  std::vector<uint32_t> replica_of_link;
+  for (const ShardMember& m : config.config.members) {
+    if (m.replica == options_.self) continue;
+    backups.push_back(options_.replicas[m.replica]);
+    replica_of_link.push_back(m.replica);
+  }
+  ShardReplica::PrimaryGuard guard;
+  guard.drop_backup = [this, replica_of_link](size_t link, std::function<void(Status)> done) {
+    DropBackup(replica_of_link[link], std::move(done));
+  };
+  guard.lease_valid = [c = coordinator_.get()] { return c->LeaseValid(); };
+  if (Status s = server_->BecomePrimary(config.config.epoch, backups, std::move(guard)); !s.ok()) {
+    Log("becoming primary of epoch " + std::to_string(config.config.epoch) +
+        " failed: " + s.ToString());
+    server_->replica().StepDown("could not become primary");
+    return;
+  }
+  primary_epoch_ = config.config.epoch;
+  Log(std::string(how) + ": now primary of epoch " + std::to_string(config.config.epoch) +
+      " with " + std::to_string(backups.size()) + " backups");
+}
+
+}  // namespace bx::ps

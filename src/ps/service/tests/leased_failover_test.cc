@@ -1,0 +1,169 @@
+// Failover through the shard's configuration in a store (LeasedFailoverCore), in one process
+// over the in-process store: epoch 1 is created by the initial primary's monitor once every
+// replica has registered, a backup is promoted only after the primary's lease is gone, and an
+// unreachable backup stops counting only once the primary has committed its removal.
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "ps/service/tests/ps_test_cluster.h"
+
+namespace bx::ps {
+namespace {
+
+using namespace std::chrono_literals;
+using rpc::testing::WaitFor;
+using testing::Cluster;
+using testing::FirstValue;
+using testing::kTable;
+using testing::kWaitLimit;
+using testing::MakeClient;
+using testing::MonitorLog;
+using testing::PushOnes;
+
+class LeasedFailoverTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  // A store of this test run's own (--gtest_repeat too), shared by the cluster's monitors.
+  std::string StoreUrl() const {
+    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    return std::string("memory://") + info->test_suite_name() + "." + info->name() + "." +
+           std::to_string(run_);
+  }
+  static inline std::atomic<int> runs_{0};
+  const int run_ = runs_++;
+
+  FailoverOptions Options(const Cluster& cluster, size_t self, MonitorLog* log) const {
+    FailoverOptions options;
+    for (const ReplicaSpec& replica : cluster.spec.shards[0].replicas) {
+      options.replicas.push_back({replica.rdma, replica.tcp});
+    }
+    options.self = self;
+    options.config_store = StoreUrl();
+    options.probe_interval = 20ms;
+    options.lease_ttl = 600ms;
+    options.client.log = [](std::string_view) {};
+    options.log = log->Sink();
+    return options;
+  }
+
+  // Starts one monitor per replica of shard 0 and waits for replica 0 to be primary of epoch 1.
+  void StartMonitors(Cluster& cluster, size_t replicas) {
+    logs_ = std::vector<MonitorLog>(replicas);
+    for (size_t r = 0; r < replicas; ++r) {
+      Result<std::unique_ptr<FailoverMonitor>> monitor =
+          FailoverMonitor::Start(cluster.servers[0][r].get(), Options(cluster, r, &logs_[r]));
+      ASSERT_TRUE(monitor.ok()) << monitor.status().ToString();
+      monitors_.push_back(std::move(monitor).value());
+    }
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return cluster.servers[0][0]->core().replica().role() == ShardReplica::Role::kPrimary;
+        },
+        kWaitLimit))
+        << logs_[0].Dump();
+  }
+
+  Result<std::optional<VersionedConfig>> Config() const {
+    Result<std::shared_ptr<KvStore>> store = OpenKvStore(StoreUrl(), 1s);
+    if (!store.ok()) return store.status();
+    ShardCoordinator::Options options;
+    options.self = 99;
+    return ShardCoordinator(store->get(), options).Read();
+  }
+
+  // Declared in this order so that the monitors go first, then the servers they watch.
+  Cluster cluster_;
+  std::vector<MonitorLog> logs_;
+  std::vector<std::unique_ptr<FailoverMonitor>> monitors_;
+};
+
+TEST_P(LeasedFailoverTest, EpochOneNeedsEveryReplicaAndPromotionNeedsTheLeaseGone) {
+  Cluster& cluster = cluster_;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 3, {}, /*promote=*/false));
+  ASSERT_NO_FATAL_FAILURE(StartMonitors(cluster, 3));
+  Result<std::optional<VersionedConfig>> first = Config();
+  ASSERT_TRUE(first.ok() && *first);
+  EXPECT_EQ((*first)->config.epoch, 1u);
+  EXPECT_EQ((*first)->config.members.size(), 3u);
+
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 7, 50));
+  // The primary goes away; its monitor's end revokes the lease (a crash would let it expire).
+  monitors_[0].reset();
+  cluster.servers[0][0]->Stop();
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 7, 50));  // waits for the promotion
+
+  Result<std::optional<VersionedConfig>> second = Config();
+  ASSERT_TRUE(second.ok() && *second);
+  EXPECT_EQ((*second)->config.epoch, 2u);
+  const uint32_t primary = (*second)->config.primary;
+  ASSERT_TRUE(primary == 1 || primary == 2);
+  EXPECT_EQ((*second)->config.Find(0), nullptr) << "the old primary leaves the set";
+  EXPECT_EQ(monitors_[primary]->promoted_epoch(), 2u) << logs_[primary].Dump();
+  EXPECT_EQ(monitors_[3 - primary]->promoted_epoch(), 0u) << "one winner per epoch";
+  EXPECT_EQ(FirstValue(*cluster.servers[0][primary], 7), -100.0f);
+  ASSERT_TRUE(WaitFor([&] { return FirstValue(*cluster.servers[0][3 - primary], 7) == -100.0f; },
+                      kWaitLimit));
+}
+
+TEST_P(LeasedFailoverTest, AnUnreachableBackupIsDroppedByACommittedChangeAndLeavesService) {
+  Cluster& cluster = cluster_;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 3, {}, /*promote=*/false));
+  ASSERT_NO_FATAL_FAILURE(StartMonitors(cluster, 3));
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 9, 20));
+  cluster.servers[0][2]->Stop();  // unreachable, but its monitor still thinks it is a member
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 9, 20));  // acked once the drop is committed
+  Result<std::optional<VersionedConfig>> config = Config();
+  ASSERT_TRUE(config.ok() && *config);
+  EXPECT_EQ((*config)->config.epoch, 1u) << "a drop is not a new epoch";
+  EXPECT_EQ((*config)->config.Find(2), nullptr);
+  EXPECT_TRUE(logs_[0].Contains("dropped unreachable replica 2")) << logs_[0].Dump();
+  // Replica 2 learns it is out and leaves service: fenced, and its reads are refused.
+  ASSERT_TRUE(WaitFor(
+      [&] { return cluster.servers[0][2]->core().replica().role() == ShardReplica::Role::kFenced; },
+      kWaitLimit))
+      << logs_[2].Dump();
+  EXPECT_EQ(FirstValue(*cluster.servers[0][1], 9), -40.0f);
+  EXPECT_EQ(FirstValue(*cluster.servers[0][0], 9), -40.0f);
+}
+
+// A replica out of service refuses reads; the client asks another replica, so no fetch fails.
+TEST_P(LeasedFailoverTest, FetchesPassOverAReplicaThatRefusesReads) {
+  Cluster& cluster = cluster_;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 3, {}, /*promote=*/false));
+  ASSERT_NO_FATAL_FAILURE(StartMonitors(cluster, 3));
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 5, 10));
+  cluster.servers[0][2]->core().replica().StepDown("test: out of service");
+  const uint64_t key = 5;
+  for (int i = 0; i < 60; ++i) {
+    Result<FetchResult> fetched = client->Fetch(kTable, {&key, 1}, 10s);
+    ASSERT_TRUE(fetched.ok()) << "fetch " << i << ": " << fetched.status().ToString();
+    EXPECT_EQ(fetched->values[0], -10.0f);
+  }
+  EXPECT_GT(cluster.servers[0][2]->counters().fetches, 0u) << "the refusing replica was tried";
+}
+
+TEST_P(LeasedFailoverTest, ALeasedMonitorNeedsATtlAboveItsProbes) {
+  Cluster& cluster = cluster_;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 2, {}, /*promote=*/false));
+  MonitorLog log;
+  FailoverOptions options = Options(cluster, 0, &log);
+  options.lease_ttl = 2 * options.probe_interval;
+  EXPECT_EQ(FailoverMonitor::Start(cluster.servers[0][0].get(), options).status().code(),
+            StatusCode::kInvalidArgument);
+  options = Options(cluster, 0, &log);
+  options.config_store = "https://127.0.0.1:1";
+  EXPECT_EQ(FailoverMonitor::Start(cluster.servers[0][0].get(), options).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, LeasedFailoverTest, ::testing::Values("tcp", "rdma"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace bx::ps

@@ -1,0 +1,121 @@
+# Shared by the multi-host tests (sourced, not run): hosts as network namespaces behind one
+# router namespace, an etcd on one of them, processes that die with the test, and the checks'
+# small helpers. Host i is 10.77.i.2 on its own veth link to the router (10.77.i.1).
+#
+#   source netns_cluster.sh; netns_require_root; netns_hosts 9; netns_start_etcd 9
+#
+# Sets TAG, WORK, NAMESPACES, PIDS; the EXIT trap kills every process started through `spawn`,
+# deletes the namespaces and prints the logs of a failed run.
+
+TAG="bx$(basename "$0" .sh | tr -dc 'a-z' | head -c 4)$$"
+WORK=$(mktemp -d /tmp/bx-netns.XXXXXX)
+NAMESPACES=()
+PIDS=()
+
+netns_cleanup() {
+  local rc=$?
+  for pid in "${PIDS[@]}"; do kill -CONT "$pid" 2>/dev/null || true; done  # paused ones too
+  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  for ns in "${NAMESPACES[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+  [[ -n ${ETCD_DATA:-} ]] && rm -rf "$ETCD_DATA"
+  if ((rc != 0)) && [[ -z ${KEEP_QUIET:-} ]]; then
+    echo "---- logs ($WORK) ----"
+    for f in "$WORK"/*.log; do
+      [[ -e $f ]] || continue
+      echo "== $(basename "$f")"
+      tail -n 40 "$f"
+    done
+  fi
+  rm -rf "$WORK"
+  exit "$rc"
+}
+trap netns_cleanup EXIT
+trap 'exit 130' INT TERM
+
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+# Exit 77 (ctest's skip) where namespaces cannot be made; a missing tool is a failure.
+netns_require_root() {
+  command -v ip >/dev/null 2>&1 || fail "'ip' (iproute2) is missing; tools/install-deps.sh installs it"
+  local probe="${TAG}probe"
+  if ! ip netns add "$probe" 2>/dev/null; then
+    echo "SKIP: this machine does not allow network namespaces ('ip netns add' failed; needs root)"
+    exit 77
+  fi
+  ip netns del "$probe"
+}
+
+ROUTER=""
+netns_hosts() {  # count
+  ROUTER="${TAG}r"
+  ip netns add "$ROUTER"
+  NAMESPACES+=("$ROUTER")
+  ip -n "$ROUTER" link set lo up
+  ip netns exec "$ROUTER" sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'
+  local i ns
+  for ((i = 1; i <= $1; i++)); do
+    ns="${TAG}h$i"
+    ip netns add "$ns"
+    NAMESPACES+=("$ns")
+    ip link add eth0 netns "$ns" type veth peer name "h$i" netns "$ROUTER"
+    ip -n "$ns" link set lo up
+    ip -n "$ns" addr add "10.77.$i.2/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" route add default via "10.77.$i.1"
+    ip -n "$ROUTER" addr add "10.77.$i.1/24" dev "h$i"
+    ip -n "$ROUTER" link set "h$i" up
+  done
+}
+
+# Runs "$@" in host $1's namespace in the background, logging to $WORK/$2.log; sets SPAWNED.
+spawn() {  # host name command...
+  local host=$1 name=$2
+  shift 2
+  ip netns exec "${TAG}h$host" "$@" >"$WORK/$name.log" 2>&1 &
+  SPAWNED=$!
+  PIDS+=("$SPAWNED")
+}
+
+wait_for() {  # file pattern seconds
+  local deadline=$((SECONDS + $3))
+  until grep -q "$2" "$1" 2>/dev/null; do
+    ((SECONDS < deadline)) || fail "timed out waiting for '$2' in $(basename "$1")"
+    sleep 0.1
+  done
+}
+
+# A top-level field of the first JSON object line of a file (a trainer's result), as JSON.
+field() {
+  grep -m1 '^{' "$1" | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)[sys.argv[1]]))' "$2"
+}
+
+# etcd on host $1 (client port 2379); data on tmpfs so that its fsyncs do not stall leases on a
+# busy disk. Sets ETCD_URL and ETCD_PID.
+netns_start_etcd() {
+  command -v etcd >/dev/null 2>&1 || fail "etcd is missing; tools/install-deps.sh installs etcd-server"
+  local host=$1 ip="10.77.$1.2" data
+  data=$(mktemp -d /dev/shm/bx-etcd.XXXXXX)
+  ETCD_URL="http://$ip:2379"
+  spawn "$host" etcd etcd --name default --data-dir "$data" \
+    --listen-client-urls "$ETCD_URL" --advertise-client-urls "$ETCD_URL" \
+    --listen-peer-urls "http://$ip:2380" --initial-advertise-peer-urls "http://$ip:2380" \
+    --initial-cluster "default=http://$ip:2380"
+  ETCD_PID=$SPAWNED
+  ETCD_DATA=$data
+  local deadline=$((SECONDS + 30))
+  until etcdctl_in "$host" endpoint health >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || fail "etcd did not become healthy"
+    sleep 0.2
+  done
+}
+
+etcdctl_in() {  # host args...
+  local host=$1
+  shift
+  ETCDCTL_API=3 ip netns exec "${TAG}h$host" etcdctl --endpoints "$ETCD_URL" \
+    --dial-timeout 2s --command-timeout 5s "$@"
+}

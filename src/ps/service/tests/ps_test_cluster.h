@@ -1,0 +1,134 @@
+// The in-process cluster and helpers the parameter-server service tests share.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ps/service/ps_service.h"
+#include "rpc/tests/rpc_test_util.h"
+
+namespace bx::ps::testing {
+
+using namespace std::chrono_literals;
+
+inline constexpr uint32_t kTable = 1;
+inline constexpr uint32_t kDim = 4;
+
+inline TableConfig Table() {
+  TableConfig table;
+  table.id = kTable;
+  table.name = "emb";
+  table.dim = kDim;
+  table.optimizer.kind = OptimizerKind::kSgd;
+  table.optimizer.learning_rate = 1.0f;  // w = -sum(g): exact in floats for small integers
+  return table;
+}
+
+// `shards` x `replicas` servers on `scheme`; replica 0 of each shard is primary (epoch 1).
+struct Cluster {
+  ClusterSpec spec;
+  std::vector<std::vector<std::unique_ptr<PsServer>>> servers;
+
+  // With `secret`, a cluster whose file names a secret_file (ClusterSpec::secret).
+  // Without `promote`, every replica stays a backup (a leased monitor creates the epoch).
+  void Start(const std::string& scheme, int shards, int replicas, const std::string& secret = {},
+             bool promote = true) {
+    spec.transport = scheme;
+    spec.secret = secret;
+    spec.tables = {Table()};
+    rpc::ClientOptions backup_client;
+    backup_client.log = [](std::string_view) {};
+    for (int s = 0; s < shards; ++s) {
+      servers.emplace_back();
+      ShardSpec shard;
+      for (int r = 0; r < replicas; ++r) {
+        PsServerOptions options;
+        options.auth_secret = secret;
+        options.rpc.worker_threads = 1;
+        options.rpc.log = [](std::string_view) {};
+        options.backup_client = backup_client;
+        Result<std::unique_ptr<PsServer>> server = PsServer::Create(spec.tables, options);
+        ASSERT_TRUE(server.ok()) << server.status().ToString();
+        ASSERT_TRUE((*server)->Start({scheme + "://127.0.0.1:0"}).ok());
+        rpc::ReplicaAddress address = (*server)->address();
+        shard.replicas.push_back({address.rdma_url, address.tcp_url});
+        servers.back().push_back(std::move(server).value());
+      }
+      std::vector<rpc::ReplicaAddress> backups;
+      for (int r = 1; r < replicas; ++r) backups.push_back(servers.back()[r]->address());
+      if (promote) {
+        ASSERT_TRUE(servers.back()[0]->BecomePrimary(1, backups).ok());
+      }
+      spec.shards.push_back(shard);
+    }
+  }
+};
+
+inline std::unique_ptr<PsClient> MakeClient(const Cluster& cluster) {
+  PsClientOptions options;
+  options.transport = cluster.spec.transport;
+  options.rpc.log = [](std::string_view) {};
+  Result<std::unique_ptr<PsClient>> client = PsClient::Create(cluster.spec, options);
+  EXPECT_TRUE(client.ok()) << client.status().ToString();
+  return client.ok() ? std::move(client).value() : nullptr;
+}
+
+// The first float of `key`'s row as `server`'s replica holds it (NaN when the fetch fails).
+inline float FirstValue(PsServer& server, uint64_t key) {
+  std::vector<std::byte> row(kDim * sizeof(float));
+  float first = std::numeric_limits<float>::quiet_NaN();
+  if (Status s = server.core().replica().Fetch(kTable, {&key, 1}, row); !s.ok()) {
+    ADD_FAILURE() << "fetch from the replica: " << s.ToString();
+    return first;
+  }
+  std::memcpy(&first, row.data(), sizeof first);
+  return first;
+}
+
+// How long a test waits for a monitor to reach a state (sanitizer builds on a loaded host).
+inline constexpr auto kWaitLimit = 30s;
+
+// A monitor's log lines, readable while the monitor thread writes them.
+class MonitorLog {
+ public:
+  std::function<void(std::string_view)> Sink() {
+    return [this](std::string_view line) {
+      std::lock_guard lock(mu_);
+      lines_.emplace_back(line);
+    };
+  }
+  bool Contains(std::string_view text) const {
+    std::lock_guard lock(mu_);
+    for (const std::string& line : lines_) {
+      if (line.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+  std::string Dump() const {
+    std::lock_guard lock(mu_);
+    std::string all;
+    for (const std::string& line : lines_) all += line + "\n";
+    return all;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
+// `n` pushes of a gradient of ones to `key`, one after another, each within 10 s.
+inline void PushOnes(PsClient& client, uint64_t key, int n) {
+  const std::vector<float> ones(kDim, 1.0f);
+  for (int i = 0; i < n; ++i) {
+    Status s = client.Push(kTable, kDim, {&key, 1}, ones, 10s);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+}
+
+}  // namespace bx::ps::testing
