@@ -8,19 +8,35 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <string>
 
 #include "simnic/sim_objects.h"
 
 namespace bx::simnic {
 namespace {
 
-socklen_t AbstractAddress(uint32_t pid, sockaddr_un* addr) {
+// A process's fabric address: the abstract socket @bxsim.<pid> (one per network namespace), or,
+// with BX_SIM_FABRIC_DIR, the socket file <dir>/bxsim.<pid>, which processes in different
+// network namespaces share (the multi-host tests put each "host" in a namespace of its own; the
+// fabric then joins them as a switch would, whatever their IP routes say).
+socklen_t FabricAddress(uint32_t pid, sockaddr_un* addr) {
   std::memset(addr, 0, sizeof(*addr));
   addr->sun_family = AF_UNIX;
+  const char* dir = std::getenv("BX_SIM_FABRIC_DIR");
+  if (dir != nullptr && *dir != '\0') {
+    int n = std::snprintf(addr->sun_path, sizeof(addr->sun_path), "%s/bxsim.%u", dir, pid);
+    if (n <= 0 || size_t(n) >= sizeof(addr->sun_path)) return 0;  // too long: no fabric
+    return socklen_t(offsetof(sockaddr_un, sun_path) + size_t(n) + 1);
+  }
   int n = std::snprintf(addr->sun_path + 1, sizeof(addr->sun_path) - 1, "bxsim.%u", pid);
   return socklen_t(offsetof(sockaddr_un, sun_path) + 1 + n);
+}
+
+std::string Describe(const sockaddr_un& addr) {
+  return addr.sun_path[0] == '\0' ? "@" + std::string(addr.sun_path + 1) : addr.sun_path;
 }
 
 bool ReadFull(int fd, void* buf, size_t n) {
@@ -47,11 +63,17 @@ constexpr int kSocketBufferBytes = 4 << 20;
 IpcLink::IpcLink(uint32_t pid, std::function<void()> wake) : pid_(pid), wake_(std::move(wake)) {
   listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr;
-  socklen_t len = AbstractAddress(pid_, &addr);
-  if (listen_fd_ < 0 || bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+  socklen_t len = FabricAddress(pid_, &addr);
+  if (len != 0 && addr.sun_path[0] != '\0') {
+    unlink(addr.sun_path);  // left by an earlier process with this pid
+    path_ = addr.sun_path;
+  }
+  if (listen_fd_ < 0 || len == 0 ||
+      bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
       listen(listen_fd_, 128) != 0) {
-    std::fprintf(stderr, "simnic: inter-process fabric disabled: cannot listen on @bxsim.%u: %s\n",
-                 pid_, std::strerror(errno));
+    std::fprintf(stderr, "simnic: inter-process fabric disabled: cannot listen on %s: %s\n",
+                 len == 0 ? "BX_SIM_FABRIC_DIR (path too long)" : Describe(addr).c_str(),
+                 std::strerror(errno));
     if (listen_fd_ >= 0) close(listen_fd_);
     listen_fd_ = -1;
     return;
@@ -65,7 +87,9 @@ IpcLink::IpcLink(uint32_t pid, std::function<void()> wake) : pid_(pid), wake_(st
   reader_.detach();  // lives as long as the process, like the hardware thread
 }
 
-IpcLink::~IpcLink() = default;
+IpcLink::~IpcLink() {
+  if (!path_.empty()) unlink(path_.c_str());
+}
 
 void IpcLink::RefusePeer(pid_t pid, uid_t uid) {
   if (refused_peers_.fetch_add(1, std::memory_order_relaxed) == 0) {
@@ -82,8 +106,8 @@ int IpcLink::ConnectTo(uint32_t pid) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   sockaddr_un addr;
-  socklen_t len = AbstractAddress(pid, &addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+  socklen_t len = FabricAddress(pid, &addr);
+  if (len == 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
     close(fd);
     return -1;
   }

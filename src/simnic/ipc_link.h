@@ -19,6 +19,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -82,6 +83,7 @@ class IpcLink {
   void RefusePeer(pid_t pid, uid_t uid);
 
   uint32_t pid_;
+  std::string path_;  // the socket file with BX_SIM_FABRIC_DIR (removed at exit), else empty
   std::function<void()> wake_;
   int listen_fd_ = -1;
   int epoll_fd_ = -1;

@@ -73,17 +73,19 @@ LeasedFailoverCore::LeasedFailoverCore(PsServerCore* server, FailoverOptions opt
 }
 
 LeasedFailoverCore::~LeasedFailoverCore() {
+  std::vector<std::pair<uint32_t, std::function<void(Status)>>> pending;
   {
-    std::lock_guard lock(mu_);
-    stop_ = true;
+    std::lock_guard lock(inbox_->mu);
+    inbox_->closed = true;
+    pending.swap(inbox_->drops);
   }
-  cv_.notify_all();
+  inbox_->cv.notify_all();
   if (thread_.joinable()) thread_.join();
   server_->SetReadGate(nullptr);
   // Stops renewing and revokes the lease before the replica can ack again: step down first.
   if (primary_epoch_ != 0) server_->replica().StepDown("failover monitor stopped");
   coordinator_.reset();
-  for (auto& [replica, done] : drops_) done(Aborted("failover monitor stopped"));
+  for (auto& [replica, done] : pending) done(Aborted("failover monitor stopped"));
 }
 
 void LeasedFailoverCore::Log(const std::string& line) const {
@@ -99,29 +101,35 @@ void LeasedFailoverCore::LogOnce(const std::string& line) {
 }
 
 void LeasedFailoverCore::Run() {
-  std::unique_lock lock(mu_);
-  while (!stop_) {
+  std::unique_lock lock(inbox_->mu);
+  while (!inbox_->closed) {
     lock.unlock();
     RunDrops();
     Step();
     lock.lock();
-    cv_.wait_for(lock, options_.probe_interval, [this] { return stop_ || !drops_.empty(); });
+    inbox_->cv.wait_for(lock, options_.probe_interval,
+                        [this] { return inbox_->closed || !inbox_->drops.empty(); });
   }
 }
 
-void LeasedFailoverCore::DropBackup(uint32_t replica, std::function<void(Status)> committed) {
+void LeasedFailoverCore::Inbox::Drop(uint32_t replica, std::function<void(Status)> committed) {
   {
-    std::lock_guard lock(mu_);
-    drops_.emplace_back(replica, std::move(committed));
+    std::unique_lock lock(mu);
+    if (!closed) {
+      drops.emplace_back(replica, std::move(committed));
+      lock.unlock();
+      cv.notify_all();
+      return;
+    }
   }
-  cv_.notify_all();
+  committed(Aborted("failover monitor stopped"));
 }
 
 void LeasedFailoverCore::RunDrops() {
   std::vector<std::pair<uint32_t, std::function<void(Status)>>> drops;
   {
-    std::lock_guard lock(mu_);
-    drops.swap(drops_);
+    std::lock_guard lock(inbox_->mu);
+    drops.swap(inbox_->drops);
   }
   for (auto& [replica, committed] : drops) {
     Result<VersionedConfig> config = coordinator_->Drop(replica);
@@ -230,8 +238,9 @@ void LeasedFailoverCore::TakeOver(const VersionedConfig& config, const char* how
     replica_of_link.push_back(m.replica);
   }
   ShardReplica::PrimaryGuard guard;
-  guard.drop_backup = [this, replica_of_link](size_t link, std::function<void(Status)> done) {
-    DropBackup(replica_of_link[link], std::move(done));
+  guard.drop_backup = [inbox = inbox_, replica_of_link](size_t link,
+                                                        std::function<void(Status)> done) {
+    inbox->Drop(replica_of_link[link], std::move(done));
   };
   guard.lease_valid = [c = coordinator_.get()] { return c->LeaseValid(); };
   if (Status s = server_->BecomePrimary(config.config.epoch, backups, std::move(guard)); !s.ok()) {

@@ -200,8 +200,15 @@ class LeasedFailoverCore {
   void TryPromote(const VersionedConfig& seen);
   // Makes the server primary of `config` with a guard tied to the coordinator.
   void TakeOver(const VersionedConfig& config, const char* how);
-  // The primary's requests to drop a backup, run on the monitor thread.
-  void DropBackup(uint32_t replica, std::function<void(Status)> committed);
+  // The primary's requests to drop a backup, run on the monitor thread. Shared with the
+  // replica's guard, which may call it after this monitor has gone (then: Aborted).
+  struct Inbox {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool closed = false;
+    std::vector<std::pair<uint32_t, std::function<void(Status)>>> drops;
+    void Drop(uint32_t replica, std::function<void(Status)> committed);
+  };
   void RunDrops();
   void Log(const std::string& line) const;
   void LogOnce(const std::string& line);  // suppresses repeats of the last line
@@ -221,10 +228,7 @@ class LeasedFailoverCore {
   // When this backup first found the primary's lease gone (for deferring to a fuller member).
   std::optional<std::chrono::steady_clock::time_point> lease_gone_since_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::vector<std::pair<uint32_t, std::function<void(Status)>>> drops_;  // guarded by mu_
+  const std::shared_ptr<Inbox> inbox_ = std::make_shared<Inbox>();
   std::thread thread_;
 };
 
