@@ -81,6 +81,25 @@ struct MetricsFlags {
   std::string address = "127.0.0.1";
 };
 
+ps::FailoverOptions MonitorOptions(const ps::ClusterSpec& spec, int shard, int replica,
+                                   const FailoverFlags& failover) {
+  ps::FailoverOptions fo;
+  for (const ps::ReplicaSpec& r : spec.shards[shard].replicas) {
+    fo.replicas.push_back({r.rdma, r.tcp});
+  }
+  fo.self = size_t(replica);
+  fo.shard = uint32_t(shard);
+  fo.probe_interval = std::chrono::milliseconds(failover.probe_ms);
+  return fo;
+}
+
+std::unique_ptr<ps::FailoverMonitor> StartMonitor(ps::PsServer* server, ps::FailoverOptions fo) {
+  Result<std::unique_ptr<ps::FailoverMonitor>> started =
+      ps::FailoverMonitor::Start(server, std::move(fo));
+  if (!started.ok()) Fail("failover", started.status());
+  return std::move(started).value();
+}
+
 void Serve(const std::string& path, int shard, int replica, bool listen_any,
            const FailoverFlags& failover, const MetricsFlags& metrics_flags) {
   ps::ClusterSpec spec = Load(path);
@@ -116,18 +135,10 @@ void Serve(const std::string& path, int shard, int replica, bool listen_any,
   if (!failover.etcd.empty()) {
     // Every replica runs a monitor; replica 0's creates the configuration once all replicas
     // have registered, and becomes primary of epoch 1 under a lease.
-    ps::FailoverOptions fo;
-    for (const ps::ReplicaSpec& r : spec.shards[shard].replicas)
-      fo.replicas.push_back({r.rdma, r.tcp});
-    fo.self = size_t(replica);
-    fo.shard = uint32_t(shard);
+    ps::FailoverOptions fo = MonitorOptions(spec, shard, replica, failover);
     fo.config_store = failover.etcd;
     fo.lease_ttl = std::chrono::milliseconds(failover.lease_ms);
-    fo.probe_interval = std::chrono::milliseconds(failover.probe_ms);
-    Result<std::unique_ptr<ps::FailoverMonitor>> started =
-        ps::FailoverMonitor::Start(server->get(), std::move(fo));
-    if (!started.ok()) Fail("failover", started.status());
-    monitor = std::move(started).value();
+    monitor = StartMonitor(server->get(), std::move(fo));
   } else if (replica == 0) {
     // The primary waits for its backups: a forward that fails drops the backup for good.
     std::vector<rpc::ReplicaAddress> backups;
@@ -146,22 +157,16 @@ void Serve(const std::string& path, int shard, int replica, bool listen_any,
     if (Status s = (*server)->BecomePrimary(1, backups); !s.ok()) Fail("promote", s);
     std::fprintf(stderr, "primary of epoch 1 with %zu backups\n", backups.size());
   }
-  if (failover.etcd.empty() && !failover.without_leases && failover.timeout_ms > 0) {
+  if (failover.etcd.empty() && !failover.without_leases && failover.timeout_ms > 0 &&
+      spec.shards[shard].replicas.size() > 1) {
     std::fprintf(stderr,
                  "failover is off: it needs a configuration store (--etcd URL); "
                  "--unsafe-failover-without-leases runs the old detector\n");
   }
   if (failover.etcd.empty() && failover.without_leases && replica != 0 && failover.timeout_ms > 0) {
-    ps::FailoverOptions fo;
-    for (const ps::ReplicaSpec& r : spec.shards[shard].replicas)
-      fo.replicas.push_back({r.rdma, r.tcp});
-    fo.self = size_t(replica);
-    fo.probe_interval = std::chrono::milliseconds(failover.probe_ms);
+    ps::FailoverOptions fo = MonitorOptions(spec, shard, replica, failover);
     fo.failure_timeout = std::chrono::milliseconds(failover.timeout_ms);
-    Result<std::unique_ptr<ps::FailoverMonitor>> started =
-        ps::FailoverMonitor::Start(server->get(), std::move(fo));
-    if (!started.ok()) Fail("failover", started.status());
-    monitor = std::move(started).value();
+    monitor = StartMonitor(server->get(), std::move(fo));
   }
   signal(SIGINT, [](int) { g_stop = 1; });
   signal(SIGTERM, [](int) { g_stop = 1; });

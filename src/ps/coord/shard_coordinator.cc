@@ -137,20 +137,9 @@ Result<VersionedConfig> ShardCoordinator::Bootstrap(std::vector<ShardMember> mem
   if (config.Find(options_.self) == nullptr) {
     return InvalidArgument("bootstrap: the set must hold this replica");
   }
-  Result<KvLease> lease = GrantLease();
-  if (!lease.ok()) return lease.status();
   const KvCompare compares[] = {{Key("config"), KvCompare::Target::kCreate, 0}};
-  const KvPut puts[] = {{Key("config"), EncodeShardConfig(config), 0},
-                        {Key("lease"), std::to_string(options_.self) + " 1", lease->id}};
-  Result<bool> done = store_->Commit(compares, puts);
-  if (!done.ok() || !*done) {
-    (void)store_->RevokeLease(lease->id);
-    deadline_ns_.store(0);
-    if (!done.ok()) return done.status();
-    return FailedPrecondition("shard " + std::to_string(options_.shard) +
-                              " already has a configuration");
-  }
-  return TakeOffice(*lease, config);
+  return CommitOffice(compares, config,
+                      "shard " + std::to_string(options_.shard) + " already has a configuration");
 }
 
 Result<VersionedConfig> ShardCoordinator::Promote(const VersionedConfig& seen) {
@@ -162,22 +151,30 @@ Result<VersionedConfig> ShardCoordinator::Promote(const VersionedConfig& seen) {
   next.primary = options_.self;
   std::erase_if(next.members,
                 [&](const ShardMember& m) { return m.replica == seen.config.primary; });
-  Result<KvLease> lease = GrantLease();
-  if (!lease.ok()) return lease.status();
   const KvCompare compares[] = {{Key("config"), KvCompare::Target::kMod, seen.revision},
                                 {Key("lease"), KvCompare::Target::kCreate, 0}};
+  return CommitOffice(compares, next,
+                      "promotion to epoch " + std::to_string(next.epoch) +
+                          " lost: the configuration changed or the primary's lease is alive");
+}
+
+Result<VersionedConfig> ShardCoordinator::CommitOffice(std::span<const KvCompare> compares,
+                                                       const ShardConfig& config,
+                                                       const std::string& refused) {
+  Result<KvLease> lease = GrantLease();
+  if (!lease.ok()) return lease.status();
   const KvPut puts[] = {
-      {Key("config"), EncodeShardConfig(next), 0},
-      {Key("lease"), std::to_string(options_.self) + " " + std::to_string(next.epoch), lease->id}};
+      {Key("config"), EncodeShardConfig(config), 0},
+      {Key("lease"), std::to_string(options_.self) + " " + std::to_string(config.epoch),
+       lease->id}};
   Result<bool> done = store_->Commit(compares, puts);
   if (!done.ok() || !*done) {
     (void)store_->RevokeLease(lease->id);
     deadline_ns_.store(0);
     if (!done.ok()) return done.status();
-    return FailedPrecondition("promotion to epoch " + std::to_string(next.epoch) +
-                              " lost: the configuration changed or the primary's lease is alive");
+    return FailedPrecondition(refused);
   }
-  return TakeOffice(*lease, next);
+  return TakeOffice(*lease, config);
 }
 
 Result<VersionedConfig> ShardCoordinator::TakeOffice(const KvLease& lease,

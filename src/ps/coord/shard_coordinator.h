@@ -33,6 +33,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -112,6 +113,10 @@ class ShardCoordinator {
   std::string Key(const std::string& name) const;
   // Grants a lease and starts its deadline (before the grant was sent).
   Result<KvLease> GrantLease();
+  // Grants a lease and, if every compare holds, writes `config` and the lease key under it;
+  // FailedPrecondition(refused) otherwise.
+  Result<VersionedConfig> CommitOffice(std::span<const KvCompare> compares,
+                                       const ShardConfig& config, const std::string& refused);
   // After a successful Bootstrap/Promote commit: learns the revisions the next Drop compares
   // with, and starts renewing.
   Result<VersionedConfig> TakeOffice(const KvLease& lease, const ShardConfig& config);

@@ -13,13 +13,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using rpc::testing::WaitFor;
-using testing::Cluster;
-using testing::FirstValue;
-using testing::kTable;
-using testing::kWaitLimit;
-using testing::MakeClient;
-using testing::MonitorLog;
-using testing::PushOnes;
 
 class LeasedFailoverTest : public ::testing::TestWithParam<std::string> {
  protected:

@@ -14,14 +14,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using rpc::testing::WaitFor;
-using testing::Cluster;
-using testing::FirstValue;
-using testing::kDim;
-using testing::kTable;
-using testing::kWaitLimit;
-using testing::MakeClient;
-using testing::MonitorLog;
-using testing::PushOnes;
 
 // The public options carry the replica's bounds; their defaults must be the replica's own.
 TEST(PsServerOptionsTest, DefaultsAreTheReplicasOwn) {

@@ -132,3 +132,15 @@ inline void PushOnes(PsClient& client, uint64_t key, int n) {
 }
 
 }  // namespace bx::ps::testing
+
+// The tests of this folder use these unqualified.
+namespace bx::ps {
+using testing::Cluster;
+using testing::FirstValue;
+using testing::kDim;
+using testing::kTable;
+using testing::kWaitLimit;
+using testing::MakeClient;
+using testing::MonitorLog;
+using testing::PushOnes;
+}  // namespace bx::ps
