@@ -209,8 +209,8 @@ Result<std::string> ReadSecretFile(const std::filesystem::path& path) {
 Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
   json root = json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return InvalidArgument("cluster file: not valid JSON");
-  BX_RETURN_IF_ERROR(
-      CheckKeys(root, "(root)", {"version", "transport", "secret_file", "tables", "shards"}));
+  BX_RETURN_IF_ERROR(CheckKeys(
+      root, "(root)", {"version", "transport", "secret_file", "config_store", "tables", "shards"}));
   uint32_t version = 0;
   BX_RETURN_IF_ERROR(GetNumber(root, "(root)", "version", &version));
   if (version != 1) return Bad("version", "must be 1");
@@ -227,6 +227,13 @@ Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
       return Bad("secret_file", "expected the path of a file");
     }
     spec.secret_file = it->get<std::string>();
+  }
+  if (auto it = root.find("config_store"); it != root.end()) {
+    if (!it->is_string() || !it->get<std::string>().starts_with("http://") ||
+        it->get<std::string>().size() <= 7) {
+      return Bad("config_store", "expected an etcd client URL, http://host:port");
+    }
+    spec.config_store = it->get<std::string>();
   }
 
   if (auto it = root.find("tables"); it != root.end()) {
@@ -297,6 +304,7 @@ std::string ClusterSpecToJson(const ClusterSpec& spec) {
   root["version"] = 1;
   root["transport"] = spec.transport;
   if (!spec.secret_file.empty()) root["secret_file"] = spec.secret_file;
+  if (!spec.config_store.empty()) root["config_store"] = spec.config_store;
   json tables = json::array();
   for (const TableConfig& t : spec.tables) {
     json j;

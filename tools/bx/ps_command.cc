@@ -132,11 +132,12 @@ void Serve(const std::string& path, int shard, int replica, bool listen_any,
                (*server)->address().ToString().c_str());
 
   std::unique_ptr<ps::FailoverMonitor> monitor;
-  if (!failover.etcd.empty()) {
+  const std::string store = failover.etcd.empty() ? spec.config_store : failover.etcd;
+  if (!store.empty()) {
     // Every replica runs a monitor; replica 0's creates the configuration once all replicas
     // have registered, and becomes primary of epoch 1 under a lease.
     ps::FailoverOptions fo = MonitorOptions(spec, shard, replica, failover);
-    fo.config_store = failover.etcd;
+    fo.config_store = store;
     fo.lease_ttl = std::chrono::milliseconds(failover.lease_ms);
     monitor = StartMonitor(server->get(), std::move(fo));
   } else if (replica == 0) {
@@ -157,13 +158,13 @@ void Serve(const std::string& path, int shard, int replica, bool listen_any,
     if (Status s = (*server)->BecomePrimary(1, backups); !s.ok()) Fail("promote", s);
     std::fprintf(stderr, "primary of epoch 1 with %zu backups\n", backups.size());
   }
-  if (failover.etcd.empty() && !failover.without_leases && failover.timeout_ms > 0 &&
+  if (store.empty() && !failover.without_leases && failover.timeout_ms > 0 &&
       spec.shards[shard].replicas.size() > 1) {
     std::fprintf(stderr,
                  "failover is off: it needs a configuration store (--etcd URL); "
                  "--unsafe-failover-without-leases runs the old detector\n");
   }
-  if (failover.etcd.empty() && failover.without_leases && replica != 0 && failover.timeout_ms > 0) {
+  if (store.empty() && failover.without_leases && replica != 0 && failover.timeout_ms > 0) {
     ps::FailoverOptions fo = MonitorOptions(spec, shard, replica, failover);
     fo.failure_timeout = std::chrono::milliseconds(failover.timeout_ms);
     monitor = StartMonitor(server->get(), std::move(fo));

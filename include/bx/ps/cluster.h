@@ -7,6 +7,7 @@
 //     "version": 1,
 //     "transport": "rdma",                  // optional: "rdma" (default) or "tcp"
 //     "secret_file": "cluster.secret",      // optional: see ClusterSpec::secret
+//     "config_store": "http://10.0.0.9:2379", // optional: see ClusterSpec::config_store
 //     "tables": [                           // optional
 //       {"id": 1, "name": "user", "kind": "embedding", "dim": 16,
 //        "init": {"kind": "normal", "mean": 0, "stddev": 0.01, "seed": 7},
@@ -53,6 +54,10 @@ struct BX_EXPORT ClusterSpec {
   // a file that other users can read (chmod 600). ParseClusterSpec leaves `secret` empty.
   std::string secret_file;
   std::string secret;
+  // Where the shards' configuration and the primaries' leases live (docs/PS.md "Configuration
+  // and leases"): an etcd client URL, "http://host:port". `bx ps serve` uses it unless --etcd
+  // names another; without either, its failover is off.
+  std::string config_store;
   std::vector<TableConfig> tables;
   std::vector<ShardSpec> shards;
 };

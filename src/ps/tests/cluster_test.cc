@@ -110,6 +110,17 @@ TEST(ClusterSpec, LoadsFromAFile) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
 }
 
+TEST(ClusterSpec, NamesItsConfigurationStoreAndWritesItBack) {
+  Result<ClusterSpec> spec = ParseClusterSpec(
+      R"({"version": 1, "config_store": "http://10.0.0.9:2379",
+          "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->config_store, "http://10.0.0.9:2379");
+  Result<ClusterSpec> again = ParseClusterSpec(ClusterSpecToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->config_store, spec->config_store);
+}
+
 // The secret file sits next to the cluster file; it must be the owner's alone.
 TEST(ClusterSpec, ReadsTheSecretFileAndRefusesOneOthersCanRead) {
   const std::string dir = ::testing::TempDir() + "/bx_ps_secret_test";
@@ -125,6 +136,7 @@ TEST(ClusterSpec, ReadsTheSecretFileAndRefusesOneOthersCanRead) {
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->secret, "s3cret value");
   EXPECT_EQ(spec->secret_file, "cluster.secret");
+  EXPECT_TRUE(spec->config_store.empty());
   // Written back, the file names the secret file, never the secret.
   EXPECT_EQ(ClusterSpecToJson(*spec).find("s3cret"), std::string::npos);
   EXPECT_NE(ClusterSpecToJson(*spec).find("cluster.secret"), std::string::npos);
@@ -198,6 +210,10 @@ TEST(ClusterSpec, ErrorsNameWhatIsWrong) {
        "shards[1].replicas[0].tcp"},
       {R"({"version": 1, "secret_file": "", "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
        "secret_file"},
+      {R"({"version": 1, "config_store": "https://e:2379", "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
+       "config_store"},
+      {R"({"version": 1, "config_store": 7, "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
+       "config_store"},
   };
   for (const Case& c : cases) {
     Result<ClusterSpec> spec = ParseClusterSpec(c.json);

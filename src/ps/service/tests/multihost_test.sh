@@ -29,6 +29,7 @@ cat >"$CLUSTER" <<JSON
   "version": 1,
   "transport": "tcp",
   "secret_file": "cluster.secret",
+  "config_store": "$ETCD_URL",
   "tables": [
     {"id": 1, "name": "verify", "kind": "embedding", "dim": 8,
      "optimizer": {"kind": "sgd", "learning_rate": 1}}
@@ -43,7 +44,7 @@ JSON
 declare -A SERVER_PID
 start_server() {  # shard replica
   spawn $((2 * $1 + $2 + 1)) "s$1r$2" "$BX" ps serve --cluster "$CLUSTER" --shard "$1" \
-    --replica "$2" --etcd "$ETCD_URL" --lease-ms 2000 --probe-interval-ms 100
+    --replica "$2" --lease-ms 2000 --probe-interval-ms 100
   SERVER_PID[$1.$2]=$SPAWNED
 }
 
