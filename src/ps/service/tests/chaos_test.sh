@@ -196,6 +196,7 @@ scenario() {  # scheme leases fault
   line=$(printf '%-5s leases=%-3s %-18s acked %7d lost %6d doubled %3d  push p99 %8.1f ms  max %8.1f ms  members:%s  (%d s)' \
     "$SCHEME" "$LEASES" "$FAULT" "$acked" "$LOST" "$doubled" "$p99" "$max" "${members:- n/a}" $((SECONDS - start)))
   echo "$line" | tee -a "$REPORT"
+  check_sanitizer_reports "$WORK/$RUN-*.log"
   [[ -z $twice ]] || fail "$RUN: two primaries of one epoch:$twice"
   if [[ $LEASES == on ]]; then
     ((LOST == 0 && doubled == 0)) || fail "$RUN: acknowledged pushes lost ($LOST) or doubled ($doubled)"

@@ -122,5 +122,6 @@ for t in 0 1; do
   [[ $(field "$out" acked) -gt 0 ]] || fail "trainer $t: nothing acknowledged"
   [[ $(field "$out" push_failovers) -gt 0 ]] || fail "trainer $t: never failed over"
 done
+check_sanitizer_reports "$WORK/*.log"
 ((status == 0)) || fail "a trainer exited with status $status"
 echo "PASS: multi-host failover, every acknowledged push applied exactly once ($((SECONDS - START)) s)"

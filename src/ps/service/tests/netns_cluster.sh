@@ -119,3 +119,11 @@ etcdctl_in() {  # host args...
   ETCDCTL_API=3 ip netns exec "${TAG}h$host" etcdctl --endpoints "$ETCD_URL" \
     --dial-timeout 2s --command-timeout 5s "$@"
 }
+
+# Processes killed by the test never exit, so a sanitizer's report would go unnoticed: fail on
+# one in any log matching the glob.
+check_sanitizer_reports() {  # glob
+  local reports
+  reports=$(grep -lE "WARNING: ThreadSanitizer|ERROR: AddressSanitizer|runtime error:" $1 2>/dev/null || true)
+  [[ -z $reports ]] || fail "sanitizer reports in: $reports"
+}
