@@ -36,7 +36,11 @@ socklen_t FabricAddress(uint32_t pid, sockaddr_un* addr) {
 }
 
 std::string Describe(const sockaddr_un& addr) {
-  return addr.sun_path[0] == '\0' ? "@" + std::string(addr.sun_path + 1) : addr.sun_path;
+  const bool abstract = addr.sun_path[0] == '\0';
+  char text[sizeof(addr.sun_path) + 1];
+  std::snprintf(text, sizeof(text), "%s%s", abstract ? "@" : "",
+                abstract ? addr.sun_path + 1 : addr.sun_path);
+  return text;
 }
 
 bool ReadFull(int fd, void* buf, size_t n) {

@@ -143,7 +143,7 @@ scenario() {  # scheme leases fault
   local doubled=0 acked=0 applied=0 p99=0 max=0 out
   for t in 0 1; do
     out="$WORK/$RUN-train$t.log"
-    grep -q '"acked"' "$out" || fail "$RUN: trainer $t printed no result"
+    grep -q '^{' "$out" || fail "$RUN: trainer $t printed no result"
     LOST=$((LOST + $(field "$out" lost)))
     doubled=$((doubled + $(field "$out" doubled)))
     acked=$((acked + $(field "$out" acked)))
@@ -183,6 +183,8 @@ scenario() {  # scheme leases fault
           ip netns exec "${TAG}h7" "$BX" ps train --cluster "$WORK/$RUN-alone.json" \
             --verify --threads 1 --duration 0 --verify-keys 32 --key-base $((t * 1000000)) \
             >"$WORK/$RUN-alone.out" 2>"$WORK/$RUN-alone.log" || true
+          grep -q '^{' "$WORK/$RUN-alone.out" ||
+            fail "$RUN: member s${s}r$r did not answer a read alone: $(tail -n 1 "$WORK/$RUN-alone.log")"
           seen=$((seen + $(field "$WORK/$RUN-alone.out" applied)))
         done
         ((seen == applied)) || diverged+=" s${s}r$r:$seen"
