@@ -85,8 +85,7 @@ bool FailoverMonitorCore::Sleep(std::chrono::milliseconds d) {
   return !cv_.wait_for(lock, d, [this] { return stop_; });
 }
 
-Result<PingReply> FailoverMonitorCore::Ping(rpc::Client& client,
-                                            std::chrono::milliseconds timeout) const {
+Result<PingReply> Ping(rpc::Client& client, std::chrono::milliseconds timeout) {
   Result<rpc::Message> request = rpc::Message::Allocate(0);
   if (!request.ok()) return request.status();
   Result<rpc::Message> reply =
@@ -103,15 +102,7 @@ Result<PingReply> PingReplicaOnce(const rpc::ReplicaAddress& replica,
                                   std::chrono::milliseconds timeout) {
   Result<std::unique_ptr<rpc::Client>> client = rpc::Client::Create({replica}, options);
   if (!client.ok()) return client.status();
-  Result<rpc::Message> request = rpc::Message::Allocate(0);
-  if (!request.ok()) return request.status();
-  Result<rpc::Message> reply =
-      (*client)
-          ->Call(kPingMethod, std::move(request).value(),
-                 rpc::CallOptions{.timeout = timeout, .idempotent = true, .max_attempts = 1})
-          .get();
-  if (!reply.ok()) return reply.status();
-  return DecodePingReply({reply->data(), reply->size()});
+  return Ping(**client, timeout);
 }
 
 Result<PingReply> FailoverMonitorCore::PingReplica(size_t replica) const {

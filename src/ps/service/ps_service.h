@@ -47,7 +47,9 @@ struct PingReply {
 };
 void EncodePingReply(const PingReply& reply, std::span<std::byte> out);  // kPingReplyBytes
 Result<PingReply> DecodePingReply(std::span<const std::byte> bytes);
-// One "ps.Ping" over a client of its own (connecting counts against `timeout`).
+// One "ps.Ping" over `client`, or over a client of its own (connecting counts against
+// `timeout`).
+Result<PingReply> Ping(rpc::Client& client, std::chrono::milliseconds timeout);
 Result<PingReply> PingReplicaOnce(const rpc::ReplicaAddress& replica,
                                   const rpc::ClientOptions& options,
                                   std::chrono::milliseconds timeout);
@@ -152,7 +154,6 @@ class FailoverMonitorCore {
   void Log(const std::string& line) const;
   // Sleeps up to `d`; false when stopping.
   bool Sleep(std::chrono::milliseconds d);
-  Result<PingReply> Ping(rpc::Client& client, std::chrono::milliseconds timeout) const;
   Result<PingReply> PingReplica(size_t replica) const;  // over a client of its own
   // The first live replica other than this one and `watched` that answers as primary of an
   // epoch >= min_epoch; raises *max_epoch_seen to every epoch any of them reports.
