@@ -80,9 +80,12 @@ Status ShardReplica::BecomePrimary(uint64_t epoch, std::vector<std::shared_ptr<B
       backups_ = std::move(backups);
       dead_backups_ = 0;
       dropping_backups_ = 0;
+      learners_.clear();
+      catching_up_ = 0;
       guard_ = std::move(guard);
       owed_.clear();
     }
+    join_pins_.clear();
     // Re-forward the log in the new epoch: a backup may lack pushes the old primary had not
     // made durable; the ones it has are skipped there by push id.
     for (const PushRequest& push : log_) ForwardLocked(push, ++state_->applied_lsn);
@@ -143,7 +146,18 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
 
 void ShardReplica::AppendLogLocked(const PushRequest& push) {
   log_.push_back(push);
-  while (log_.size() > options_.max_undurable_pushes) log_.pop_front();
+  // Keep what a joiner's attach will forward; a joiner too far behind starts again.
+  size_t keep = options_.max_undurable_pushes;
+  for (auto it = join_pins_.begin(); it != join_pins_.end();) {
+    const uint64_t behind = state_->applied_lsn - it->second.lsn;
+    if (it->second.epoch != state_->epoch || behind > options_.max_catch_up_pushes) {
+      it = join_pins_.erase(it);
+    } else {
+      keep = std::max<size_t>(keep, behind);
+      ++it;
+    }
+  }
+  while (log_.size() > keep) log_.pop_front();
 }
 
 void ShardReplica::ForwardLocked(const PushRequest& push, uint64_t lsn) {
@@ -157,7 +171,7 @@ void ShardReplica::ForwardLocked(const PushRequest& push, uint64_t lsn) {
     for (size_t b = 0; b < backups_.size(); ++b) {
       const uint64_t bit = uint64_t{1} << b;
       if (dead_backups_ & bit) continue;
-      owed |= bit;
+      if ((catching_up_ & bit) == 0) owed |= bit;
       // A backup being dropped stays owed (no ack without it until the store agrees) but is
       // not sent to: its link has failed.
       if ((dropping_backups_ & bit) == 0) targets.emplace_back(b, backups_[b]);
@@ -217,6 +231,8 @@ void ShardReplica::StepDownLocked(Role role, const Status& reason,
   role_ = role;
   owed_.clear();
   backups_.clear();
+  learners_.clear();
+  catching_up_ = 0;
   dead_backups_ = 0;
   dropping_backups_ = 0;
   guard_ = {};
@@ -232,14 +248,27 @@ void ShardReplica::OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, St
     std::lock_guard lock(mu_);
     if (epoch != epoch_ || role_ != Role::kPrimary) return;  // a completion from a past epoch
     const uint64_t bit = uint64_t{1} << backup;
+    auto learner = learners_.find(backup);
     if (status.ok()) {
       if (auto it = owed_.find(lsn); it != owed_.end() && (it->second &= ~bit) == 0) {
         owed_.erase(it);
+      }
+      if (learner != learners_.end()) {
+        learner->second.acked = std::max(learner->second.acked, lsn);
+        AdvanceLearnerLocked(backup, &calls);
       }
     } else if (status.code() == StatusCode::kFailedPrecondition) {
       // The backup follows a newer epoch: a new primary exists. Never ack from here again.
       StepDownLocked(Role::kFenced,
                      Unavailable("deposed as primary (" + status.message() + "); retry"), &calls);
+    } else if (learner != learners_.end() && !learner->second.adding) {
+      // Not a member: nothing to commit. It must join again from a new snapshot.
+      learners_.erase(learner);
+      catching_up_ &= ~bit;
+      ForgetBackupLocked(bit);
+    } else if (learner != learners_.end()) {
+      // Its addition may commit: it keeps counting until the store has answered.
+      learner->second.failed = true;
     } else if (guard_.drop_backup) {
       // The backup is unreachable, or only slow: it keeps counting until the store has
       // committed its removal, so an ack never rests on fewer replicas than the configuration.
@@ -285,6 +314,168 @@ void ShardReplica::ForgetBackupLocked(uint64_t bit) {
   for (auto it = owed_.begin(); it != owed_.end();) {
     it = (it->second &= ~bit) == 0 ? owed_.erase(it) : std::next(it);
   }
+}
+
+// ---- Catch-up --------------------------------------------------------------------------------
+
+Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForJoin(uint32_t joiner) {
+  Result<JoinSnapshot> snapshot = FailedPrecondition("replica is not the primary of its shard");
+  {
+    OrderSection order(order_mu_, this);
+    bool primary;
+    {
+      std::lock_guard lock(mu_);
+      primary = role_ == Role::kPrimary && LeaseHeldLocked(&deferred_);
+    }
+    if (primary) {
+      Result<std::vector<std::byte>> bytes = state_->Encode();
+      if (bytes.ok()) {
+        const Position at{state_->epoch, state_->applied_lsn};
+        join_pins_[joiner] = at;
+        snapshot = JoinSnapshot{at, std::move(bytes).value()};
+      } else {
+        snapshot = bytes.status();
+      }
+    }
+  }
+  RunDeferred();
+  return snapshot;
+}
+
+Status ShardReplica::AttachLearner(uint32_t joiner, std::shared_ptr<BackupLink> link,
+                                   AddMember add) {
+  Status result;
+  {
+    OrderSection order(order_mu_, this);
+    auto pin = join_pins_.find(joiner);
+    const uint64_t first = state_->applied_lsn - log_.size() + 1;  // lsn of log_.front()
+    size_t b = 0;
+    {
+      std::lock_guard lock(mu_);
+      if (role_ != Role::kPrimary || pin == join_pins_.end() ||
+          pin->second.epoch != state_->epoch) {
+        result = FailedPrecondition("no snapshot of this primary's epoch for the joiner");
+      } else if (pin->second.lsn + 1 < first) {
+        result = FailedPrecondition("the log moved past the joiner's snapshot; take a new one");
+      } else if (backups_.size() >= kMaxBackups) {
+        result = ResourceExhausted("too many backup links on this primary");
+      } else {
+        b = backups_.size();
+        backups_.push_back(link);
+        catching_up_ |= uint64_t{1} << b;
+        learners_[b] = Learner{pin->second.lsn, state_->applied_lsn, false, false, std::move(add)};
+        AdvanceLearnerLocked(b, &deferred_);  // nothing to catch up on: counts at once
+      }
+    }
+    if (result.ok()) {
+      // The pushes after its snapshot, in lsn order, before any new one (order_mu_ is held).
+      const uint64_t epoch = state_->epoch;
+      for (uint64_t lsn = pin->second.lsn + 1; lsn <= state_->applied_lsn; ++lsn) {
+        link->Forward(ForwardedPush{epoch, lsn, log_[lsn - first]},
+                      [this, epoch, lsn, b](Status s) { OnForwardDone(epoch, lsn, b, s); });
+      }
+    }
+    if (pin != join_pins_.end()) join_pins_.erase(pin);
+  }
+  RunDeferred();
+  return result;
+}
+
+void ShardReplica::AdvanceLearnerLocked(size_t backup, std::vector<std::function<void()>>* calls) {
+  Learner& l = learners_.at(backup);
+  const uint64_t bit = uint64_t{1} << backup;
+  if ((catching_up_ & bit) != 0 && l.acked >= l.target) {
+    // Caught up with the attach: from now on acks wait for it too. Pushes up to the current
+    // lsn may have been acked without it, so it joins only once it holds them (the target).
+    catching_up_ &= ~bit;
+    l.target = issued_lsn_;
+    for (auto it = owed_.upper_bound(l.acked); it != owed_.end(); ++it) it->second |= bit;
+  }
+  if ((catching_up_ & bit) == 0 && !l.adding && l.acked >= l.target) {
+    l.adding = true;
+    calls->push_back([this, epoch = epoch_, backup, add = l.add] {
+      add(backup, [this, epoch, backup](Status s) { OnJoinCommitted(epoch, backup, s); });
+    });
+  }
+}
+
+void ShardReplica::OnJoinCommitted(uint64_t epoch, size_t backup, const Status& status) {
+  std::vector<std::function<void()>> calls;
+  {
+    std::lock_guard lock(mu_);
+    if (epoch != epoch_ || role_ != Role::kPrimary) return;
+    auto learner = learners_.find(backup);
+    if (learner == learners_.end()) return;
+    const bool failed = learner->second.failed;
+    learners_.erase(learner);
+    const uint64_t bit = uint64_t{1} << backup;
+    if (!status.ok()) {
+      StepDownLocked(Role::kFenced,
+                     Unavailable("could not add a caught-up replica (" + status.message() +
+                                 "); retry at the current primary"),
+                     &calls);
+    } else if (failed && guard_.drop_backup) {
+      // A member now, whose link failed meanwhile: removed as any other member.
+      dropping_backups_ |= bit;
+      calls.push_back([this, epoch, backup, drop = guard_.drop_backup] {
+        drop(backup, [this, epoch, backup](Status s) { OnDropCommitted(epoch, backup, s); });
+      });
+    } else if (failed) {
+      ForgetBackupLocked(bit);
+    }
+    CollectReadyLocked(&calls);
+    DeferIfOrderedLocked(&calls);
+  }
+  for (auto& call : calls) call();
+}
+
+Status ShardReplica::InstallSnapshot(std::span<const std::byte> bytes) {
+  Result<std::unique_ptr<ShardState>> decoded = ShardState::Decode(bytes, options_.dedup);
+  std::vector<std::function<void()>> calls;
+  Status result;
+  {
+    OrderSection order(order_mu_, this);
+    {
+      std::lock_guard lock(mu_);
+      if (role_ == Role::kPrimary) return FailedPrecondition("a primary installs no snapshot");
+      role_ = Role::kFenced;  // until the state is whole again
+    }
+    if (!decoded.ok()) return decoded.status();
+    ShardState& snapshot = **decoded;
+    if (snapshot.epoch < min_forward_epoch_) {
+      return FailedPrecondition("snapshot of epoch " + std::to_string(snapshot.epoch) +
+                                ", the shard's configuration is at epoch " +
+                                std::to_string(min_forward_epoch_));
+    }
+    for (auto& [lsn, entry] : reordered_) {
+      for (ForwardDone& done : entry.second) {
+        calls.push_back([d = std::move(done)] { d(Aborted("replica installed a snapshot")); });
+      }
+    }
+    reordered_.clear();
+    log_.clear();
+    join_pins_.clear();
+    result = state_->Adopt(snapshot);
+    if (result.ok()) {
+      min_forward_epoch_ = std::max(min_forward_epoch_, state_->epoch);
+      std::lock_guard lock(mu_);
+      role_ = Role::kBackup;
+      epoch_ = state_->epoch;
+    }
+  }
+  for (auto& call : calls) call();
+  return result;
+}
+
+void ShardReplica::ReportBackupFailed(size_t index) {
+  uint64_t epoch;
+  {
+    std::lock_guard lock(mu_);
+    if (role_ != Role::kPrimary || index >= backups_.size()) return;
+    epoch = epoch_;
+  }
+  // lsn 0 is owed by nobody: only the failure handling runs.
+  OnForwardDone(epoch, 0, index, Unavailable("backup's process was replaced"));
 }
 
 void ShardReplica::StepDown(const std::string& reason) {
@@ -479,7 +670,9 @@ ShardReplica::Position ShardReplica::position() const {
 size_t ShardReplica::live_backups() const {
   std::lock_guard lock(mu_);
   size_t n = 0;
-  for (size_t b = 0; b < backups_.size(); ++b) n += (dead_backups_ >> b & 1) == 0;
+  for (size_t b = 0; b < backups_.size(); ++b) {
+    n += (dead_backups_ >> b & 1) == 0 && !learners_.contains(b);
+  }
   return n;
 }
 

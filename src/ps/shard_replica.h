@@ -18,6 +18,11 @@
 //  - Fencing: a backup refuses forwards from an older epoch; the primary that gets that refusal
 //    steps down (Role::kFenced), failing its waiting pushes with Unavailable, so a deposed
 //    primary cannot acknowledge anything.
+//  - Catch-up: a replica outside the set (restarted, or dropped) installs a snapshot the primary
+//    took for it (SnapshotForJoin, InstallSnapshot); the primary then forwards it the pushes
+//    after the snapshot and every new one (AttachLearner). It counts towards durability only
+//    once it has caught up, and joins the set only by a committed change once it holds every
+//    push acknowledged so far (docs/PS.md "Catch-up").
 //  - Configuration (PrimaryGuard): with a guard, a backup whose forward fails still counts
 //    towards durability until the configuration store has committed its removal, and the
 //    primary acks only while its lease is valid. Without one, a failed backup is dropped at
@@ -79,6 +84,9 @@ class ShardReplica {
     size_t max_undurable_pushes = 1024;
     // Out-of-order forwards a backup holds while waiting for a gap to fill.
     size_t max_reordered_forwards = 4096;
+    // Pushes a primary keeps in its log for a joining replica between its snapshot and its
+    // attach; a join that falls further behind must take a new snapshot.
+    size_t max_catch_up_pushes = 65536;
   };
 
   struct Position {
@@ -102,6 +110,15 @@ class ShardReplica {
     // every push is accepted and every ack is released; false once makes the primary step down.
     std::function<bool()> lease_valid;
   };
+
+  struct JoinSnapshot {
+    Position position;             // of the snapshot: the joiner continues at position.lsn + 1
+    std::vector<std::byte> bytes;  // ShardState::Encode
+  };
+  // Commits a caught-up learner (link `index`) into the configuration; `committed` runs once,
+  // on any thread, with OK once the change is committed, or an error (the primary then steps
+  // down: the outcome of a failed commit may be unknown).
+  using AddMember = std::function<void(size_t index, std::function<void(Status)> committed)>;
 
   // Starts as a backup at epoch 0 with empty tables.
   ShardReplica() : ShardReplica(std::make_unique<ShardState>(), Options{}) {}
@@ -140,6 +157,25 @@ class ShardReplica {
   // be sending). Never lowers the bar.
   void RefuseEpochsBelow(uint64_t epoch);
 
+  // ---- Catch-up (docs/PS.md "Catch-up") ----
+  // Primary with a valid lease: a snapshot of this replica for `joiner` (an id of the caller's
+  // choosing; a new snapshot for the same joiner replaces its last). The pushes after it stay
+  // in the log, up to max_catch_up_pushes, until AttachLearner. Pushes wait while it is taken.
+  Result<JoinSnapshot> SnapshotForJoin(uint32_t joiner);
+  // Primary: `joiner` installed its snapshot and `link` reaches it. Forwards it every push
+  // after the snapshot, then every new one; it counts towards durability once it has acked
+  // the pushes issued before the attach, and `add` is called once it holds every push
+  // issued before it started counting. FailedPrecondition when this replica is no longer the
+  // primary that took the snapshot or the log has moved past it (take a new one).
+  Status AttachLearner(uint32_t joiner, std::shared_ptr<BackupLink> link, AddMember add);
+  // Not a primary: replaces this replica's state with a primary's JoinSnapshot bytes and
+  // follows its epoch as a backup from its position on. Concurrent fetches stay safe. On error
+  // (a corrupt snapshot, one from an epoch the store has left) the replica is left kFenced.
+  Status InstallSnapshot(std::span<const std::byte> snapshot);
+  // Primary: backup link `index` is known to be gone (its process was replaced); handled as a
+  // failed forward.
+  void ReportBackupFailed(size_t index);
+
   // Fetches from any role. `out` is dim * keys.size() floats' worth of bytes (e.g.
   // FetchResponseValues of a response buffer).
   Status Fetch(uint32_t table_id, std::span<const uint64_t> keys, std::span<std::byte> out) const;
@@ -170,6 +206,11 @@ class ShardReplica {
   void ForwardLocked(const PushRequest& push, uint64_t lsn);
   void ApplyForwardLocked(const ForwardedPush& forwarded, Status* result);
   void AppendLogLocked(const PushRequest& push);
+  // Moves a learner on once it has acked far enough: to counting, then to being added.
+  // mu_ held.
+  void AdvanceLearnerLocked(size_t backup, std::vector<std::function<void()>>* calls);
+  // The store answered AddMember for learner `backup` of `epoch`.
+  void OnJoinCommitted(uint64_t epoch, size_t backup, const Status& status);
   // Leaves the primary role; waiting pushes fail with `reason` (their callbacks go to *calls).
   // mu_ held.
   void StepDownLocked(Role role, const Status& reason, std::vector<std::function<void()>>* calls);
@@ -205,6 +246,8 @@ class ShardReplica {
   uint64_t min_forward_epoch_ = 0;  // RefuseEpochsBelow
   // Backup: forwards of the current epoch that arrived ahead of a gap, by lsn.
   std::map<uint64_t, std::pair<ForwardedPush, std::vector<ForwardDone>>> reordered_;
+  // Primary: position of each joiner's snapshot, whose log suffix is kept for its attach.
+  std::map<uint32_t, Position> join_pins_;
 
   // mu_ guards the primary's replication progress.
   mutable std::mutex mu_;
@@ -216,6 +259,16 @@ class ShardReplica {
   PrimaryGuard guard_;
   std::map<uint64_t, uint64_t> owed_;        // lsn -> bitmask of backups that have not acked
   std::multimap<uint64_t, Waiter> waiters_;  // by the lsn that must be durable
+  // Backups attached by AttachLearner and not yet committed members, by link index.
+  struct Learner {
+    uint64_t acked = 0;   // highest lsn it acked (it applies in order: all below too)
+    uint64_t target = 0;  // the lsn it must ack before its next step
+    bool adding = false;  // AddMember called, not answered
+    bool failed = false;  // its link failed while adding (dropped if the add commits)
+    AddMember add;
+  };
+  std::map<size_t, Learner> learners_;
+  uint64_t catching_up_ = 0;  // bit i: learner i is sent pushes but does not count yet
   // Callbacks that became due inside an order section, for RunDeferred.
   std::vector<std::function<void()>> deferred_;
 };

@@ -61,4 +61,24 @@ Status ShardState::ApplyPush(const PushRequest& push) {
   return table(push.table_id)->Push(push.keys, push.gradients);
 }
 
+Status ShardState::Adopt(ShardState& other) {
+  std::vector<uint32_t> mine = table_ids();
+  for (uint32_t id : other.table_ids()) {
+    Table* from = other.table(id);
+    BX_RETURN_IF_ERROR(CreateTable(from->config()));  // no-op when it exists, identical
+    BX_RETURN_IF_ERROR(table(id)->TakeRows(*from));
+    std::erase(mine, id);
+  }
+  for (uint32_t id : mine) {
+    Table* to = table(id);
+    Result<std::unique_ptr<Table>> empty = Table::Create(to->config());
+    if (!empty.ok()) return empty.status();
+    BX_RETURN_IF_ERROR(to->TakeRows(**empty));
+  }
+  BX_RETURN_IF_ERROR(dedup_.Import(other.dedup_.Export()));
+  epoch = other.epoch;
+  applied_lsn = other.applied_lsn;
+  return Status::Ok();
+}
+
 }  // namespace bx::ps

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <shared_mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,17 @@ class ShardState {
   // Reads a snapshot written by Save, verifying header, version and checksum.
   static Result<std::unique_ptr<ShardState>> Load(const std::string& path,
                                                   PushDedup::Options dedup_options = {});
+  // The same format in memory (a primary's snapshot for a joining replica, docs/PS.md
+  // "Catch-up"). Encode's caller ensures no push runs concurrently.
+  Result<std::vector<std::byte>> Encode() const;
+  static Result<std::unique_ptr<ShardState>> Decode(std::span<const std::byte> bytes,
+                                                    PushDedup::Options dedup_options = {});
+
+  // Takes over `other`'s rows, dedup record and position (a snapshot received whole), table
+  // by table under the tables' locks so that concurrent fetches stay safe: a fetch sees each
+  // row either before or after. Tables absent from `other` are emptied; `other`'s tables must
+  // have configs identical to ours where ids meet.
+  Status Adopt(ShardState& other);
 
  private:
   mutable std::shared_mutex tables_mu_;

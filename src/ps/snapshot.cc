@@ -39,10 +39,11 @@ struct Fnv1a64 {
   }
 };
 
-// Buffered file writer that checksums everything after the header.
+// Buffered writer, to a file or to memory, that checksums everything after the header.
 class SnapshotWriter {
  public:
   explicit SnapshotWriter(FILE* f) : f_(f) {}
+  explicit SnapshotWriter(std::vector<std::byte>* memory) : memory_(memory) {}
   template <typename T>
   void Put(T v) {
     PutBytes(&v, sizeof v);
@@ -55,7 +56,10 @@ class SnapshotWriter {
     if (buffer_.size() >= (1u << 20)) Flush();
   }
   void Flush() {
-    if (!buffer_.empty() && std::fwrite(buffer_.data(), 1, buffer_.size(), f_) != buffer_.size()) {
+    if (memory_ != nullptr) {
+      memory_->insert(memory_->end(), buffer_.begin(), buffer_.end());
+    } else if (!buffer_.empty() &&
+               std::fwrite(buffer_.data(), 1, buffer_.size(), f_) != buffer_.size()) {
       failed_ = true;
     }
     buffer_.clear();
@@ -65,7 +69,8 @@ class SnapshotWriter {
   uint64_t checksum() const { return sum_.h; }
 
  private:
-  FILE* f_;
+  FILE* f_ = nullptr;
+  std::vector<std::byte>* memory_ = nullptr;
   std::vector<std::byte> buffer_;
   Fnv1a64 sum_;
   uint64_t bytes_ = 0;
@@ -186,6 +191,47 @@ Status LoadBody(ByteReader& r, ShardState* state) {
   return state->dedup().Import(clients);
 }
 
+void WriteHeader(const SnapshotWriter& w, std::span<std::byte, kSnapshotHeader> out) {
+  ByteWriter h(out);
+  h.PutBytes(kSnapshotMagic, sizeof kSnapshotMagic);
+  h.Put<uint32_t>(kSnapshotVersion);
+  h.Put<uint32_t>(0);
+  h.Put<uint64_t>(w.bytes());
+  h.Put<uint64_t>(w.checksum());
+}
+
+// Checks header, version and checksum of a whole snapshot and loads its body; `what` names it
+// in errors.
+Result<std::unique_ptr<ShardState>> Parse(std::span<const std::byte> bytes,
+                                          PushDedup::Options dedup_options,
+                                          const std::string& what) {
+  ByteReader r(bytes);
+  char magic[8];
+  uint32_t version, flags;
+  uint64_t body_size, checksum;
+  if (!r.GetBytes(magic, sizeof magic) || !r.Get(&version) || !r.Get(&flags) ||
+      !r.Get(&body_size) || !r.Get(&checksum)) {
+    return DataLoss(what + ": shorter than its header");
+  }
+  if (std::memcmp(magic, kSnapshotMagic, sizeof magic) != 0) {
+    return DataLoss(what + ": not a bexpress shard snapshot");
+  }
+  if (version != kSnapshotVersion || flags != 0) {
+    return DataLoss(what + ": unsupported version " + std::to_string(version));
+  }
+  if (body_size != r.remaining()) {
+    return DataLoss(what + ": body is " + std::to_string(r.remaining()) + " bytes, header says " +
+                    std::to_string(body_size));
+  }
+  Fnv1a64 sum;
+  sum.Add(bytes.data() + kSnapshotHeader, body_size);
+  if (sum.h != checksum) return DataLoss(what + ": checksum mismatch");
+  auto state = std::make_unique<ShardState>(dedup_options);
+  Status loaded = LoadBody(r, state.get());
+  if (!loaded.ok()) return loaded.WithContext(what);
+  return state;
+}
+
 }  // namespace
 
 Status ShardState::Save(const std::string& path) const {
@@ -200,12 +246,7 @@ Status ShardState::Save(const std::string& path) const {
   ok = ok && !w.failed();
   if (ok && body.ok()) {
     std::byte header[kSnapshotHeader];
-    ByteWriter h(header);
-    h.PutBytes(kSnapshotMagic, sizeof kSnapshotMagic);
-    h.Put<uint32_t>(kSnapshotVersion);
-    h.Put<uint32_t>(0);
-    h.Put<uint64_t>(w.bytes());
-    h.Put<uint64_t>(w.checksum());
+    WriteHeader(w, header);
     ok = std::fseek(f, 0, SEEK_SET) == 0 &&
          std::fwrite(header, 1, sizeof header, f) == sizeof header;
   }
@@ -222,37 +263,26 @@ Status ShardState::Save(const std::string& path) const {
   return Status::Ok();
 }
 
+Result<std::vector<std::byte>> ShardState::Encode() const {
+  std::vector<std::byte> out(kSnapshotHeader);
+  SnapshotWriter w(&out);
+  BX_RETURN_IF_ERROR(SaveBody(*this, w));
+  w.Flush();
+  WriteHeader(w, std::span<std::byte, kSnapshotHeader>(out.data(), kSnapshotHeader));
+  return out;
+}
+
+Result<std::unique_ptr<ShardState>> ShardState::Decode(std::span<const std::byte> bytes,
+                                                       PushDedup::Options dedup_options) {
+  return Parse(bytes, dedup_options, "snapshot");
+}
+
 Result<std::unique_ptr<ShardState>> ShardState::Load(const std::string& path,
                                                      PushDedup::Options dedup_options) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("snapshot " + path + ": cannot open");
   std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto bytes = std::as_bytes(std::span<const char>(file));
-  ByteReader r(bytes);
-  char magic[8];
-  uint32_t version, flags;
-  uint64_t body_size, checksum;
-  if (!r.GetBytes(magic, sizeof magic) || !r.Get(&version) || !r.Get(&flags) ||
-      !r.Get(&body_size) || !r.Get(&checksum)) {
-    return DataLoss("snapshot " + path + ": shorter than its header");
-  }
-  if (std::memcmp(magic, kSnapshotMagic, sizeof magic) != 0) {
-    return DataLoss("snapshot " + path + ": not a bexpress shard snapshot");
-  }
-  if (version != kSnapshotVersion || flags != 0) {
-    return DataLoss("snapshot " + path + ": unsupported version " + std::to_string(version));
-  }
-  if (body_size != r.remaining()) {
-    return DataLoss("snapshot " + path + ": body is " + std::to_string(r.remaining()) +
-                    " bytes, header says " + std::to_string(body_size));
-  }
-  Fnv1a64 sum;
-  sum.Add(bytes.data() + kSnapshotHeader, body_size);
-  if (sum.h != checksum) return DataLoss("snapshot " + path + ": checksum mismatch");
-  auto state = std::make_unique<ShardState>(dedup_options);
-  Status loaded = LoadBody(r, state.get());
-  if (!loaded.ok()) return loaded.WithContext(path);
-  return state;
+  return Parse(std::as_bytes(std::span<const char>(file)), dedup_options, "snapshot " + path);
 }
 
 }  // namespace bx::ps

@@ -166,4 +166,23 @@ Status Table::InsertRow(uint64_t key, std::span<const float> state) {
   return Status::Ok();
 }
 
+Status Table::TakeRows(Table& source) {
+  if (!(source.config_.id == config_.id && source.stride_ == stride_ &&
+        source.config_.dim == config_.dim)) {
+    return InvalidArgument("take rows: table " + std::to_string(source.config_.id) +
+                           " has a different shape");
+  }
+  // Same stride and key hash: each key lives in the same stripe in both tables.
+  for (size_t i = 0; i < kStripes; ++i) {
+    Stripe& to = stripes_[i];
+    Stripe& from = source.stripes_[i];
+    std::scoped_lock lock(to.mu, from.mu);
+    to.index.swap(from.index);
+    to.rows.swap(from.rows);
+    from.index.clear();
+    from.rows.clear();
+  }
+  return Status::Ok();
+}
+
 }  // namespace bx::ps

@@ -57,6 +57,9 @@ class Table {
   void ForEachRow(const std::function<void(uint64_t, std::span<const float>)>& fn) const;
   // Stores a row's full state (used when loading a snapshot). Errors if the key exists.
   Status InsertRow(uint64_t key, std::span<const float> state);
+  // Replaces every row with `source`'s (same id and shape), leaving `source` empty: stripe by
+  // stripe, so a concurrent fetch sees each row whole, old or new.
+  Status TakeRows(Table& source);
 
  private:
   // 64 stripes: enough that 2 to 32 handler threads rarely meet on one lock, few enough that

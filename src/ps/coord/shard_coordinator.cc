@@ -125,6 +125,12 @@ void ShardCoordinator::SetDeadline(Clock::time_point sent, std::chrono::millisec
   deadline_ns_.store(deadline > sent ? Nanos(deadline) : 0);
 }
 
+std::optional<VersionedConfig> ShardCoordinator::office() const {
+  std::lock_guard lock(mu_);
+  if (lease_id_ == 0) return std::nullopt;
+  return office_;
+}
+
 bool ShardCoordinator::LeaseValid() const {
   const int64_t deadline = deadline_ns_.load();
   return deadline != 0 && Nanos(Clock::now()) < deadline;
@@ -200,6 +206,29 @@ Result<VersionedConfig> ShardCoordinator::TakeOffice(const KvLease& lease,
 }
 
 Result<VersionedConfig> ShardCoordinator::Drop(uint32_t replica) {
+  return ChangeMembers("drop replica " + std::to_string(replica), [&](ShardConfig& next) {
+    const size_t before = next.members.size();
+    std::erase_if(next.members, [&](const ShardMember& m) { return m.replica == replica; });
+    if (replica == options_.self || next.members.size() == before) {
+      return InvalidArgument("replica " + std::to_string(replica) + " is not a backup in the set");
+    }
+    return Status::Ok();
+  });
+}
+
+Result<VersionedConfig> ShardCoordinator::Add(const ShardMember& member) {
+  return ChangeMembers("add replica " + std::to_string(member.replica), [&](ShardConfig& next) {
+    if (member.replica == options_.self) return InvalidArgument("the primary is in the set");
+    std::erase_if(next.members, [&](const ShardMember& m) { return m.replica == member.replica; });
+    next.members.push_back(member);
+    std::sort(next.members.begin(), next.members.end(),
+              [](const ShardMember& a, const ShardMember& b) { return a.replica < b.replica; });
+    return Status::Ok();
+  });
+}
+
+Result<VersionedConfig> ShardCoordinator::ChangeMembers(
+    const std::string& what, const std::function<Status(ShardConfig&)>& change) {
   VersionedConfig office;
   int64_t key_created;
   {
@@ -210,10 +239,7 @@ Result<VersionedConfig> ShardCoordinator::Drop(uint32_t replica) {
   }
   if (!LeaseValid()) return FailedPrecondition("the primary's lease expired");
   ShardConfig next = office.config;
-  std::erase_if(next.members, [&](const ShardMember& m) { return m.replica == replica; });
-  if (replica == options_.self || next.members.size() == office.config.members.size()) {
-    return InvalidArgument("replica " + std::to_string(replica) + " is not a backup in the set");
-  }
+  BX_RETURN_IF_ERROR(change(next));
   const KvCompare compares[] = {{Key("config"), KvCompare::Target::kMod, office.revision},
                                 {Key("lease"), KvCompare::Target::kCreate, key_created}};
   const KvPut put{Key("config"), EncodeShardConfig(next), 0};
@@ -223,7 +249,7 @@ Result<VersionedConfig> ShardCoordinator::Drop(uint32_t replica) {
   Result<std::optional<VersionedConfig>> current = Read();
   if (!current.ok()) return current.status();
   if (!*current || (*current)->config != next) {
-    return FailedPrecondition("the configuration changed after dropping a replica");
+    return FailedPrecondition("the configuration changed after committing: " + what);
   }
   std::lock_guard lock(mu_);
   office_ = **current;

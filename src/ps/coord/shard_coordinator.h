@@ -12,6 +12,7 @@
 //   Promote     config unchanged since read, no lease   -> config{epoch + 1, self, set - old}
 //   Drop        config unchanged since own last write,  -> config{same epoch, set - dropped}
 //               own lease key still the one it created
+//   Add         as Drop                                 -> config{same epoch, set + joined}
 // so epochs come from the store (monotonic, one primary per epoch), a backup is promoted only
 // once the old primary's lease has expired at the store, and only a primary whose lease is
 // alive changes the set.
@@ -105,6 +106,11 @@ class ShardCoordinator {
   // As the primary holding its lease: removes `replica` from the set. FailedPrecondition when
   // this replica is no longer primary of its config or its lease is gone.
   Result<VersionedConfig> Drop(uint32_t replica);
+  // As the primary holding its lease: adds `member` to the set (replacing an entry for the
+  // same replica, i.e. an earlier process). Errors as Drop.
+  Result<VersionedConfig> Add(const ShardMember& member);
+  // The config this replica last wrote as primary (nullopt when it is not primary).
+  std::optional<VersionedConfig> office() const;
 
   // True while the lease certainly has not expired at the store.
   bool LeaseValid() const;
@@ -120,6 +126,9 @@ class ShardCoordinator {
   // After a successful Bootstrap/Promote commit: learns the revisions the next Drop compares
   // with, and starts renewing.
   Result<VersionedConfig> TakeOffice(const KvLease& lease, const ShardConfig& config);
+  // As the primary holding its lease: commits office's config changed by `change`.
+  Result<VersionedConfig> ChangeMembers(const std::string& what,
+                                        const std::function<Status(ShardConfig&)>& change);
   void SetDeadline(std::chrono::steady_clock::time_point sent, std::chrono::milliseconds ttl);
   void RenewLoop();
 

@@ -52,6 +52,7 @@ Result<std::unique_ptr<LeasedFailoverCore>> LeasedFailoverCore::Start(PsServerCo
     if (std::chrono::nanoseconds(NowNanos() - confirmed->load()) < window) return Status::Ok();
     return Unavailable("backup has not confirmed its membership recently");
   });
+  core->OpenJoinDesk();
   core->thread_ = std::thread([c = core.get()] { c->Run(); });
   return core;
 }
@@ -73,11 +74,12 @@ LeasedFailoverCore::LeasedFailoverCore(PsServerCore* server, FailoverOptions opt
 }
 
 LeasedFailoverCore::~LeasedFailoverCore() {
-  std::vector<std::pair<uint32_t, std::function<void(Status)>>> pending;
+  CloseJoinDesk();
+  std::vector<Change> pending;
   {
     std::lock_guard lock(inbox_->mu);
     inbox_->closed = true;
-    pending.swap(inbox_->drops);
+    pending.swap(inbox_->changes);
   }
   inbox_->cv.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -85,7 +87,7 @@ LeasedFailoverCore::~LeasedFailoverCore() {
   // Stops renewing and revokes the lease before the replica can ack again: step down first.
   if (primary_epoch_ != 0) server_->replica().StepDown("failover monitor stopped");
   coordinator_.reset();
-  for (auto& [replica, done] : pending) done(Aborted("failover monitor stopped"));
+  for (Change& change : pending) change.committed(Aborted("failover monitor stopped"));
 }
 
 void LeasedFailoverCore::Log(const std::string& line) const {
@@ -104,40 +106,66 @@ void LeasedFailoverCore::Run() {
   std::unique_lock lock(inbox_->mu);
   while (!inbox_->closed) {
     lock.unlock();
-    RunDrops();
+    RunChanges();
     Step();
     lock.lock();
     inbox_->cv.wait_for(lock, options_.probe_interval,
-                        [this] { return inbox_->closed || !inbox_->drops.empty(); });
+                        [this] { return inbox_->closed || !inbox_->changes.empty(); });
   }
 }
 
-void LeasedFailoverCore::Inbox::Drop(uint32_t replica, std::function<void(Status)> committed) {
+void LeasedFailoverCore::Inbox::Submit(Change change) {
   {
     std::unique_lock lock(mu);
     if (!closed) {
-      drops.emplace_back(replica, std::move(committed));
+      changes.push_back(std::move(change));
       lock.unlock();
       cv.notify_all();
       return;
     }
   }
-  committed(Aborted("failover monitor stopped"));
+  change.committed(Aborted("failover monitor stopped"));
 }
 
-void LeasedFailoverCore::RunDrops() {
-  std::vector<std::pair<uint32_t, std::function<void(Status)>>> drops;
+void LeasedFailoverCore::Inbox::Drop(size_t link, std::function<void(Status)> committed) {
+  std::optional<uint32_t> replica;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = link_replica.find(link); it != link_replica.end()) replica = it->second;
+  }
+  if (!replica) return committed(Internal("drop of an unknown backup link"));
+  Submit(Change{false, ShardMember{*replica, {}}, link, std::move(committed)});
+}
+
+std::optional<size_t> LeasedFailoverCore::Inbox::LinkOf(uint32_t replica) {
+  std::lock_guard lock(mu);
+  for (auto& [link, r] : link_replica) {
+    if (r == replica) return link;
+  }
+  return std::nullopt;
+}
+
+void LeasedFailoverCore::RunChanges() {
+  std::vector<Change> changes;
   {
     std::lock_guard lock(inbox_->mu);
-    drops.swap(inbox_->drops);
+    changes.swap(inbox_->changes);
   }
-  for (auto& [replica, committed] : drops) {
-    Result<VersionedConfig> config = coordinator_->Drop(replica);
-    Log(config.ok() ? "dropped unreachable replica " + std::to_string(replica) +
-                          " from the set (epoch " + std::to_string(config->config.epoch) + ")"
-                    : "could not drop replica " + std::to_string(replica) + ": " +
-                          config.status().ToString());
-    committed(config.status());
+  for (Change& change : changes) {
+    const std::string replica = std::to_string(change.member.replica);
+    Result<VersionedConfig> config =
+        change.add ? coordinator_->Add(change.member) : coordinator_->Drop(change.member.replica);
+    if (config.ok() && change.add) {
+      std::lock_guard lock(inbox_->mu);
+      inbox_->link_replica[change.link] = change.member.replica;
+    }
+    const std::string what =
+        change.add ? "added caught-up replica " : "dropped unreachable replica ";
+    Log(config.ok()
+            ? what + replica + (change.add ? " to" : " from") + " the set (epoch " +
+                  std::to_string(config->config.epoch) + ")"
+            : "could not change the set (" + what + replica + "): " + config.status().ToString());
+    change.committed(config.status());
   }
 }
 
@@ -152,8 +180,6 @@ void LeasedFailoverCore::Step() {
         coordinator_->incarnation() + ") with " + store_->Describe());
   }
   const ShardReplica::Role role = server_->replica().role();
-  if (role == ShardReplica::Role::kFenced) return;  // out of service for good
-
   const int64_t sent = NowNanos();
   Result<std::optional<VersionedConfig>> read = coordinator_->Read();
   if (!read.ok()) return LogOnce("cannot read the configuration: " + read.status().ToString());
@@ -163,15 +189,18 @@ void LeasedFailoverCore::Step() {
   }
   const VersionedConfig& current = **read;
   const ShardMember* me = current.config.Find(self);
+  server_->replica().RefuseEpochsBelow(current.config.epoch);
   if (me == nullptr || me->incarnation != coordinator_->incarnation()) {
-    Log(std::string("this replica is not in the shard's set (") +
-        (me == nullptr ? "dropped" : "the set names an earlier process") +
-        "): it serves nothing until rebuilt from a snapshot");
-    server_->replica().StepDown("not in the shard's replica set");
-    return;
+    return CatchUp(current);
+  }
+  if (attached_at_) {
+    attached_at_.reset();
+    Log("joined the set of epoch " + std::to_string(current.config.epoch));
   }
   member_confirmed_ns_->store(sent);
-  server_->replica().RefuseEpochsBelow(current.config.epoch);
+  // A member out of service (a primary that lost its lease) waits for the next epoch, which
+  // leaves it out, and then catches up.
+  if (role == ShardReplica::Role::kFenced) return;
   if (role == ShardReplica::Role::kPrimary) {
     if (current.config.epoch != primary_epoch_ || current.config.primary != self) {
       Log("the store names replica " + std::to_string(current.config.primary) +
@@ -231,16 +260,18 @@ void LeasedFailoverCore::TryPromote(const VersionedConfig& seen) {
 
 void LeasedFailoverCore::TakeOver(const VersionedConfig& config, const char* how) {
   std::vector<rpc::ReplicaAddress> backups;
-  std::vector<uint32_t> replica_of_link;
-  for (const ShardMember& m : config.config.members) {
-    if (m.replica == options_.self) continue;
-    backups.push_back(options_.replicas[m.replica]);
-    replica_of_link.push_back(m.replica);
+  {
+    std::lock_guard lock(inbox_->mu);
+    inbox_->link_replica.clear();
+    for (const ShardMember& m : config.config.members) {
+      if (m.replica == options_.self) continue;
+      inbox_->link_replica[backups.size()] = m.replica;
+      backups.push_back(options_.replicas[m.replica]);
+    }
   }
   ShardReplica::PrimaryGuard guard;
-  guard.drop_backup = [inbox = inbox_, replica_of_link](size_t link,
-                                                        std::function<void(Status)> done) {
-    inbox->Drop(replica_of_link[link], std::move(done));
+  guard.drop_backup = [inbox = inbox_](size_t link, std::function<void(Status)> done) {
+    inbox->Drop(link, std::move(done));
   };
   guard.lease_valid = [c = coordinator_.get()] { return c->LeaseValid(); };
   if (Status s = server_->BecomePrimary(config.config.epoch, backups, std::move(guard)); !s.ok()) {

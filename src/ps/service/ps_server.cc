@@ -89,6 +89,12 @@ Status PsServerCore::Register() {
                                         [this](rpc::ServerCall call) { OnPush(std::move(call)); }));
   BX_RETURN_IF_ERROR(server_->AddMethod(
       std::string(kForwardMethod), [this](rpc::ServerCall call) { OnForward(std::move(call)); }));
+  BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kJoinMethod),
+                                        [this](rpc::ServerCall call) { OnJoin(std::move(call)); }));
+  BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kJoinChunkMethod),
+                                        [this](rpc::ServerCall c) { OnJoinChunk(std::move(c)); }));
+  BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kJoinAttachMethod),
+                                        [this](rpc::ServerCall c) { OnJoinAttach(std::move(c)); }));
   return server_->AddMethod(std::string(kPingMethod),
                             [this](rpc::ServerCall call) { OnPing(std::move(call)); });
 }
@@ -106,6 +112,17 @@ Status PsServerCore::BecomePrimary(uint64_t epoch, const std::vector<rpc::Replic
     links.push_back(std::make_shared<RpcBackupLink>(shared, options_.forward_timeout));
   }
   return replica_.BecomePrimary(epoch, std::move(links), std::move(guard));
+}
+
+Result<std::shared_ptr<BackupLink>> PsServerCore::LinkTo(const rpc::ReplicaAddress& backup) {
+  Result<std::unique_ptr<rpc::Client>> client =
+      rpc::Client::Create({backup}, options_.backup_client);
+  if (!client.ok()) return client.status();
+  std::shared_ptr<rpc::Client> shared = std::move(client).value();
+  std::lock_guard lock(backups_mu_);
+  backup_clients_.push_back(shared);
+  return std::shared_ptr<BackupLink>(
+      std::make_shared<RpcBackupLink>(shared, options_.forward_timeout));
 }
 
 // The response is allocated at its final size and the table writes the rows straight into it:

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -37,6 +38,16 @@ inline constexpr std::string_view kFetchMethod = "ps.Fetch";
 inline constexpr std::string_view kPushMethod = "ps.Push";
 inline constexpr std::string_view kForwardMethod = "ps.Forward";
 inline constexpr std::string_view kPingMethod = "ps.Ping";
+// Catch-up (docs/PS.md "Catch-up"): a replica outside the set asks the primary for a snapshot
+// ("ps.Join": u32 replica, u32 n, n bytes incarnation -> kJoinOfferBytes: u64 token, u64 epoch,
+// u64 lsn, u64 snapshot bytes), reads it in pieces ("ps.JoinChunk": u64 token, u64 offset ->
+// up to kJoinChunkBytes), installs it and asks to be sent the pushes after it
+// ("ps.JoinAttach": u64 token -> empty).
+inline constexpr std::string_view kJoinMethod = "ps.Join";
+inline constexpr std::string_view kJoinChunkMethod = "ps.JoinChunk";
+inline constexpr std::string_view kJoinAttachMethod = "ps.JoinAttach";
+inline constexpr size_t kJoinOfferBytes = 32;
+inline constexpr size_t kJoinChunkBytes = size_t{1} << 20;
 
 // "ps.Ping": an empty request; the reply is kPingReplyBytes: u8 role (0 backup, 1 primary,
 // 2 fenced), 7 x u8 0, u64 epoch, u64 applied lsn (little-endian).
@@ -52,6 +63,33 @@ Result<PingReply> DecodePingReply(std::span<const std::byte> bytes);
 Result<PingReply> Ping(rpc::Client& client, std::chrono::milliseconds timeout);
 Result<PingReply> PingReplicaOnce(const rpc::ReplicaAddress& replica,
                                   const rpc::ClientOptions& options,
+                                  std::chrono::milliseconds timeout);
+
+// The primary's side of catch-up, behind "ps.Join*" (PsServerCore::SetJoinService).
+struct JoinOffer {
+  uint64_t token = 0;  // names the snapshot in JoinChunk and JoinAttach
+  ShardReplica::Position position;
+  uint64_t bytes = 0;
+};
+class JoinService {
+ public:
+  virtual ~JoinService() = default;
+  // Takes a snapshot for `replica`, whose process registered as `incarnation`.
+  virtual Result<JoinOffer> Begin(uint32_t replica, const std::string& incarnation) = 0;
+  virtual Result<std::shared_ptr<const std::vector<std::byte>>> Snapshot(uint64_t token) = 0;
+  // The joiner installed the snapshot: send it the pushes after it.
+  virtual Status Attach(uint64_t token) = 0;
+};
+
+// The joiner's side: asks the primary at `primary` for a snapshot, installs it in `replica`
+// and attaches. Each call gets `timeout`. Returns the installed position and snapshot size.
+struct CatchUpResult {
+  ShardReplica::Position position;
+  uint64_t bytes = 0;
+};
+Result<CatchUpResult> CatchUpFrom(const rpc::ReplicaAddress& primary,
+                                  const rpc::ClientOptions& options, uint32_t self,
+                                  const std::string& incarnation, ShardReplica& replica,
                                   std::chrono::milliseconds timeout);
 
 // A primary's link to one backup: each forward is one "ps.Forward" call. The call is marked
@@ -79,6 +117,8 @@ class PsServerCore {
   // Promotes this replica to primary of `epoch`, forwarding to `backups` (one rpc::Client each).
   Status BecomePrimary(uint64_t epoch, const std::vector<rpc::ReplicaAddress>& backups,
                        ShardReplica::PrimaryGuard guard = {});
+  // A link to a backup that joins later (catch-up); kept like BecomePrimary's.
+  Result<std::shared_ptr<BackupLink>> LinkTo(const rpc::ReplicaAddress& backup);
   // Stops serving (listeners and connections close); the replica state stays readable.
   void Stop();
 
@@ -87,6 +127,8 @@ class PsServerCore {
   // client gets). Empty (the default): every fetch is answered. Set by a leased failover
   // monitor, which clears it before it goes away.
   void SetReadGate(std::function<Status()> gate);
+  // Serves "ps.Join*" through `service` (null: refused, the default).
+  void SetJoinService(std::shared_ptr<JoinService> service);
   const std::string& auth_secret() const { return options_.auth_secret; }
   PsServerCounters counters() const;
   rpc::ServerStats rpc_stats() const { return server_->stats(); }
@@ -98,11 +140,15 @@ class PsServerCore {
   void OnPush(rpc::ServerCall call);
   void OnForward(rpc::ServerCall call);
   void OnPing(rpc::ServerCall call);
+  void OnJoin(rpc::ServerCall call);
+  void OnJoinChunk(rpc::ServerCall call);
+  void OnJoinAttach(rpc::ServerCall call);
 
   PsServerOptions options_;
   ShardReplica replica_;
   std::unique_ptr<rpc::Server> server_;
   std::atomic<std::shared_ptr<const std::function<Status()>>> read_gate_;
+  std::atomic<std::shared_ptr<JoinService>> join_service_;
   std::mutex backups_mu_;
   std::vector<std::shared_ptr<rpc::Client>> backup_clients_;
   std::atomic<uint64_t> fetches_{0}, pushes_acked_{0}, pushes_duplicate_{0}, push_errors_{0},
@@ -182,8 +228,10 @@ class FailoverMonitorCore {
 //  - a backup polls the store every probe_interval; once the primary's lease is gone it defers
 //    (for up to one lease ttl) to a live member holding more pushes, then tries to promote
 //    itself: at most one replica wins each epoch;
-//  - a replica whose incarnation the configuration does not name (dropped, or restarted)
-//    steps down (fenced) and serves nothing: rebuilding it from a snapshot is not built yet.
+//  - a replica whose incarnation the configuration does not name (dropped, restarted, or a
+//    deposed primary) stops serving and catches up: it installs a snapshot from the primary,
+//    is sent the pushes after it, and the primary adds it to the set once it holds every
+//    acknowledged push (docs/PS.md "Catch-up"). The primary serves these joins.
 class LeasedFailoverCore {
  public:
   static Result<std::unique_ptr<LeasedFailoverCore>> Start(PsServerCore* server,
@@ -201,16 +249,34 @@ class LeasedFailoverCore {
   void TryPromote(const VersionedConfig& seen);
   // Makes the server primary of `config` with a guard tied to the coordinator.
   void TakeOver(const VersionedConfig& config, const char* how);
-  // The primary's requests to drop a backup, run on the monitor thread. Shared with the
-  // replica's guard, which may call it after this monitor has gone (then: Aborted).
+  // Not in the set: install a snapshot from the primary of `current` and attach to it.
+  void CatchUp(const VersionedConfig& current);
+  // The primary's requests to change the set, run on the monitor thread, and which replica
+  // each backup link of this primary reaches. Shared with the replica's guard and learners,
+  // which may call it after this monitor has gone (then: Aborted).
+  struct Change {
+    bool add = false;
+    ShardMember member;  // add: the joiner; drop: only .replica
+    size_t link = 0;
+    std::function<void(Status)> committed;
+  };
   struct Inbox {
     std::mutex mu;
     std::condition_variable cv;
     bool closed = false;
-    std::vector<std::pair<uint32_t, std::function<void(Status)>>> drops;
-    void Drop(uint32_t replica, std::function<void(Status)> committed);
+    std::vector<Change> changes;
+    std::map<size_t, uint32_t> link_replica;  // of the current primary term
+    void Submit(Change change);
+    void Drop(size_t link, std::function<void(Status)> committed);
+    std::optional<size_t> LinkOf(uint32_t replica);
   };
-  void RunDrops();
+  void RunChanges();
+  // The primary's side of catch-up; its methods run on RPC threads.
+  class JoinDesk;
+  void OpenJoinDesk();   // serves joins from now on
+  void CloseJoinDesk();  // waits for a join being served
+  // Whether `replica`'s process `incarnation` may join now (the primary's side).
+  Status CheckJoiner(uint32_t replica, const std::string& incarnation);
   void Log(const std::string& line) const;
   void LogOnce(const std::string& line);  // suppresses repeats of the last line
 
@@ -228,8 +294,12 @@ class LeasedFailoverCore {
   std::string last_log_;
   // When this backup first found the primary's lease gone (for deferring to a fuller member).
   std::optional<std::chrono::steady_clock::time_point> lease_gone_since_;
+  // Joiner: when it attached to the primary of attached_epoch_ (and waits to be added).
+  std::optional<std::chrono::steady_clock::time_point> attached_at_;
+  uint64_t attached_epoch_ = 0;
 
   const std::shared_ptr<Inbox> inbox_ = std::make_shared<Inbox>();
+  std::shared_ptr<JoinDesk> desk_;
   std::thread thread_;
 };
 

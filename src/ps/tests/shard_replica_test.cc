@@ -479,6 +479,17 @@ struct FakeGuard {
     drops.clear();
     for (auto& [b, done] : pending) done(s);
   }
+
+  // Catch-up: the primary's requests to add a caught-up learner.
+  std::vector<std::pair<size_t, std::function<void(Status)>>> adds;
+  ShardReplica::AddMember Add() {
+    return [this](size_t b, std::function<void(Status)> done) { adds.emplace_back(b, done); };
+  }
+  void AnswerAdds(const Status& s) {
+    auto pending = std::move(adds);
+    adds.clear();
+    for (auto& [b, done] : pending) done(s);
+  }
 };
 
 TEST(ShardReplica, AFailedBackupCountsUntilItsRemovalIsCommitted) {
@@ -564,6 +575,134 @@ TEST(ShardReplica, ABackupRefusesForwardsFromEpochsTheStoreHasLeftBehind) {
   EXPECT_EQ(late->code(), StatusCode::kUnavailable) << "refused as deposed, not acked";
   EXPECT_EQ(old_primary->role(), ShardReplica::Role::kFenced);
   EXPECT_TRUE(BitwiseEqual(before, Values(*b1, kKeys))) << "the stale forward was not applied";
+}
+
+// ---- Catch-up ---------------------------------------------------------------------------------
+
+TEST(ShardReplica, AJoinerIsAddedOnlyOnceItHoldsEveryAcknowledgedPush) {
+  auto p = NewReplica(), b1 = NewReplica(), joiner = NewReplica();
+  FakeGuard guard;
+  ASSERT_TRUE(p->BecomePrimary(1, {std::make_shared<FakeLink>(b1.get())}, guard.Make()).ok());
+  std::vector<PushRequest> pushes;
+  for (uint64_t i = 1; i <= 3; ++i) pushes.push_back(MakePush(1, i, {11, 22}));
+  for (const PushRequest& push : pushes) ASSERT_TRUE(Push(*p, push)->acked());
+
+  Result<ShardReplica::JoinSnapshot> snapshot = p->SnapshotForJoin(2);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status().ToString();
+  EXPECT_EQ(snapshot->position, (ShardReplica::Position{1, 3}));
+  for (uint64_t i = 4; i <= 5; ++i) {  // acked while the snapshot travels
+    pushes.push_back(MakePush(1, i, {22, 33}));
+    ASSERT_TRUE(Push(*p, pushes.back())->acked());
+  }
+  ASSERT_TRUE(joiner->InstallSnapshot(snapshot->bytes).ok());
+  EXPECT_EQ(joiner->position(), (ShardReplica::Position{1, 3}));
+  EXPECT_EQ(joiner->role(), ShardReplica::Role::kBackup);
+  EXPECT_TRUE(BitwiseEqual(Values(*joiner, kKeys),
+                           AppliedOnce({pushes.begin(), pushes.begin() + 3}, kKeys)));
+
+  auto to_joiner = std::make_shared<FakeLink>(joiner.get(), FakeLink::Mode::kHold);
+  ASSERT_TRUE(p->AttachLearner(2, to_joiner, guard.Add()).ok());
+  EXPECT_EQ(to_joiner->held(), 2u) << "the pushes after the snapshot, 4 and 5";
+  pushes.push_back(MakePush(2, 1, {11}));
+  EXPECT_TRUE(Push(*p, pushes.back())->acked()) << "a catching-up learner does not hold acks";
+  EXPECT_TRUE(guard.adds.empty()) << "added before it holds the acknowledged pushes";
+
+  to_joiner->DeliverHeld();  // now it holds 1..6, everything acked
+  ASSERT_EQ(guard.adds.size(), 1u);
+  EXPECT_EQ(guard.adds[0].first, 1u) << "its link index";
+  pushes.push_back(MakePush(2, 2, {33}));
+  auto counted = Push(*p, pushes.back());
+  EXPECT_FALSE(counted->result) << "once caught up it counts, before its addition commits too";
+  to_joiner->DeliverHeld();
+  EXPECT_TRUE(counted->acked());
+  guard.AnswerAdds(Status::Ok());
+  EXPECT_EQ(p->live_backups(), 2u);
+  to_joiner->set_mode(FakeLink::Mode::kDeliver);
+  pushes.push_back(MakePush(2, 3, {11, 33}));
+  EXPECT_TRUE(Push(*p, pushes.back())->acked());
+  const std::vector<float> want = AppliedOnce(pushes, kKeys);
+  EXPECT_TRUE(BitwiseEqual(Values(*p, kKeys), want));
+  EXPECT_TRUE(BitwiseEqual(Values(*joiner, kKeys), want));
+  EXPECT_EQ(joiner->position(), p->position());
+}
+
+TEST(ShardReplica, ALearnerThatFailsBeforeItsAdditionIsForgottenWithoutACommit) {
+  auto p = NewReplica(), b1 = NewReplica(), joiner = NewReplica();
+  FakeGuard guard;
+  ASSERT_TRUE(p->BecomePrimary(1, {std::make_shared<FakeLink>(b1.get())}, guard.Make()).ok());
+  ASSERT_TRUE(Push(*p, MakePush(1, 1, {11}))->acked());
+  Result<ShardReplica::JoinSnapshot> snapshot = p->SnapshotForJoin(2);
+  ASSERT_TRUE(snapshot.ok());
+  ASSERT_TRUE(Push(*p, MakePush(1, 2, {11}))->acked());
+  ASSERT_TRUE(joiner->InstallSnapshot(snapshot->bytes).ok());
+  auto to_joiner = std::make_shared<FakeLink>(joiner.get(), FakeLink::Mode::kDead);
+  ASSERT_TRUE(p->AttachLearner(2, to_joiner, guard.Add()).ok());
+  EXPECT_TRUE(Push(*p, MakePush(1, 3, {11}))->acked());
+  EXPECT_TRUE(guard.drops.empty()) << "it never was a member: nothing to commit";
+  EXPECT_TRUE(guard.adds.empty());
+  EXPECT_EQ(to_joiner->forwarded(), 1) << "not sent to again";
+  EXPECT_EQ(p->live_backups(), 1u);
+  // Its attach used the snapshot up: a second attach needs a new one.
+  EXPECT_EQ(p->AttachLearner(2, to_joiner, guard.Add()).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(ShardReplica, AnAttachAfterTheLogMovedPastTheSnapshotIsRefused) {
+  ShardReplica::Options options;
+  options.max_undurable_pushes = 2;
+  options.max_catch_up_pushes = 4;
+  auto p = NewReplica(options), joiner = NewReplica(options);
+  ASSERT_TRUE(p->BecomePrimary(1, {}).ok());
+  Result<ShardReplica::JoinSnapshot> snapshot = p->SnapshotForJoin(1);
+  ASSERT_TRUE(snapshot.ok());
+  for (uint64_t i = 1; i <= 5; ++i) ASSERT_TRUE(Push(*p, MakePush(1, i, {11}))->acked());
+  ASSERT_TRUE(joiner->InstallSnapshot(snapshot->bytes).ok());
+  EXPECT_EQ(p->AttachLearner(1, std::make_shared<FakeLink>(joiner.get()), {}).code(),
+            StatusCode::kFailedPrecondition);
+  // Within the bound the log is kept for it, beyond max_undurable_pushes.
+  snapshot = p->SnapshotForJoin(1);
+  ASSERT_TRUE(snapshot.ok());
+  for (uint64_t i = 6; i <= 9; ++i) ASSERT_TRUE(Push(*p, MakePush(1, i, {11}))->acked());
+  ASSERT_TRUE(joiner->InstallSnapshot(snapshot->bytes).ok());
+  FakeGuard guard;
+  ASSERT_TRUE(p->AttachLearner(1, std::make_shared<FakeLink>(joiner.get()), guard.Add()).ok());
+  EXPECT_EQ(joiner->position(), p->position());
+  EXPECT_TRUE(BitwiseEqual(Values(*joiner, kKeys), Values(*p, kKeys)));
+  EXPECT_EQ(guard.adds.size(), 1u);
+}
+
+TEST(ShardReplica, APrimaryWhoseAdditionFailsStepsDown) {
+  auto p = NewReplica(), joiner = NewReplica();
+  FakeGuard guard;
+  ASSERT_TRUE(p->BecomePrimary(1, {}, guard.Make()).ok());
+  Result<ShardReplica::JoinSnapshot> snapshot = p->SnapshotForJoin(1);
+  ASSERT_TRUE(snapshot.ok());
+  ASSERT_TRUE(joiner->InstallSnapshot(snapshot->bytes).ok());
+  auto to_joiner = std::make_shared<FakeLink>(joiner.get(), FakeLink::Mode::kHold);
+  ASSERT_TRUE(p->AttachLearner(1, to_joiner, guard.Add()).ok());
+  ASSERT_EQ(guard.adds.size(), 1u) << "nothing to catch up on";
+  auto push = Push(*p, MakePush(1, 1, {11}));
+  EXPECT_FALSE(push->result) << "the learner counts while its addition is pending";
+  // The store's answer is unknown (timed out): the set may name it, so it may not be ignored.
+  guard.AnswerAdds(Unavailable("store timed out"));
+  EXPECT_EQ(push->code(), StatusCode::kUnavailable);
+  EXPECT_EQ(p->role(), ShardReplica::Role::kFenced);
+}
+
+TEST(ShardReplica, InstallSnapshotRefusesCorruptOnesAndOnesFromALeftEpoch) {
+  auto p = NewReplica(), joiner = NewReplica();
+  ASSERT_TRUE(p->BecomePrimary(1, {}).ok());
+  ASSERT_TRUE(Push(*p, MakePush(1, 1, {11}))->acked());
+  Result<ShardReplica::JoinSnapshot> snapshot = p->SnapshotForJoin(1);
+  ASSERT_TRUE(snapshot.ok());
+  std::vector<std::byte> corrupt = snapshot->bytes;
+  corrupt.back() ^= std::byte{1};
+  EXPECT_EQ(joiner->InstallSnapshot(corrupt).code(), StatusCode::kDataLoss);
+  EXPECT_EQ(joiner->role(), ShardReplica::Role::kFenced);
+  joiner->RefuseEpochsBelow(2);
+  EXPECT_EQ(joiner->InstallSnapshot(snapshot->bytes).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(joiner->role(), ShardReplica::Role::kFenced);
+  EXPECT_EQ(p->InstallSnapshot(snapshot->bytes).code(), StatusCode::kFailedPrecondition)
+      << "a primary installs nothing";
 }
 
 }  // namespace

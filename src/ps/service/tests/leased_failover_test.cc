@@ -114,13 +114,64 @@ TEST_P(LeasedFailoverTest, AnUnreachableBackupIsDroppedByACommittedChangeAndLeav
   EXPECT_EQ((*config)->config.epoch, 1u) << "a drop is not a new epoch";
   EXPECT_EQ((*config)->config.Find(2), nullptr);
   EXPECT_TRUE(logs_[0].Contains("dropped unreachable replica 2")) << logs_[0].Dump();
-  // Replica 2 learns it is out and leaves service: fenced, and its reads are refused.
-  ASSERT_TRUE(WaitFor(
-      [&] { return cluster.servers[0][2]->core().replica().role() == ShardReplica::Role::kFenced; },
-      kWaitLimit))
+  // Replica 2 learns it is out and tries to catch up; the primary cannot reach it, so it is
+  // never added back.
+  ASSERT_TRUE(WaitFor([&] { return logs_[2].Contains("not in the shard's set"); }, kWaitLimit))
       << logs_[2].Dump();
-  EXPECT_EQ(FirstValue(*cluster.servers[0][1], 9), -40.0f);
-  EXPECT_EQ(FirstValue(*cluster.servers[0][0], 9), -40.0f);
+  ASSERT_TRUE(WaitFor([&] { return logs_[0].Contains("snapshot for replica 2"); }, kWaitLimit))
+      << logs_[0].Dump();
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 9, 5));
+  config = Config();
+  ASSERT_TRUE(config.ok() && *config);
+  EXPECT_EQ((*config)->config.Find(2), nullptr) << "added back while unreachable";
+  EXPECT_EQ(FirstValue(*cluster.servers[0][1], 9), -45.0f);
+  EXPECT_EQ(FirstValue(*cluster.servers[0][0], 9), -45.0f);
+}
+
+// A restarted replica (a new, empty process) catches up from the primary while pushes go on,
+// is added to the set, and then holds every acknowledged push: it can take over alone.
+TEST_P(LeasedFailoverTest, ARestartedReplicaCatchesUpJoinsAndCanTakeOver) {
+  Cluster& cluster = cluster_;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 3, {}, /*promote=*/false));
+  ASSERT_NO_FATAL_FAILURE(StartMonitors(cluster, 3));
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 3, 20));
+
+  monitors_[2].reset();
+  ASSERT_NO_FATAL_FAILURE(cluster.Restart(0, 2));
+  EXPECT_EQ(FirstValue(*cluster.servers[0][2], 3), 0.0f) << "the new process starts empty";
+  Result<std::unique_ptr<FailoverMonitor>> monitor =
+      FailoverMonitor::Start(cluster.servers[0][2].get(), Options(cluster, 2, &logs_[2]));
+  ASSERT_TRUE(monitor.ok()) << monitor.status().ToString();
+  monitors_[2] = std::move(monitor).value();
+  // Pushes go on while it catches up, until the primary has added it.
+  int pushed = 20;
+  const auto give_up = std::chrono::steady_clock::now() + kWaitLimit;
+  while (!logs_[0].Contains("added caught-up replica 2")) {
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up) << logs_[0].Dump() << logs_[2].Dump();
+    ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 3, 1));
+    ++pushed;
+  }
+  EXPECT_TRUE(logs_[0].Contains("earlier process is still in the set") ||
+              logs_[0].Contains("dropped unreachable replica 2"))
+      << "the old process left the set by a committed change first\n"
+      << logs_[0].Dump();
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 3, 5));
+  pushed += 5;
+  Result<std::optional<VersionedConfig>> config = Config();
+  ASSERT_TRUE(config.ok() && *config);
+  EXPECT_NE((*config)->config.Find(2), nullptr);
+  EXPECT_EQ(FirstValue(*cluster.servers[0][2], 3), -static_cast<float>(pushed));
+
+  // Primary and the other backup go: the joiner alone must hold everything acknowledged.
+  monitors_[0].reset();
+  monitors_[1].reset();
+  cluster.servers[0][0]->Stop();
+  cluster.servers[0][1]->Stop();
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 3, 1));  // waits for its promotion
+  EXPECT_GT(monitors_[2]->promoted_epoch(), 1u) << logs_[2].Dump();
+  EXPECT_EQ(FirstValue(*cluster.servers[0][2], 3), -static_cast<float>(pushed + 1));
 }
 
 // A replica out of service refuses reads; the client asks another replica, so no fetch fails.

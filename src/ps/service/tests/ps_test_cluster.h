@@ -42,18 +42,11 @@ struct Cluster {
     spec.transport = scheme;
     spec.secret = secret;
     spec.tables = {Table()};
-    rpc::ClientOptions backup_client;
-    backup_client.log = [](std::string_view) {};
     for (int s = 0; s < shards; ++s) {
       servers.emplace_back();
       ShardSpec shard;
       for (int r = 0; r < replicas; ++r) {
-        PsServerOptions options;
-        options.auth_secret = secret;
-        options.rpc.worker_threads = 1;
-        options.rpc.log = [](std::string_view) {};
-        options.backup_client = backup_client;
-        Result<std::unique_ptr<PsServer>> server = PsServer::Create(spec.tables, options);
+        Result<std::unique_ptr<PsServer>> server = PsServer::Create(spec.tables, ServerOptions());
         ASSERT_TRUE(server.ok()) << server.status().ToString();
         ASSERT_TRUE((*server)->Start({scheme + "://127.0.0.1:0"}).ok());
         rpc::ReplicaAddress address = (*server)->address();
@@ -67,6 +60,28 @@ struct Cluster {
       }
       spec.shards.push_back(shard);
     }
+  }
+
+  // Replaces a replica's server with a new, empty one listening at the same address (a
+  // restarted process). Whatever watched the old one must be gone first.
+  void Restart(int shard, int replica) {
+    servers[shard][replica].reset();
+    const ReplicaSpec& address = spec.shards[shard].replicas[replica];
+    Result<std::unique_ptr<PsServer>> server = PsServer::Create(spec.tables, ServerOptions());
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    Status started = (*server)->Start({spec.transport == "rdma" ? address.rdma : address.tcp});
+    ASSERT_TRUE(started.ok()) << started.ToString();
+    servers[shard][replica] = std::move(server).value();
+  }
+
+ private:
+  PsServerOptions ServerOptions() const {
+    PsServerOptions options;
+    options.auth_secret = spec.secret;
+    options.rpc.worker_threads = 1;
+    options.rpc.log = [](std::string_view) {};
+    options.backup_client.log = [](std::string_view) {};
+    return options;
   }
 };
 
