@@ -190,6 +190,10 @@ struct VerifyFlags {
   int keys = 16;
   uint64_t key_base = 0;
   int push_timeout_ms = 10000;
+  // Pushes in flight at any time in [from, to) ms after the start are also summarised alone
+  // (the stall a fault injected then costs); off while to <= from.
+  int window_from_ms = 0;
+  int window_to_ms = 0;
 };
 
 // `bx ps train --verify`: every push is one key with a gradient of ones to the cluster's first
@@ -223,8 +227,11 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
                             std::chrono::duration<double>(seconds));
   std::vector<std::thread> workers;
   // Every push's latency, per thread (a few MB for a long run): the stall a fault costs shows
-  // in the tail.
+  // in the tail. Pushes in flight during the window are also kept apart.
   std::vector<std::vector<float>> latencies_us(size_t(std::max(threads, 1)));
+  std::vector<std::vector<float>> window_us(latencies_us.size());
+  const auto window_from = t0 + std::chrono::milliseconds(flags.window_from_ms);
+  const auto window_to = t0 + std::chrono::milliseconds(flags.window_to_ms);
   for (int t = 0; t < std::max(threads, 1); ++t) {
     workers.emplace_back([&, t] {
       std::vector<float> ones(table.dim, 1.0f);
@@ -233,9 +240,10 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
         size_t k = (size_t(t) + i) % n;
         const auto sent = std::chrono::steady_clock::now();
         Status s = (*client)->Push(table.id, table.dim, std::span(&keys[k], 1), ones, timeout);
-        latencies_us[size_t(t)].push_back(
-            std::chrono::duration<float, std::micro>(std::chrono::steady_clock::now() - sent)
-                .count());
+        const auto done = std::chrono::steady_clock::now();
+        const float us = std::chrono::duration<float, std::micro>(done - sent).count();
+        latencies_us[size_t(t)].push_back(us);
+        if (sent < window_to && done >= window_from) window_us[size_t(t)].push_back(us);
         (s.ok() ? acked[k] : failed[k]).fetch_add(1);
         if (!s.ok() && errors_logged.fetch_add(1) < 5) {
           std::fprintf(stderr, "push of key %llu failed: %s\n",
@@ -295,16 +303,26 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
   out["doubled"] = doubled;
   out["push_failovers"] = stats.push_failovers;
   out["longest_stall_ms"] = double(longest_stall_us.load()) / 1000.0;
-  std::vector<float> all;
-  for (const auto& l : latencies_us) all.insert(all.end(), l.begin(), l.end());
-  std::sort(all.begin(), all.end());
-  auto percentile_ms = [&](double p) {
+  auto sorted = [](const std::vector<std::vector<float>>& per_thread) {
+    std::vector<float> all;
+    for (const auto& l : per_thread) all.insert(all.end(), l.begin(), l.end());
+    std::sort(all.begin(), all.end());
+    return all;
+  };
+  auto percentile_ms = [](const std::vector<float>& all, double p) {
     return all.empty() ? 0.0 : double(all[size_t(p * double(all.size() - 1))]) / 1000.0;
   };
-  out["push_p50_ms"] = percentile_ms(0.50);
-  out["push_p99_ms"] = percentile_ms(0.99);
-  out["push_p999_ms"] = percentile_ms(0.999);
-  out["push_max_ms"] = percentile_ms(1.0);
+  const std::vector<float> all = sorted(latencies_us);
+  out["push_p50_ms"] = percentile_ms(all, 0.50);
+  out["push_p99_ms"] = percentile_ms(all, 0.99);
+  out["push_p999_ms"] = percentile_ms(all, 0.999);
+  out["push_max_ms"] = percentile_ms(all, 1.0);
+  if (flags.window_to_ms > flags.window_from_ms) {
+    const std::vector<float> window = sorted(window_us);
+    out["window_pushes"] = window.size();
+    out["window_p99_ms"] = percentile_ms(window, 0.99);
+    out["window_max_ms"] = percentile_ms(window, 1.0);
+  }
   out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out["mismatches"] = mismatches;
   out["ok"] = ok;
@@ -392,6 +410,12 @@ void AddPsCommand(CLI::App* app) {
       w->add_option("--push-timeout-ms", options->verify.push_timeout_ms,
                     "Per-push deadline in --verify mode (covers a failover)")
           ->check(CLI::PositiveNumber);
+      w->add_option("--window-from-ms", options->verify.window_from_ms,
+                    "--verify: also report push P99/max over the pushes in flight from this "
+                    "many ms after the start ...")
+          ->check(CLI::NonNegativeNumber);
+      w->add_option("--window-to-ms", options->verify.window_to_ms, "... to this many ms")
+          ->check(CLI::NonNegativeNumber);
     }
     w->callback([options, training] {
       ps::ClusterSpec spec = Load(options->cluster);

@@ -9,6 +9,8 @@
 #   - every replica back in the set once the fault healed (a paused, partitioned or restarted
 #     one catches up from the primary; only a killed one stays out), each holding exactly what
 #     the trainers saw (read alone).
+# Each line reports push P99 over the run and over the pushes in flight during the fault window
+# (injection to two leases after it ended), and the longest push (the stall the fault cost).
 # The control runs the old lease-less detector (--unsafe-failover-without-leases) under a
 # pause and must LOSE acknowledged pushes, proving the check can fail.
 #
@@ -131,10 +133,19 @@ scenario() {  # scheme leases fault
   for s in 0 1; do wait_for "$WORK/$RUN-s${s}r0.log" "primary of epoch 1" 30; done
   local t trainers=() seconds=12
   [[ $FAULT == pause10 ]] && seconds=28
+  # The fault window: from the injection (2 s in) to two leases after the fault ends.
+  local fault_ms
+  case $FAULT in
+    kill) fault_ms=0 ;;
+    pause*) fault_ms=$(python3 -c "print(int(${FAULT#pause} * $LEASE_S * 1000))") ;;
+    restart) fault_ms=$((2 * LEASE_S * 1000)) ;;
+    *) fault_ms=$((3 * LEASE_S * 1000)) ;;
+  esac
   for t in 0 1; do
     spawn $((7 + t)) "$RUN-train$t" "$BX" ps train --cluster "$CLUSTER" \
       --verify --threads 4 --duration "$seconds" --verify-keys 32 --key-base $((t * 1000000)) \
-      --push-timeout-ms 60000
+      --push-timeout-ms 60000 --window-from-ms 2000 \
+      --window-to-ms $((2000 + fault_ms + 2 * LEASE_S * 1000))
     trainers+=("$SPAWNED")
   done
   sleep 2
@@ -142,7 +153,7 @@ scenario() {  # scheme leases fault
   for t in 0 1; do wait "${trainers[$t]}" || true; done
 
   LOST=0
-  local doubled=0 acked=0 applied=0 p99=0 max=0 out
+  local doubled=0 acked=0 applied=0 p99=0 max=0 fault_p99=0 out
   for t in 0 1; do
     out="$WORK/$RUN-train$t.log"
     grep -q '^{' "$out" || fail "$RUN: trainer $t printed no result"
@@ -152,6 +163,7 @@ scenario() {  # scheme leases fault
     applied=$((applied + $(field "$out" applied)))
     p99=$(python3 -c "print(max($p99, $(field "$out" push_p99_ms)))")
     max=$(python3 -c "print(max($max, $(field "$out" push_max_ms)))")
+    fault_p99=$(python3 -c "print(max($fault_p99, $(field "$out" window_p99_ms)))")
   done
 
   # Never two primaries of one epoch in a shard.
@@ -206,8 +218,8 @@ scenario() {  # scheme leases fault
   for pid in "${SERVER[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   for pid in "${SERVER[@]}"; do { wait "$pid"; } 2>/dev/null || true; done
   local line
-  line=$(printf '%-5s leases=%-3s %-18s acked %7d lost %6d doubled %3d  push p99 %8.1f ms  max %8.1f ms  members:%s  (%d s)' \
-    "$SCHEME" "$LEASES" "$FAULT" "$acked" "$LOST" "$doubled" "$p99" "$max" "${members:- n/a}" $((SECONDS - start)))
+  line=$(printf '%-5s leases=%-3s %-18s acked %7d lost %6d doubled %3d  push p99 %6.1f ms, in the fault %7.1f ms, max %7.1f ms  members:%s  (%d s)' \
+    "$SCHEME" "$LEASES" "$FAULT" "$acked" "$LOST" "$doubled" "$p99" "$fault_p99" "$max" "${members:- n/a}" $((SECONDS - start)))
   echo "$line" | tee -a "$REPORT"
   check_sanitizer_reports "$WORK/$RUN-*.log"
   [[ -z $twice ]] || fail "$RUN: two primaries of one epoch:$twice"
