@@ -22,6 +22,7 @@
 
 #include "base/thread_cpu_clock.h"
 #include "simnic/device.h"
+#include "simnic/fabric_partitions.h"
 #include "simnic/ipc_link.h"
 #include "simnic/sim_objects.h"
 
@@ -157,6 +158,7 @@ class Fabric {
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
 
   std::unique_ptr<IpcLink> ipc_;
+  FabricPartitions partitions_{pid_};  // BX_SIM_PARTITIONS
   uint64_t spin_ns_;
 };
 

@@ -152,7 +152,7 @@ Reply Fabric::Transmit(SimQp* qp, SendWqe& wqe, uint8_t* rnr_timer) {
     if (peer == nullptr || !peer->link_up()) return Reply::kNoResponse;
     return Respond(peer, request, rnr_timer);
   }
-  if (!ipc_) return Reply::kNoResponse;
+  if (!ipc_ || partitions_.Cut(peer_pid, NowNs())) return Reply::kNoResponse;
   return SendIpcRequest(peer_pid, peer_index, request) ? Reply::kPending : Reply::kNoResponse;
 }
 

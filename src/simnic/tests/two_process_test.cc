@@ -2,7 +2,9 @@
 // number and GID out of band as on RoCE, and move 4 MB with RDMA WRITE + WRITE_WITH_IMM. Both
 // run rc_peer, a C program built against the system verbs.h and linked with -libverbs, with the
 // simnic preloaded (BX_RC_PEER and BX_SIMNIC_SO are set by CMake).
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -14,6 +16,8 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,7 +26,8 @@ extern char** environ;
 
 namespace {
 
-pid_t Spawn(const std::vector<std::string>& args, int keep_fd) {
+pid_t Spawn(const std::vector<std::string>& args, int keep_fd,
+            const std::string& stderr_path = {}) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -40,6 +45,10 @@ pid_t Spawn(const std::vector<std::string>& args, int keep_fd) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   (void)keep_fd;  // socketpair fds are created without CLOEXEC, so the child inherits them
+  if (!stderr_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+  }
   pid_t pid = -1;
   int rc = posix_spawn(&pid, args[0].c_str(), &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
@@ -128,6 +137,60 @@ TEST(TwoProcessTest, AnotherUsersProcessCannotStallTheFabric) {
   close(fds[1]);
   EXPECT_EQ(WaitExit(client, std::chrono::seconds(60)), 0);
   EXPECT_EQ(WaitExit(server, std::chrono::seconds(60)), 0);
+}
+
+// Copies bytes both ways between two sockets until both are closed.
+void Relay(int a, int b) {
+  pollfd fds[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+  int open = 2;
+  while (open > 0 && poll(fds, 2, -1) > 0) {
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      char buffer[256];
+      ssize_t n = read(fds[i].fd, buffer, sizeof buffer);
+      if (n <= 0 ||
+          write(fds[1 - i].fd >= 0 ? fds[1 - i].fd : (i == 0 ? b : a), buffer, size_t(n)) != n) {
+        fds[i].fd = -1;
+        --open;
+      }
+    }
+  }
+}
+
+// BX_SIM_PARTITIONS cuts the fabric between two processes as a switch dropping their packets
+// would: the client's RDMA WRITE gets no response, is retried after each ACK timeout and
+// completes with a retry-exceeded error (about 0.5 s with rc_peer's timeout 14 and
+// retry_cnt 7), instead of arriving. The peers swap their QP details through this process,
+// which writes the cut before passing them on, so no packet can cross first.
+TEST(TwoProcessTest, APartitionFileCutsTheFabricBetweenTwoProcesses) {
+  char dir[] = "/tmp/bx-partitions.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string cuts = std::string(dir) + "/cuts", err = std::string(dir) + "/client.err";
+  ASSERT_EQ(setenv("BX_SIM_PARTITIONS", cuts.c_str(), 1), 0);
+  int to_server[2], to_client[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, to_server), 0);
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, to_client), 0);
+  pid_t server = Spawn({BX_RC_PEER, "server", std::to_string(to_server[0])}, to_server[0]);
+  pid_t client = Spawn({BX_RC_PEER, "client", std::to_string(to_client[0])}, to_client[0], err);
+  unsetenv("BX_SIM_PARTITIONS");
+  close(to_server[0]);
+  close(to_client[0]);
+  { std::ofstream(cuts) << "# cut by the test\n" << server << " " << client << "\n"; }
+  std::thread relay(Relay, to_server[1], to_client[1]);
+  EXPECT_EQ(WaitExit(client, std::chrono::seconds(60)), 1) << "the write crossed the cut";
+  std::stringstream client_err;
+  client_err << std::ifstream(err).rdbuf();
+  EXPECT_NE(client_err.str().find("retry"), std::string::npos) << client_err.str();
+  kill(server, SIGKILL);  // it waits for a write that never comes
+  WaitExit(server, std::chrono::seconds(10));
+  shutdown(to_server[1], SHUT_RDWR);
+  shutdown(to_client[1], SHUT_RDWR);
+  relay.join();
+  close(to_server[1]);
+  close(to_client[1]);
+  std::remove(cuts.c_str());
+  std::remove(err.c_str());
+  rmdir(dir);
 }
 
 TEST(AbiTest, SystemLinkedProgramRunsOverThePreloadedSimnic) {

@@ -15,11 +15,12 @@
 # pause and must LOSE acknowledged pushes, proving the check can fail.
 #
 # Usage: chaos_test.sh BX quick|full. quick (ctest, under 90 s): tcp, a pause of 1.5 leases
-# with leases, and the control. full (`make test-chaos`): tcp x kill, pause 1.5/3/10 leases,
-# partition primary|backups, partition primary|etcd, restart of a killed primary, mixed; rdma
-# (the simnic) x the process faults (kill, pauses, restart): the simnic fabric joins the
-# namespaces like a switch (BX_SIM_FABRIC_DIR) and IP routes cannot partition it. Then the
-# control. Exit 0 passed, 77 skipped (no network namespaces), else failed.
+# with leases, and the control. full (`make test-chaos`): tcp and rdma (the simnic) x kill,
+# pause 1.5/3/10 leases, partition primary|backups, partition primary|etcd, restart of a killed
+# primary, mixed. The simnic fabric joins the namespaces like a switch (BX_SIM_FABRIC_DIR); IP
+# routes cannot partition it, so a partition also cuts it (BX_SIM_PARTITIONS). Then the
+# control. SCHEME:FAULT (e.g. rdma:partition-backups) runs that scenario, then the control.
+# Exit 0 passed, 77 skipped (no network namespaces), else failed.
 set -euo pipefail
 
 BX=${1:?usage: chaos_test.sh path/to/bx quick|full}
@@ -59,8 +60,9 @@ json.dump({"version": 1, "transport": scheme, "secret_file": "cluster.secret",
 PY
 }
 (umask 077 && head -c 32 /dev/urandom | base64 >"$WORK/cluster.secret")
-# One simnic fabric for every namespace (abstract sockets would give each its own).
-export BX_SIM_FABRIC_DIR="$WORK/fabric" BX_VERBS=sim
+# One simnic fabric for every namespace (abstract sockets would give each its own), and the
+# file through which partitions cut it (IP routes do not reach it).
+export BX_SIM_FABRIC_DIR="$WORK/fabric" BX_VERBS=sim BX_SIM_PARTITIONS="$WORK/fabric-cuts"
 mkdir -p "$BX_SIM_FABRIC_DIR"
 
 declare -A SERVER
@@ -76,10 +78,26 @@ start_server() {  # shard replica [log-suffix]
   SERVER[$1.$2]=$SPAWNED
 }
 
+declare -A CUTS
+server_on() {  # host -> the pid of the replica serving there (empty for etcd and trainers)
+  local host=$1
+  if ((host >= 1 && host <= 6)); then echo "${SERVER[$(((host - 1) / 3)).$(((host - 1) % 3))]}"; fi
+}
+
+# A partition: a blackhole route (IP: TCP, the rdma transport's connection setup, etcd) and,
+# over rdma, a cut of the simnic fabric between the replica processes (BX_SIM_PARTITIONS).
 blackhole() {  # add|del from-host to-host...
   local op=$1 from=$2
   shift 2
-  for to in "$@"; do ip -n "${TAG}h$from" route "$op" blackhole "10.77.$to.2/32"; done
+  for to in "$@"; do
+    ip -n "${TAG}h$from" route "$op" blackhole "10.77.$to.2/32"
+    local a b
+    a=$(server_on "$from") b=$(server_on "$to")
+    [[ -n $a && -n $b ]] || continue
+    if [[ $op == add ]]; then CUTS["$a $b"]=1; else unset "CUTS[$a $b]"; fi
+  done
+  printf '%s\n' "${!CUTS[@]}" >"$BX_SIM_PARTITIONS.tmp"
+  mv "$BX_SIM_PARTITIONS.tmp" "$BX_SIM_PARTITIONS"
 }
 
 inject() {  # fault — on shard 0, whose primary is replica 0 (host 1)
@@ -128,7 +146,8 @@ scenario() {  # scheme leases fault
   CLUSTER="$WORK/$RUN.json"
   write_cluster "$SCHEME" "$CLUSTER"
   etcdctl_in $ETCD_HOST del --prefix /bexpress >/dev/null
-  SERVER=()
+  SERVER=() CUTS=()
+  rm -f "$BX_SIM_PARTITIONS"
   for s in 0 1; do for r in 1 2 0; do start_server $s $r; done; done
   for s in 0 1; do wait_for "$WORK/$RUN-s${s}r0.log" "primary of epoch 1" 30; done
   local t trainers=() seconds=12
@@ -223,6 +242,16 @@ scenario() {  # scheme leases fault
   echo "$line" | tee -a "$REPORT"
   check_sanitizer_reports "$WORK/$RUN-*.log"
   [[ -z $twice ]] || fail "$RUN: two primaries of one epoch:$twice"
+  # The fault did what it should to shard 0's primary (a partition that did not cut would pass
+  # every check above).
+  local effect=""
+  case $FAULT in
+    partition-backups) effect="dropped unreachable replica" ;;
+    partition-etcd | pause*) effect="stepping down" ;;
+  esac
+  if [[ -n $effect && $LEASES == on ]] && ! grep -q "$effect" "$WORK/$RUN-s0r0.log"; then
+    fail "$RUN: shard 0's primary never logged '$effect': the fault did not bite"
+  fi
   if [[ $LEASES == on ]]; then
     [[ -z $missing ]] || fail "$RUN: replicas did not rejoin their shard's set:$missing"
     ((LOST == 0 && doubled == 0)) || fail "$RUN: acknowledged pushes lost ($LOST) or doubled ($doubled)"
@@ -239,11 +268,12 @@ case $MODE in
     for fault in kill pause1.5 pause3 pause10 partition-backups partition-etcd restart mixed; do
       scenario tcp on "$fault"
     done
-    for fault in kill pause1.5 pause3 pause10 restart; do
+    for fault in kill pause1.5 pause3 pause10 partition-backups partition-etcd restart mixed; do
       scenario rdma on "$fault"
     done
     ;;
-  *) fail "mode must be quick or full" ;;
+  tcp:* | rdma:*) scenario "${MODE%%:*}" on "${MODE#*:}" ;;  # one scenario, e.g. rdma:mixed
+  *) fail "mode must be quick, full or SCHEME:FAULT" ;;
 esac
 
 # The control: the same pause without leases must lose acknowledged pushes.
