@@ -144,20 +144,36 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
   if (!refused.ok()) done(refused);
 }
 
+namespace {
+size_t PayloadBytes(const PushRequest& push) {
+  return push.keys.size() * sizeof(uint64_t) + push.gradients.size() * sizeof(float);
+}
+}  // namespace
+
 void ShardReplica::AppendLogLocked(const PushRequest& push) {
   log_.push_back(push);
-  // Keep what a joiner's attach will forward; a joiner too far behind starts again.
+  log_bytes_ += PayloadBytes(push);
+  // Keep what a joiner's attach will forward, within the catch-up bounds; a joiner too far
+  // behind starts again from a new snapshot.
   size_t keep = options_.max_undurable_pushes;
-  for (auto it = join_pins_.begin(); it != join_pins_.end();) {
-    const uint64_t behind = state_->applied_lsn - it->second.lsn;
-    if (it->second.epoch != state_->epoch || behind > options_.max_catch_up_pushes) {
-      it = join_pins_.erase(it);
-    } else {
-      keep = std::max<size_t>(keep, behind);
-      ++it;
+  if (!join_pins_.empty()) {
+    // Over the byte bound, the pins that hold the log beyond its usual length go.
+    const bool over_bytes = log_bytes_ > options_.max_catch_up_bytes;
+    for (auto it = join_pins_.begin(); it != join_pins_.end();) {
+      const uint64_t behind = state_->applied_lsn - it->second.lsn;
+      if (it->second.epoch != state_->epoch || behind > options_.max_catch_up_pushes ||
+          (over_bytes && behind > options_.max_undurable_pushes)) {
+        it = join_pins_.erase(it);
+      } else {
+        keep = std::max<size_t>(keep, behind);
+        ++it;
+      }
     }
   }
-  while (log_.size() > keep) log_.pop_front();
+  while (log_.size() > keep) {
+    log_bytes_ -= PayloadBytes(log_.front());
+    log_.pop_front();
+  }
 }
 
 void ShardReplica::ForwardLocked(const PushRequest& push, uint64_t lsn) {
@@ -454,6 +470,7 @@ Status ShardReplica::InstallSnapshot(std::span<const std::byte> bytes) {
     }
     reordered_.clear();
     log_.clear();
+    log_bytes_ = 0;
     join_pins_.clear();
     result = state_->Adopt(snapshot);
     if (result.ok()) {

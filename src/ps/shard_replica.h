@@ -84,9 +84,11 @@ class ShardReplica {
     size_t max_undurable_pushes = 1024;
     // Out-of-order forwards a backup holds while waiting for a gap to fill.
     size_t max_reordered_forwards = 4096;
-    // Pushes a primary keeps in its log for a joining replica between its snapshot and its
-    // attach; a join that falls further behind must take a new snapshot.
+    // Pushes, and their bytes (keys and gradients), a primary keeps in its log for a joining
+    // replica between its snapshot and its attach; a join that falls further behind must take
+    // a new snapshot.
     size_t max_catch_up_pushes = 65536;
+    size_t max_catch_up_bytes = size_t{256} << 20;
   };
 
   struct Position {
@@ -243,6 +245,7 @@ class ShardReplica {
   mutable std::mutex order_mu_;
   Role role_ = Role::kBackup;  // written under both locks; read under either
   std::deque<PushRequest> log_;
+  size_t log_bytes_ = 0;            // keys and gradients in log_
   uint64_t min_forward_epoch_ = 0;  // RefuseEpochsBelow
   // Backup: forwards of the current epoch that arrived ahead of a gap, by lsn.
   std::map<uint64_t, std::pair<ForwardedPush, std::vector<ForwardDone>>> reordered_;

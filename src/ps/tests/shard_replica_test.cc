@@ -670,6 +670,29 @@ TEST(ShardReplica, AnAttachAfterTheLogMovedPastTheSnapshotIsRefused) {
   EXPECT_EQ(guard.adds.size(), 1u);
 }
 
+TEST(ShardReplica, TheLogKeptForAJoinerIsBoundedInBytes) {
+  ShardReplica::Options options;
+  options.max_undurable_pushes = 2;
+  // One push of one key: 8 bytes of key, 16 of gradient. Room for three.
+  options.max_catch_up_bytes = 3 * (8 + kDim * 4);
+  auto p = NewReplica(options), joiner = NewReplica(options), late = NewReplica(options);
+  ASSERT_TRUE(p->BecomePrimary(1, {}).ok());
+  Result<ShardReplica::JoinSnapshot> snapshot = p->SnapshotForJoin(1);
+  ASSERT_TRUE(snapshot.ok());
+  for (uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(Push(*p, MakePush(1, i, {11}))->acked());
+  ASSERT_TRUE(joiner->InstallSnapshot(snapshot->bytes).ok());
+  FakeGuard guard;
+  ASSERT_TRUE(p->AttachLearner(1, std::make_shared<FakeLink>(joiner.get()), guard.Add()).ok())
+      << "three pushes fit";
+  snapshot = p->SnapshotForJoin(2);
+  ASSERT_TRUE(snapshot.ok());
+  for (uint64_t i = 4; i <= 7; ++i) ASSERT_TRUE(Push(*p, MakePush(1, i, {11}))->acked());
+  ASSERT_TRUE(late->InstallSnapshot(snapshot->bytes).ok());
+  EXPECT_EQ(p->AttachLearner(2, std::make_shared<FakeLink>(late.get()), guard.Add()).code(),
+            StatusCode::kFailedPrecondition)
+      << "four do not";
+}
+
 TEST(ShardReplica, APrimaryWhoseAdditionFailsStepsDown) {
   auto p = NewReplica(), joiner = NewReplica();
   FakeGuard guard;
