@@ -71,9 +71,11 @@ conformance: build
 
 # Parameter-server replication under faults (issue 18): tcp and rdma x SIGKILL, pauses of 1.5,
 # 3 and 10 leases, partitions primary|backups and primary|etcd, restart, mixed, then the
-# lease-less control, which must lose pushes. A quick slice (ctest ps_chaos_quick) is in make test.
+# lease-less control, which must lose pushes. A quick slice (ctest ps_chaos_quick) is in make test;
+# CHAOS=rdma:partition-backups,tcp:restart (for example) runs those scenarios only.
+CHAOS ?= full
 test-chaos: build
-	bash src/ps/service/tests/chaos_test.sh $(BUILD)/bin/bx full
+	bash src/ps/service/tests/chaos_test.sh $(BUILD)/bin/bx $(CHAOS)
 
 # Installs headers, libbexpress.so, the CMake package, bexpress.pc, bx and the simnic.
 PREFIX ?= /usr/local

@@ -289,10 +289,7 @@ void ShardReplica::OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, St
       // The backup is unreachable, or only slow: it keeps counting until the store has
       // committed its removal, so an ack never rests on fewer replicas than the configuration.
       if ((dropping_backups_ & bit) == 0 && (dead_backups_ & bit) == 0) {
-        dropping_backups_ |= bit;
-        calls.push_back([this, epoch, backup, drop = guard_.drop_backup] {
-          drop(backup, [this, epoch, backup](Status s) { OnDropCommitted(epoch, backup, s); });
-        });
+        RequestDropLocked(backup, &calls);
       }
     } else {
       // No store to ask (the control): the backup stops counting at once.
@@ -302,6 +299,13 @@ void ShardReplica::OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, St
     DeferIfOrderedLocked(&calls);
   }
   for (auto& call : calls) call();
+}
+
+void ShardReplica::RequestDropLocked(size_t backup, std::vector<std::function<void()>>* calls) {
+  dropping_backups_ |= uint64_t{1} << backup;
+  calls->push_back([this, epoch = epoch_, backup, drop = guard_.drop_backup] {
+    drop(backup, [this, epoch, backup](Status s) { OnDropCommitted(epoch, backup, s); });
+  });
 }
 
 void ShardReplica::OnDropCommitted(uint64_t epoch, size_t backup, const Status& status) {
@@ -432,10 +436,7 @@ void ShardReplica::OnJoinCommitted(uint64_t epoch, size_t backup, const Status& 
                      &calls);
     } else if (failed && guard_.drop_backup) {
       // A member now, whose link failed meanwhile: removed as any other member.
-      dropping_backups_ |= bit;
-      calls.push_back([this, epoch, backup, drop = guard_.drop_backup] {
-        drop(backup, [this, epoch, backup](Status s) { OnDropCommitted(epoch, backup, s); });
-      });
+      RequestDropLocked(backup, &calls);
     } else if (failed) {
       ForgetBackupLocked(bit);
     }

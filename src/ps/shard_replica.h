@@ -223,6 +223,8 @@ class ShardReplica {
   void OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, Status status);
   // The backup with this bit no longer counts towards durability. mu_ held.
   void ForgetBackupLocked(uint64_t bit);
+  // Asks the guard to drop `backup` (its link failed); it counts until the answer. mu_ held.
+  void RequestDropLocked(size_t backup, std::vector<std::function<void()>>* calls);
   // The store answered a drop_backup request of `epoch`.
   void OnDropCommitted(uint64_t epoch, size_t backup, const Status& status);
   // Hands `calls` to RunDeferred when this thread is inside this replica's order section, so

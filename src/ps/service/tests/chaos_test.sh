@@ -19,7 +19,8 @@
 # pause 1.5/3/10 leases, partition primary|backups, partition primary|etcd, restart of a killed
 # primary, mixed. The simnic fabric joins the namespaces like a switch (BX_SIM_FABRIC_DIR); IP
 # routes cannot partition it, so a partition also cuts it (BX_SIM_PARTITIONS). Then the
-# control. SCHEME:FAULT (e.g. rdma:partition-backups) runs that scenario, then the control.
+# control. SCHEME:FAULT[,SCHEME:FAULT...] (e.g. rdma:partition-backups,tcp:restart) runs those
+# scenarios, then the control.
 # Exit 0 passed, 77 skipped (no network namespaces), else failed.
 set -euo pipefail
 
@@ -272,8 +273,11 @@ case $MODE in
       scenario rdma on "$fault"
     done
     ;;
-  tcp:* | rdma:*) scenario "${MODE%%:*}" on "${MODE#*:}" ;;  # one scenario, e.g. rdma:mixed
-  *) fail "mode must be quick, full or SCHEME:FAULT" ;;
+  tcp:* | rdma:*)  # scenarios, e.g. rdma:mixed,tcp:restart
+    IFS=, read -ra picked <<<"$MODE"
+    for one in "${picked[@]}"; do scenario "${one%%:*}" on "${one#*:}"; done
+    ;;
+  *) fail "mode must be quick, full or SCHEME:FAULT[,...]" ;;
 esac
 
 # The control: the same pause without leases must lose acknowledged pushes.
