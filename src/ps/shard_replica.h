@@ -88,7 +88,9 @@ class ShardReplica {
     // replica between its snapshot and its attach; a join that falls further behind must take
     // a new snapshot.
     size_t max_catch_up_pushes = 65536;
-    size_t max_catch_up_bytes = size_t{256} << 20;
+    // (Well below the receiving server's request queue bound, 256 MiB by default: the backlog
+    // is forwarded at once.)
+    size_t max_catch_up_bytes = size_t{64} << 20;
   };
 
   struct Position {

@@ -115,12 +115,16 @@ Status PsServerCore::BecomePrimary(uint64_t epoch, const std::vector<rpc::Replic
 }
 
 Result<std::shared_ptr<BackupLink>> PsServerCore::LinkTo(const rpc::ReplicaAddress& backup) {
-  Result<std::unique_ptr<rpc::Client>> client =
-      rpc::Client::Create({backup}, options_.backup_client);
-  if (!client.ok()) return client.status();
-  std::shared_ptr<rpc::Client> shared = std::move(client).value();
+  // One client per joining address, reused by its later joins (a client reconnects by itself),
+  // so that a replica that joins again and again does not add clients without bound.
   std::lock_guard lock(backups_mu_);
-  backup_clients_.push_back(shared);
+  std::shared_ptr<rpc::Client>& shared = join_clients_[backup.rdma_url + " " + backup.tcp_url];
+  if (!shared) {
+    Result<std::unique_ptr<rpc::Client>> client =
+        rpc::Client::Create({backup}, options_.backup_client);
+    if (!client.ok()) return client.status();
+    shared = std::move(client).value();
+  }
   return std::shared_ptr<BackupLink>(
       std::make_shared<RpcBackupLink>(shared, options_.forward_timeout));
 }

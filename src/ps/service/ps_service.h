@@ -117,7 +117,7 @@ class PsServerCore {
   // Promotes this replica to primary of `epoch`, forwarding to `backups` (one rpc::Client each).
   Status BecomePrimary(uint64_t epoch, const std::vector<rpc::ReplicaAddress>& backups,
                        ShardReplica::PrimaryGuard guard = {});
-  // A link to a backup that joins later (catch-up); kept like BecomePrimary's.
+  // A link to a backup that joins later (catch-up), over a client kept per address.
   Result<std::shared_ptr<BackupLink>> LinkTo(const rpc::ReplicaAddress& backup);
   // Stops serving (listeners and connections close); the replica state stays readable.
   void Stop();
@@ -151,6 +151,7 @@ class PsServerCore {
   std::atomic<std::shared_ptr<JoinService>> join_service_;
   std::mutex backups_mu_;
   std::vector<std::shared_ptr<rpc::Client>> backup_clients_;
+  std::map<std::string, std::shared_ptr<rpc::Client>> join_clients_;  // LinkTo, by address
   std::atomic<uint64_t> fetches_{0}, pushes_acked_{0}, pushes_duplicate_{0}, push_errors_{0},
       forwards_{0};
 };
