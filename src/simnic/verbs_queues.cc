@@ -336,9 +336,10 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
     return nullptr;
   }
   ibv_qp_cap& cap = init->cap;
-  if (cap.max_send_wr < 1 || cap.max_send_wr > uint32_t(kMaxQpWr) ||
-      cap.max_recv_wr > uint32_t(kMaxQpWr) || cap.max_send_sge > uint32_t(kMaxSge) ||
-      cap.max_recv_sge > uint32_t(kMaxSge) || cap.max_inline_data > uint32_t(kMaxInlineData)) {
+  // max_send_wr = 0 is a receive-only QP (hardware accepts it; every send then fails ENOMEM).
+  if (cap.max_send_wr > uint32_t(kMaxQpWr) || cap.max_recv_wr > uint32_t(kMaxQpWr) ||
+      cap.max_send_sge > uint32_t(kMaxSge) || cap.max_recv_sge > uint32_t(kMaxSge) ||
+      cap.max_inline_data > uint32_t(kMaxInlineData)) {
     errno = EINVAL;
     return nullptr;
   }
@@ -353,7 +354,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   qp->max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
   qp->max_recv_sge = std::max<uint32_t>(cap.max_recv_sge, 1);
   qp->max_inline_data = cap.max_inline_data;
-  qp->sq.resize(cap.max_send_wr);
+  qp->sq.resize(std::max<uint32_t>(cap.max_send_wr, 1));  // never empty: indices wrap modulo
   qp->rq.resize(std::max<uint32_t>(cap.max_recv_wr, 1));
   // Report what was granted, as providers do.
   cap.max_send_sge = qp->max_send_sge;

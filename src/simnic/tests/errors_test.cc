@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "simnic_fixture.h"
@@ -310,6 +311,40 @@ TEST_F(ErrorTest, SendQueueDepthIsEnforcedUntilCompletionsArePolled) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_ERR;
   ASSERT_EQ(ibv_modify_qp(a_.qp, &attr, IBV_QP_STATE), 0);
+}
+
+// A receive-only QP (max_send_wr = 0), which hardware accepts (issue 14): it receives; every
+// send is refused at post with ENOMEM (a full send queue), and nothing reaches the wire.
+TEST_F(ErrorTest, AReceiveOnlyQpReceivesAndRefusesEverySend) {
+  QpOptions sender, receiver;
+  receiver.send_wr = 0;
+  Connect(sender, receiver);
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(ibv_query_qp(b_.qp, &attr, IBV_QP_CAP, &init), 0);
+  EXPECT_EQ(attr.cap.max_send_wr, 0u);
+  auto src = Register(a_.pd, 64);
+  auto dst = Register(b_.pd, 64);
+  FillRandom(src->data(), 64, 7);
+  ibv_sge r{dst->addr(), 64, dst->mr->lkey};
+  ibv_recv_wr rwr{};
+  rwr.wr_id = 42;
+  rwr.sg_list = &r;
+  rwr.num_sge = 1;
+  ibv_recv_wr* bad_recv = nullptr;
+  ASSERT_EQ(ibv_post_recv(b_.qp, &rwr, &bad_recv), 0);
+  ibv_sge s{src->addr(), 64, src->mr->lkey};
+  ASSERT_EQ(PostSend(a_.qp, IBV_WR_SEND, 1, &s, 1, IBV_SEND_SIGNALED, 0, 0), 0);
+  auto received = PollN(b_.recv_cq, 1);
+  ASSERT_EQ(received.size(), 1u);
+  EXPECT_EQ(received[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(received[0].wr_id, 42u);
+  EXPECT_EQ(std::memcmp(src->data(), dst->data(), 64), 0);
+  ASSERT_EQ(PollN(a_.send_cq, 1).size(), 1u);
+  ibv_sge back{dst->addr(), 8, dst->mr->lkey};
+  EXPECT_EQ(PostSend(b_.qp, IBV_WR_SEND, 2, &back, 1, IBV_SEND_SIGNALED, 0, 0), ENOMEM);
+  EXPECT_TRUE(Drain(b_.send_cq).empty());
+  EXPECT_TRUE(Drain(a_.recv_cq).empty()) << "a refused send reached the peer";
 }
 
 TEST_F(ErrorTest, CqOverrunBreaksTheCqAndRaisesAnEvent) {
