@@ -105,7 +105,10 @@ void Fabric::ForgetQp(SimQp* qp) {
     while (cq->poll_lock.test_and_set(std::memory_order_acquire)) CpuRelax();
     for (uint64_t i = cq->head.load(); i < cq->tail; ++i) {
       CqEntry& e = cq->ring[i % cq->ring.size()];
-      if (e.qp == qp) e.qp = nullptr;
+      if (e.qp != qp) continue;
+      // A receive CQE never to be polled gives its SRQ WQE back to the count.
+      if (!e.is_send && qp->srq != nullptr) qp->srq->used.fetch_sub(1, std::memory_order_acq_rel);
+      e.qp = nullptr;
     }
     cq->poll_lock.clear(std::memory_order_release);
   }

@@ -256,6 +256,15 @@ void Fabric::FlushQp(SimQp* qp) {
   }
   qp->sq_hw_done = qp->sq_hw_next = qp->sq_hw_staged = posted;
   qp->wake_at_ns = 0;
+  if (qp->srq != nullptr) {
+    // The SRQ's receives belong to the SRQ, not to this QP: none is flushed. The QP will take
+    // no more of them, which the application learns from this event (it may then destroy it).
+    if (!qp->last_wqe_reported) {
+      qp->last_wqe_reported = true;
+      PostAsyncEvent(qp->device, IBV_EVENT_QP_LAST_WQE_REACHED, &qp->qp);
+    }
+    return;
+  }
   uint64_t recv_posted = qp->rq_posted.load(std::memory_order_acquire);
   for (uint64_t i = qp->rq_consumed; i < recv_posted; ++i) {
     ibv_wc wc{};

@@ -4,6 +4,7 @@
 
 #include "simnic/fabric.h"
 #include "simnic/segments.h"
+#include "simnic/verbs_internal.h"
 
 namespace bx::simnic {
 namespace {
@@ -26,10 +27,19 @@ Reply Fabric::Respond(Device* device, const Request& req, uint8_t* rnr_timer) {
   if (req.psn != qp->expected_psn) return Reply::kNoResponse;
 
   const bool consumes_receive = ConsumesReceive(req.opcode);
-  if (consumes_receive && qp->rq_consumed == qp->rq_posted.load(std::memory_order_acquire)) {
+  // The receive this request will consume: the QP's next, or the SRQ's oldest (taken now, given
+  // back if the request fails before consuming it).
+  RecvWqe srq_recv;
+  bool limit_reached = false;
+  if (consumes_receive &&
+      (qp->srq != nullptr ? !TakeSrqReceive(qp->srq, &srq_recv, &limit_reached)
+                          : qp->rq_consumed == qp->rq_posted.load(std::memory_order_acquire))) {
     device->counters().rnr_naks.fetch_add(1, std::memory_order_relaxed);
     *rnr_timer = qp->attr.min_rnr_timer;
     return Reply::kRnrNak;
+  }
+  if (limit_reached) {
+    PostAsyncEvent(qp->srq->context, IBV_EVENT_SRQ_LIMIT_REACHED, &qp->srq->srq);
   }
 
   const bool is_write = req.opcode == IBV_WR_RDMA_WRITE || req.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
@@ -38,6 +48,7 @@ Reply Fabric::Respond(Device* device, const Request& req, uint8_t* rnr_timer) {
     int need = is_write ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
     uint8_t* host = device->ResolveRemote(qp, req.rkey, req.remote_addr, req.length, need);
     if (host == nullptr) {
+      if (consumes_receive && qp->srq != nullptr) ReturnSrqReceive(qp->srq, srq_recv);
       EnterError(qp, IBV_EVENT_QP_ACCESS_ERR);
       return Reply::kRemoteAccess;
     }
@@ -50,8 +61,9 @@ Reply Fabric::Respond(Device* device, const Request& req, uint8_t* rnr_timer) {
   }
 
   if (consumes_receive) {
-    uint64_t slot = qp->rq_consumed;
-    RecvWqe& recv = qp->rq[slot % qp->rq.size()];
+    const uint64_t slot = qp->rq_consumed;
+    const RecvWqe& recv = qp->srq != nullptr ? srq_recv : qp->rq[slot % qp->rq.size()];
+    SimPd* recv_pd = qp->srq != nullptr ? qp->srq->protection_domain : qp->protection_domain;
     ibv_wc wc{};
     wc.wr_id = recv.wr_id;
     wc.qp_num = qp->qp.qp_num;
@@ -77,8 +89,8 @@ Reply Fabric::Respond(Device* device, const Request& req, uint8_t* rnr_timer) {
       iovec place[kMaxSge];
       int place_count = 0;
       uint64_t capacity = 0;
-      if (!ResolveSges(*device, qp->protection_domain, recv.sge, recv.num_sge,
-                       IBV_ACCESS_LOCAL_WRITE, place, &place_count, &capacity)) {
+      if (!ResolveSges(*device, recv_pd, recv.sge, recv.num_sge, IBV_ACCESS_LOCAL_WRITE, place,
+                       &place_count, &capacity)) {
         wc.status = IBV_WC_LOC_PROT_ERR;
         reply = Reply::kRemoteOp;
       } else if (capacity < req.length) {
@@ -88,7 +100,8 @@ Reply Fabric::Respond(Device* device, const Request& req, uint8_t* rnr_timer) {
         CopySegments(place, place_count, req.source, req.source_count);
       }
     }
-    qp->rq_consumed = slot + 1;
+    // With an SRQ the CQE retires one SRQ WQE when polled; the QP's own ring is untouched.
+    if (qp->srq == nullptr) qp->rq_consumed = slot + 1;
     PushCompletion(ToSim(qp->qp.recv_cq), wc, qp, slot + 1, false, req.solicited);
     if (reply != Reply::kAck) {
       EnterError(qp, IBV_EVENT_QP_REQ_ERR);

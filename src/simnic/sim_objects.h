@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -195,6 +196,25 @@ struct RecvWqe {
   ibv_sge sge[kMaxSge];
 };
 
+// A shared receive queue: receives posted once and consumed, in the order posted, by whichever
+// attached RC QP takes a SEND first. A WQE counts against max_wr from its post until its
+// completion is polled, as in the provider drivers.
+struct SimSrq {
+  ibv_srq srq;
+  SimPd* protection_domain;  // its WQEs' SGEs are checked against this PD
+  SimContext* context;
+  std::mutex mu;                  // posts (application) and takes (hardware thread)
+  std::deque<RecvWqe> queue;      // posted, not yet taken (mu)
+  uint32_t max_wr = 0;            // (mu)
+  uint32_t max_sge = 0;           // (mu)
+  uint32_t limit = 0;             // armed limit (IBV_SRQ_LIMIT); 0: disarmed (mu)
+  std::atomic<uint32_t> used{0};  // posted and not yet retired by a poll
+  std::atomic<int> users{0};      // attached QPs: destroy fails while > 0
+};
+inline SimSrq* ToSim(ibv_srq* s) {
+  return reinterpret_cast<SimSrq*>(s);
+}
+
 struct SimQp {
   ibv_qp qp;
   Device* device;
@@ -217,6 +237,10 @@ struct SimQp {
   uint64_t sq_hw_staged = 0;  // WQEs given a PSN and a wire time
   uint32_t next_send_psn = 0;
   std::atomic<uint64_t> sq_retired{0};
+
+  // With an SRQ, receives come from it and the QP's own receive queue is unused.
+  SimSrq* srq = nullptr;
+  bool last_wqe_reported = false;  // IBV_EVENT_QP_LAST_WQE_REACHED, once per error (hardware)
 
   // Receive queue ring, with the same roles.
   std::mutex recv_mu;

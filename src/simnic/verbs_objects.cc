@@ -43,8 +43,8 @@ int FillDeviceAttr(Device* dev, ibv_device_attr* attr) {
   attr->hw_ver = 1;
   attr->max_qp = kMaxQp;
   attr->max_qp_wr = kMaxQpWr;
-  attr->device_cap_flags =
-      IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  attr->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
+                           IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_SRQ_RESIZE;
   attr->max_sge = kMaxSge;
   attr->max_sge_rd = kMaxSge;
   attr->max_cq = kMaxQp;
@@ -52,6 +52,9 @@ int FillDeviceAttr(Device* dev, ibv_device_attr* attr) {
   attr->max_mr = kMaxMr;
   attr->max_mw = kMaxMw;
   attr->max_pd = 1 << 16;
+  attr->max_srq = kMaxQp;
+  attr->max_srq_wr = kMaxQpWr;
+  attr->max_srq_sge = kMaxSge;
   attr->max_qp_rd_atom = 16;
   attr->max_qp_init_rd_atom = 16;
   attr->max_res_rd_atom = kMaxQp * 16;
@@ -393,6 +396,10 @@ int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
     case IBV_EVENT_PORT_ACTIVE:
     case IBV_EVENT_PORT_ERR:
       event->element.port_num = int(reinterpret_cast<uintptr_t>(record.object));
+      break;
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED:
+      event->element.srq = static_cast<ibv_srq*>(record.object);
       break;
     default:
       event->element.qp = static_cast<ibv_qp*>(record.object);

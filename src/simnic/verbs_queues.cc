@@ -123,7 +123,7 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   SimQp* qp = ToSim(ibqp);
   std::lock_guard lock(qp->recv_mu);
   int state = qp->state.load(std::memory_order_acquire);
-  if (state == IBV_QPS_RESET) {
+  if (state == IBV_QPS_RESET || qp->srq != nullptr) {  // with an SRQ: ibv_post_srq_recv
     *bad_wr = wr;
     return EINVAL;
   }
@@ -171,6 +171,8 @@ int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
     // Polling a completion frees the work-queue slots it covers, as in the provider drivers.
     if (e.is_send) {
       e.qp->sq_retired.store(e.retire_up_to, std::memory_order_release);
+    } else if (e.qp->srq != nullptr) {
+      e.qp->srq->used.fetch_sub(1, std::memory_order_acq_rel);  // one SRQ WQE per receive CQE
     } else {
       e.qp->rq_retired.store(e.retire_up_to, std::memory_order_release);
     }
@@ -232,6 +234,7 @@ void ResetQueues(SimQp* qp) {
   qp->rq_retired.store(0);
   qp->rq_consumed = 0;
   qp->wake_at_ns = 0;
+  qp->last_wqe_reported = false;
 }
 
 }  // namespace
@@ -243,6 +246,7 @@ void InitContextOps(SimContext* c) {
   ops.poll_cq = PollCq;
   ops.req_notify_cq = ReqNotifyCq;
   InitMemoryWindowOps(c);
+  InitSrqOps(c);
 }
 
 namespace {
@@ -331,8 +335,8 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
     errno = EINVAL;
     return nullptr;
   }
-  if (init->qp_type != IBV_QPT_RC || init->srq != nullptr) {
-    errno = EOPNOTSUPP;  // the simnic implements RC without SRQ
+  if (init->qp_type != IBV_QPT_RC) {
+    errno = EOPNOTSUPP;  // the simnic implements RC only
     return nullptr;
   }
   ibv_qp_cap& cap = init->cap;
@@ -350,6 +354,10 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   qp->td = ToSim(pd)->td;
   qp->sq_sig_all = init->sq_sig_all != 0;
   qp->max_send_wr = cap.max_send_wr;
+  // With an SRQ the QP's own receive queue is not used (ibv_create_qp(3): max_recv_wr and
+  // max_recv_sge are ignored).
+  qp->srq = init->srq != nullptr ? ToSim(init->srq) : nullptr;
+  if (qp->srq != nullptr) cap.max_recv_wr = cap.max_recv_sge = 0;
   qp->max_recv_wr = cap.max_recv_wr;
   qp->max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
   qp->max_recv_sge = std::max<uint32_t>(cap.max_recv_sge, 1);
@@ -373,6 +381,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   q.qp_num = context->device->AddQp(qp);
   q.handle = q.qp_num;
   qp->protection_domain->users.fetch_add(1);
+  if (qp->srq != nullptr) qp->srq->users.fetch_add(1);
   ToSim(init->send_cq)->users.fetch_add(1);
   ToSim(init->recv_cq)->users.fetch_add(1);
   return &q;
@@ -450,6 +459,7 @@ int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
     init->cap = attr->cap;
     init->qp_type = IBV_QPT_RC;
     init->sq_sig_all = qp->sq_sig_all;
+    init->srq = qp->srq != nullptr ? &qp->srq->srq : nullptr;
   }
   return 0;
 }
@@ -463,6 +473,7 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
     qp->device->FreeWindowsOf(qp);
   }
   qp->protection_domain->users.fetch_sub(1);
+  if (qp->srq != nullptr) qp->srq->users.fetch_sub(1);
   ToSim(ibqp->send_cq)->users.fetch_sub(1);
   ToSim(ibqp->recv_cq)->users.fetch_sub(1);
   pthread_mutex_destroy(&ibqp->mutex);

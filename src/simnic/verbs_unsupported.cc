@@ -1,9 +1,8 @@
-// libibverbs entry points for what the simnic does not implement: UD address handles, shared
-// receive queues, multicast, importing objects from another process's context (no kernel
-// command fd), dma-buf memory, ECE and Ethernet L2 resolution. Each fails as the man pages say a
-// device without the feature fails (NULL or an errno of EOPNOTSUPP). Without them a program's call
-// would fall through to the system libibverbs, which takes the simnic's context for its own and
-// crashes.
+// libibverbs entry points for what the simnic does not implement: UD address handles, multicast,
+// importing objects from another process's context (no kernel command fd), dma-buf memory, ECE and
+// Ethernet L2 resolution. Each fails as the man pages say a device without the feature fails (NULL
+// or an errno of EOPNOTSUPP). Without them a program's call would fall through to the system
+// libibverbs, which takes the simnic's context for its own and crashes.
 #include <infiniband/verbs.h>
 
 #include <cerrno>
@@ -27,23 +26,6 @@ int ibv_init_ah_from_wc(ibv_context*, uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) 
 
 int ibv_destroy_ah(ibv_ah*) {
   return EOPNOTSUPP;  // no address handle can exist
-}
-
-ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) {
-  errno = EOPNOTSUPP;
-  return nullptr;
-}
-
-int ibv_modify_srq(ibv_srq*, ibv_srq_attr*, int) {
-  return EOPNOTSUPP;
-}
-
-int ibv_query_srq(ibv_srq*, ibv_srq_attr*) {
-  return EOPNOTSUPP;
-}
-
-int ibv_destroy_srq(ibv_srq*) {
-  return EOPNOTSUPP;
 }
 
 int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) {

@@ -111,11 +111,15 @@ TEST(DeviceTest, UnimplementedVerbsFailWithEopnotsupp) {
   ASSERT_NE(ctx, nullptr);
   ibv_pd* pd = ibv_alloc_pd(ctx);
   ASSERT_NE(pd, nullptr);
-  ibv_srq_init_attr srq{};
+  // Basic SRQs are implemented (srq_test.cc); XRC and tag-matching ones are not.
+  ibv_srq_init_attr_ex srq{};
   srq.attr.max_wr = 16;
   srq.attr.max_sge = 1;
+  srq.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_CQ;
+  srq.srq_type = IBV_SRQT_TM;
+  srq.pd = pd;
   errno = 0;
-  EXPECT_EQ(ibv_create_srq(pd, &srq), nullptr);
+  EXPECT_EQ(ibv_create_srq_ex(ctx, &srq), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
   ibv_ah_attr ah{};
   ah.port_num = 1;
