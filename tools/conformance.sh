@@ -28,7 +28,6 @@ documented_skips=(
   'dmabuf|cuda'                                         'dma-buf and CUDA memory'
   'Atomic operations'                                   'atomics'
   'UD QP|UC QP|Raw Packet QP|QP type 4|XRCD'            'UD, UC, raw packet and XRC QPs'
-  'Create AH'                                           'address handles'
   "have net interface"                                  'rdma_cm (no net device behind the port)'
   'Create MW is not supported|memory window of type'    'type-1 memory windows'
   'real time'                                           'ibv_query_rt_values'

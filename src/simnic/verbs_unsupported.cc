@@ -1,4 +1,4 @@
-// libibverbs entry points for what the simnic does not implement: UD address handles, multicast,
+// libibverbs entry points for what the simnic does not implement: multicast,
 // importing objects from another process's context (no kernel command fd), dma-buf memory, ECE and
 // Ethernet L2 resolution. Each fails as the man pages say a device without the feature fails (NULL
 // or an errno of EOPNOTSUPP). Without them a program's call would fall through to the system
@@ -8,25 +8,6 @@
 #include <cerrno>
 
 extern "C" {
-
-ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) {
-  errno = EOPNOTSUPP;
-  return nullptr;
-}
-
-ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, uint8_t) {
-  errno = EOPNOTSUPP;
-  return nullptr;
-}
-
-int ibv_init_ah_from_wc(ibv_context*, uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) {
-  errno = EOPNOTSUPP;
-  return -1;
-}
-
-int ibv_destroy_ah(ibv_ah*) {
-  return EOPNOTSUPP;  // no address handle can exist
-}
 
 int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) {
   return EOPNOTSUPP;

@@ -1,4 +1,5 @@
 // Devices, ports, GIDs, memory registration rules, thread and parent domains, link model.
+#include <endian.h>
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -121,11 +122,55 @@ TEST(DeviceTest, UnimplementedVerbsFailWithEopnotsupp) {
   errno = 0;
   EXPECT_EQ(ibv_create_srq_ex(ctx, &srq), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
-  ibv_ah_attr ah{};
-  ah.port_num = 1;
   errno = 0;
-  EXPECT_EQ(ibv_create_ah(pd, &ah), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(ibv_attach_mcast(nullptr, nullptr, 0), EOPNOTSUPP);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+  EXPECT_EQ(ibv_close_device(ctx), 0);
+}
+
+// Address handles as on a RoCE port (issue 14): global only, kept until destroyed (holding
+// their PD), and built from a received GRH back to its sender.
+TEST(DeviceTest, AddressHandlesAreGlobalAndComeBackFromAReceivedGrh) {
+  ibv_context* ctx = OpenDevice("bxsim0");
+  ASSERT_NE(ctx, nullptr);
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  ASSERT_NE(pd, nullptr);
+  ibv_gid ours{};
+  ASSERT_EQ(ibv_query_gid(ctx, 1, 0, &ours), 0);
+  ibv_ah_attr attr{};
+  attr.port_num = 1;
+  errno = 0;
+  EXPECT_EQ(ibv_create_ah(pd, &attr), nullptr) << "a non-global AH on RoCE";
+  EXPECT_EQ(errno, EINVAL);
+  attr.is_global = 1;
+  attr.grh.dgid = ours;
+  attr.grh.hop_limit = 1;
+  ibv_ah* ah = ibv_create_ah(pd, &attr);
+  ASSERT_NE(ah, nullptr) << strerror(errno);
+  EXPECT_EQ(ah->pd, pd);
+  EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY) << "the AH holds its PD";
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
+
+  // A received packet's GRH (as a UD receive buffer starts with it): from a peer, to us.
+  ibv_grh grh{};
+  grh.version_tclass_flow = htobe32((6u << 28) | (0x28u << 20) | 0x12345u);
+  grh.sgid.raw[0] = 0xfe;
+  grh.sgid.raw[1] = 0x80;
+  grh.sgid.raw[15] = 0x42;
+  grh.dgid = ours;
+  ibv_wc wc{};
+  wc.wc_flags = IBV_WC_GRH;
+  ibv_ah_attr back{};
+  ASSERT_EQ(ibv_init_ah_from_wc(ctx, 1, &wc, &grh, &back), 0);
+  EXPECT_TRUE(back.is_global);
+  EXPECT_EQ(std::memcmp(back.grh.dgid.raw, grh.sgid.raw, 16), 0) << "back to the sender";
+  EXPECT_EQ(back.grh.traffic_class, 0x28);
+  EXPECT_EQ(back.grh.flow_label, 0x12345u);
+  ah = ibv_create_ah_from_wc(pd, &wc, &grh, 1);
+  ASSERT_NE(ah, nullptr);
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
+  wc.wc_flags = 0;
+  EXPECT_EQ(ibv_init_ah_from_wc(ctx, 1, &wc, &grh, &back), -1) << "no GRH: no way back";
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
   EXPECT_EQ(ibv_close_device(ctx), 0);
 }
