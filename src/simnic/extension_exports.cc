@@ -2,6 +2,7 @@
 #include <cerrno>
 
 #include "bx/simnic.h"
+#include "simnic/device_sysfs.h"
 #include "simnic/fabric.h"
 #include "simnic/verbs_internal.h"
 
@@ -63,6 +64,7 @@ int bxsim_set_link(ibv_context* context, int up) {
   Fabric::ControlLock lock(fabric);
   bool was_up = dev->link_up();
   dev->set_link_up(up != 0);
+  UpdateSysfsPortState(dev);
   if (was_up != dev->link_up())
     Fabric::PostAsyncEvent(dev, up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR,
                            reinterpret_cast<void*>(uintptr_t(1)));
@@ -75,6 +77,7 @@ int bxsim_vanish(ibv_context* context) {
   Fabric& fabric = Fabric::Get();
   Fabric::ControlLock lock(fabric);
   dev->set_link_up(false);
+  UpdateSysfsPortState(dev);
   for (SimQp* qp : dev->AllQps()) {
     if (qp->destroyed) continue;
     qp->SetErrorState();  // silently: a dead host raises no event

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "simnic/device_sysfs.h"
 #include "simnic/ib_timers.h"
 
 namespace bx::simnic {
@@ -35,6 +36,7 @@ Fabric& Fabric::Get() {
 Fabric::Fabric() : pid_(uint32_t(getpid())) {
   int count = EnvInt("BX_SIM_DEVICES", 2, 1, 64);
   for (int i = 0; i < count; ++i) devices_.push_back(std::make_unique<Device>(i, pid_));
+  WriteSysfs(pid_, devices());
   // How long the hardware thread keeps polling after its last work before it sleeps. Polling keeps
   // post-to-completion latency low; sleeping gives the two cores of a small machine back.
   spin_ns_ = uint64_t(EnvInt("BX_SIM_SPIN_US", 50, 0, 1'000'000)) * 1000;

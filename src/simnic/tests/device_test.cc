@@ -1,9 +1,12 @@
 // Devices, ports, GIDs, memory registration rules, thread and parent domains, link model.
 #include <endian.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "simnic_fixture.h"
@@ -172,6 +175,62 @@ TEST(DeviceTest, AddressHandlesAreGlobalAndComeBackFromAReceivedGrh) {
   wc.wc_flags = 0;
   EXPECT_EQ(ibv_init_ah_from_wc(ctx, 1, &wc, &grh, &back), -1) << "no GRH: no way back";
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+  EXPECT_EQ(ibv_close_device(ctx), 0);
+}
+
+// Found like a device (issue 14): ibdev_path and dev_path name a per-process, sysfs-shaped
+// directory that says what the verbs say, and the port's state follows the link.
+TEST(DeviceTest, IsFoundLikeADeviceThroughItsSysfsPaths) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ASSERT_NE(list, nullptr);
+  ibv_device* device = nullptr;
+  for (int i = 0; i < n; ++i) {
+    if (std::strcmp(ibv_get_device_name(list[i]), "bxsim0") == 0) device = list[i];
+  }
+  ASSERT_NE(device, nullptr);
+  const std::string ibdev = device->ibdev_path, uverbs = device->dev_path;
+  EXPECT_NE(ibdev.find("bxsim-sysfs." + std::to_string(getpid()) + "/class/infiniband/bxsim0"),
+            std::string::npos)
+      << ibdev;
+  ibv_context* ctx = ibv_open_device(device);
+  ibv_free_device_list(list);
+  ASSERT_NE(ctx, nullptr);
+  auto read = [](const std::string& dir, const char* file) {  // one line, as sysfs gives it
+    std::ifstream in(dir + "/" + file);
+    std::string line = "(missing)";
+    std::getline(in, line);
+    return line;
+  };
+  ibv_device_attr attr{};
+  ASSERT_EQ(ibv_query_device(ctx, &attr), 0);
+  uint8_t guid[8];
+  std::memcpy(guid, &attr.node_guid, sizeof guid);
+  char want[32];
+  std::snprintf(want, sizeof want, "%02x%02x:%02x%02x:%02x%02x:%02x%02x", guid[0], guid[1], guid[2],
+                guid[3], guid[4], guid[5], guid[6], guid[7]);
+  EXPECT_EQ(read(ibdev, "node_guid"), want);
+  EXPECT_EQ(read(ibdev, "node_type"), "1: CA");
+  EXPECT_EQ(read(ibdev, "device/vendor"), "0x0b5e");
+  EXPECT_EQ(read(ibdev, "ports/1/link_layer"), "Ethernet");
+  EXPECT_EQ(read(ibdev, "ports/1/gid_attrs/types/0"), "RoCE v2");
+  ibv_gid gid{};
+  ASSERT_EQ(ibv_query_gid(ctx, 1, 0, &gid), 0);
+  std::string gid_text;
+  for (int g = 0; g < 8; ++g) {
+    char part[6];
+    std::snprintf(part, sizeof part, "%02x%02x", gid.raw[2 * g], gid.raw[2 * g + 1]);
+    gid_text += (g > 0 ? ":" : "") + std::string(part);
+  }
+  EXPECT_EQ(read(ibdev, "ports/1/gids/0"), gid_text);
+  EXPECT_EQ(read(uverbs, "ibdev"), "bxsim0");
+  EXPECT_EQ(read(ibdev, "ports/1/state"), "4: ACTIVE");
+  ASSERT_EQ(bxsim_set_link(ctx, 0), 0);
+  EXPECT_EQ(read(ibdev, "ports/1/state"), "1: DOWN");
+  EXPECT_EQ(read(ibdev, "ports/1/phys_state"), "3: Disabled");
+  ASSERT_EQ(bxsim_set_link(ctx, 1), 0);
+  EXPECT_EQ(read(ibdev, "ports/1/state"), "4: ACTIVE");
+  // The async events the link changes raised are not this test's business.
   EXPECT_EQ(ibv_close_device(ctx), 0);
 }
 

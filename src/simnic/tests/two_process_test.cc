@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -190,6 +191,31 @@ TEST(TwoProcessTest, APartitionFileCutsTheFabricBetweenTwoProcesses) {
   close(to_client[1]);
   std::remove(cuts.c_str());
   std::remove(err.c_str());
+  rmdir(dir);
+}
+
+// The per-process sysfs directory (device_sysfs.h): a process removes its own at exit, and
+// those of processes that died without exiting, but not a live process's.
+TEST(TwoProcessTest, SysfsDirectoriesGoWithTheirProcesses) {
+  char dir[] = "/tmp/bx-sysfs-test.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string dead = std::string(dir) + "/bxsim-sysfs.4194305";  // above any pid_max
+  const std::string live = std::string(dir) + "/bxsim-sysfs." + std::to_string(getpid());
+  for (const std::string& d : {dead, live}) {
+    ASSERT_EQ(mkdir(d.c_str(), 0700), 0);
+    std::ofstream(d + "/left") << "x\n";
+  }
+  ASSERT_EQ(setenv("BX_SIM_SYSFS_DIR", dir, 1), 0);
+  pid_t both = Spawn({BX_RC_PEER, "both"}, -1);
+  unsetenv("BX_SIM_SYSFS_DIR");
+  EXPECT_EQ(WaitExit(both, std::chrono::seconds(60)), 0);
+  struct stat st {};
+  EXPECT_NE(stat(dead.c_str(), &st), 0) << "a dead process's directory stayed";
+  EXPECT_EQ(stat(live.c_str(), &st), 0) << "a live process's directory was removed";
+  const std::string own = std::string(dir) + "/bxsim-sysfs." + std::to_string(both);
+  EXPECT_NE(stat(own.c_str(), &st), 0) << "the exited process left its directory";
+  std::remove((live + "/left").c_str());
+  rmdir(live.c_str());
   rmdir(dir);
 }
 
