@@ -110,8 +110,8 @@ bool WriteDevice(const fs::path& root, Device* device) {
        Put(port / "lid_mask_count", "0") && Put(port / "cap_mask", "0x00000000") &&
        Put(port / "gids" / "0", Hex16Groups(device->gid().raw, 8)) &&
        Put(port / "gid_attrs" / "types" / "0", "RoCE v2") && Put(port / "pkeys" / "0", "0xffff");
-  const fs::path uverbs =
-      root / "class" / "infiniband_verbs" / ("uverbs" + std::to_string(device->index()));
+  const fs::path uverbs = root / "class" / "infiniband_verbs" /
+                          (std::string("uverbs") + std::to_string(device->index()));
   ok = ok && Put(uverbs / "ibdev", device->name()) && Put(uverbs / "abi_version", "1");
   if (!ok) return false;
   ibv_device* ibv = device->ibv();
@@ -131,7 +131,7 @@ void RemoveAtExit() {
 void WriteSysfs(uint32_t pid, const std::vector<Device*>& devices) {
   const fs::path root = Root();
   RemoveStale(root, pid);
-  const fs::path dir = root / (kPrefix + std::to_string(pid));
+  const fs::path dir = root / (std::string(kPrefix) + std::to_string(pid));
   // ibv_device paths hold 256 bytes; a longer root keeps the placeholders.
   if (dir.string().size() > 160) return;
   std::lock_guard lock(SysfsMutex());

@@ -220,7 +220,8 @@ TEST(DeviceTest, IsFoundLikeADeviceThroughItsSysfsPaths) {
   for (int g = 0; g < 8; ++g) {
     char part[6];
     std::snprintf(part, sizeof part, "%02x%02x", gid.raw[2 * g], gid.raw[2 * g + 1]);
-    gid_text += (g > 0 ? ":" : "") + std::string(part);
+    if (g > 0) gid_text += ':';
+    gid_text += part;
   }
   EXPECT_EQ(read(ibdev, "ports/1/gids/0"), gid_text);
   EXPECT_EQ(read(uverbs, "ibdev"), "bxsim0");
