@@ -285,15 +285,8 @@ void ShardReplica::OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, St
     } else if (learner != learners_.end()) {
       // Its addition may commit: it keeps counting until the store has answered.
       learner->second.failed = true;
-    } else if (guard_.drop_backup) {
-      // The backup is unreachable, or only slow: it keeps counting until the store has
-      // committed its removal, so an ack never rests on fewer replicas than the configuration.
-      if ((dropping_backups_ & bit) == 0 && (dead_backups_ & bit) == 0) {
-        RequestDropLocked(backup, &calls);
-      }
     } else {
-      // No store to ask (the control): the backup stops counting at once.
-      ForgetBackupLocked(bit);
+      MemberLinkFailedLocked(backup, &calls);
     }
     CollectReadyLocked(&calls);
     DeferIfOrderedLocked(&calls);
@@ -301,11 +294,26 @@ void ShardReplica::OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, St
   for (auto& call : calls) call();
 }
 
-void ShardReplica::RequestDropLocked(size_t backup, std::vector<std::function<void()>>* calls) {
-  dropping_backups_ |= uint64_t{1} << backup;
+void ShardReplica::MemberLinkFailedLocked(size_t backup,
+                                          std::vector<std::function<void()>>* calls) {
+  const uint64_t bit = uint64_t{1} << backup;
+  // No store to ask (the control): the backup stops counting at once.
+  if (!guard_.drop_backup) return ForgetBackupLocked(bit);
+  // The backup is unreachable, or only slow: it keeps counting until the store has committed
+  // its removal, so an ack never rests on fewer replicas than the configuration.
+  if ((dropping_backups_ & bit) != 0 || (dead_backups_ & bit) != 0) return;
+  dropping_backups_ |= bit;
   calls->push_back([this, epoch = epoch_, backup, drop = guard_.drop_backup] {
     drop(backup, [this, epoch, backup](Status s) { OnDropCommitted(epoch, backup, s); });
   });
+}
+
+void ShardReplica::CommitFailedLocked(const char* what, const Status& status,
+                                      std::vector<std::function<void()>>* calls) {
+  StepDownLocked(Role::kFenced,
+                 Unavailable(std::string("could not ") + what + " (" + status.message() +
+                             "); retry at the current primary"),
+                 calls);
 }
 
 void ShardReplica::OnDropCommitted(uint64_t epoch, size_t backup, const Status& status) {
@@ -315,10 +323,7 @@ void ShardReplica::OnDropCommitted(uint64_t epoch, size_t backup, const Status& 
     if (epoch != epoch_ || role_ != Role::kPrimary) return;
     const uint64_t bit = uint64_t{1} << backup;
     if (!status.ok()) {
-      StepDownLocked(Role::kFenced,
-                     Unavailable("could not drop an unreachable backup (" + status.message() +
-                                 "); retry at the current primary"),
-                     &calls);
+      CommitFailedLocked("drop an unreachable backup", status, &calls);
     } else {
       dropping_backups_ &= ~bit;
       ForgetBackupLocked(bit);
@@ -428,17 +433,10 @@ void ShardReplica::OnJoinCommitted(uint64_t epoch, size_t backup, const Status& 
     if (learner == learners_.end()) return;
     const bool failed = learner->second.failed;
     learners_.erase(learner);
-    const uint64_t bit = uint64_t{1} << backup;
     if (!status.ok()) {
-      StepDownLocked(Role::kFenced,
-                     Unavailable("could not add a caught-up replica (" + status.message() +
-                                 "); retry at the current primary"),
-                     &calls);
-    } else if (failed && guard_.drop_backup) {
-      // A member now, whose link failed meanwhile: removed as any other member.
-      RequestDropLocked(backup, &calls);
+      CommitFailedLocked("add a caught-up replica", status, &calls);
     } else if (failed) {
-      ForgetBackupLocked(bit);
+      MemberLinkFailedLocked(backup, &calls);  // a member now, whose link failed meanwhile
     }
     CollectReadyLocked(&calls);
     DeferIfOrderedLocked(&calls);

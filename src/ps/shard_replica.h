@@ -225,8 +225,13 @@ class ShardReplica {
   void OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, Status status);
   // The backup with this bit no longer counts towards durability. mu_ held.
   void ForgetBackupLocked(uint64_t bit);
-  // Asks the guard to drop `backup` (its link failed); it counts until the answer. mu_ held.
-  void RequestDropLocked(size_t backup, std::vector<std::function<void()>>* calls);
+  // A member's link failed: with a guard, asks the store to drop it (it counts until the
+  // answer); without one, forgets it at once. mu_ held.
+  void MemberLinkFailedLocked(size_t backup, std::vector<std::function<void()>>* calls);
+  // The store refused or did not answer a change this primary asked for (`what`): steps down.
+  // mu_ held.
+  void CommitFailedLocked(const char* what, const Status& status,
+                          std::vector<std::function<void()>>* calls);
   // The store answered a drop_backup request of `epoch`.
   void OnDropCommitted(uint64_t epoch, size_t backup, const Status& status);
   // Hands `calls` to RunDeferred when this thread is inside this replica's order section, so
