@@ -15,11 +15,7 @@ constexpr std::chrono::milliseconds kJoinTimeout{5000};
 
 constexpr size_t kMaxIncarnationBytes = 256;
 
-std::span<const std::byte> Bytes(const rpc::Message& message) {
-  return {message.data(), message.size()};
-}
-
-// Decodes a request that is exactly one u64 (JoinAttach) or starts with one (JoinChunk).
+// Decodes a body of exactly out.size() u64s (JoinChunk, JoinAttach, the Join reply).
 bool GetU64s(std::span<const std::byte> bytes, std::initializer_list<uint64_t*> out) {
   if (bytes.size() != out.size() * sizeof(uint64_t)) return false;
   ByteReader r(bytes);
@@ -33,14 +29,6 @@ Result<rpc::Message> U64Message(std::initializer_list<uint64_t> values) {
   ByteWriter w({m->data(), m->size()});
   for (uint64_t v : values) w.Put(v);
   return m;
-}
-
-Result<rpc::Message> CallOnce(rpc::Client& client, std::string_view method, rpc::Message request,
-                              std::chrono::milliseconds timeout) {
-  return client
-      .Call(method, std::move(request),
-            rpc::CallOptions{.timeout = timeout, .idempotent = true, .max_attempts = 1})
-      .get();
 }
 
 }  // namespace
@@ -164,30 +152,27 @@ class LeasedFailoverCore::JoinDesk : public JoinService {
     Result<ShardReplica::JoinSnapshot> snapshot =
         core_->server_->replica().SnapshotForJoin(replica);
     if (!snapshot.ok()) return snapshot.status();
+    const ShardReplica::Position at = snapshot->position;
     Pending& p = pending_[replica];  // replaces an earlier attempt of the same replica
     p.token = ++last_token_;
     p.incarnation = incarnation;
-    p.position = snapshot->position;
     p.bytes = std::make_shared<const std::vector<std::byte>>(std::move(snapshot->bytes));
     core_->Log("snapshot for replica " + std::to_string(replica) + " at epoch " +
-               std::to_string(p.position.epoch) + " lsn " + std::to_string(p.position.lsn) + " (" +
+               std::to_string(at.epoch) + " lsn " + std::to_string(at.lsn) + " (" +
                std::to_string(p.bytes->size()) + " bytes)");
-    return JoinOffer{p.token, p.position, p.bytes->size()};
+    return JoinOffer{p.token, at, p.bytes->size()};
   }
 
   Result<std::shared_ptr<const std::vector<std::byte>>> Snapshot(uint64_t token) override {
     std::lock_guard lock(mu_);
-    for (auto& [replica, p] : pending_) {
-      if (p.token == token) return p.bytes;
-    }
+    if (auto it = FindLocked(token); it != pending_.end()) return it->second.bytes;
     return NotFound("no snapshot " + std::to_string(token) + " (replaced, attached or expired)");
   }
 
   Status Attach(uint64_t token) override {
     std::lock_guard lock(mu_);
     if (core_ == nullptr) return Unavailable("failover monitor stopped");
-    auto it = std::find_if(pending_.begin(), pending_.end(),
-                           [&](const auto& entry) { return entry.second.token == token; });
+    auto it = FindLocked(token);
     if (it == pending_.end()) return NotFound("no snapshot " + std::to_string(token));
     const uint32_t replica = it->first;
     const ShardMember member{replica, it->second.incarnation};
@@ -207,9 +192,12 @@ class LeasedFailoverCore::JoinDesk : public JoinService {
   struct Pending {
     uint64_t token = 0;
     std::string incarnation;
-    ShardReplica::Position position;
     std::shared_ptr<const std::vector<std::byte>> bytes;
   };
+  std::map<uint32_t, Pending>::iterator FindLocked(uint64_t token) {
+    return std::find_if(pending_.begin(), pending_.end(),
+                        [&](const auto& entry) { return entry.second.token == token; });
+  }
   std::mutex mu_;
   LeasedFailoverCore* core_;             // null once closed
   std::map<uint32_t, Pending> pending_;  // at most one per replica

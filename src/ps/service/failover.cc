@@ -85,16 +85,20 @@ bool FailoverMonitorCore::Sleep(std::chrono::milliseconds d) {
   return !cv_.wait_for(lock, d, [this] { return stop_; });
 }
 
+Result<rpc::Message> CallOnce(rpc::Client& client, std::string_view method, rpc::Message request,
+                              std::chrono::milliseconds timeout) {
+  return client
+      .Call(method, std::move(request),
+            rpc::CallOptions{.timeout = timeout, .idempotent = true, .max_attempts = 1})
+      .get();
+}
+
 Result<PingReply> Ping(rpc::Client& client, std::chrono::milliseconds timeout) {
   Result<rpc::Message> request = rpc::Message::Allocate(0);
   if (!request.ok()) return request.status();
-  Result<rpc::Message> reply =
-      client
-          .Call(kPingMethod, std::move(request).value(),
-                rpc::CallOptions{.timeout = timeout, .idempotent = true, .max_attempts = 1})
-          .get();
+  Result<rpc::Message> reply = CallOnce(client, kPingMethod, std::move(request).value(), timeout);
   if (!reply.ok()) return reply.status();
-  return DecodePingReply({reply->data(), reply->size()});
+  return DecodePingReply(Bytes(*reply));
 }
 
 Result<PingReply> PingReplicaOnce(const rpc::ReplicaAddress& replica,

@@ -4,14 +4,6 @@
 
 namespace bx::ps {
 
-namespace {
-
-std::span<const std::byte> Bytes(const rpc::Message& message) {
-  return {message.data(), message.size()};
-}
-
-}  // namespace
-
 void RpcBackupLink::Forward(const ForwardedPush& forwarded, std::function<void(Status)> done) {
   Result<rpc::Message> message =
       rpc::Message::Allocate(ForwardedPushSize(forwarded.push.keys.size(), forwarded.push.dim));

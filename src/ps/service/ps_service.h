@@ -58,6 +58,14 @@ struct PingReply {
 };
 void EncodePingReply(const PingReply& reply, std::span<std::byte> out);  // kPingReplyBytes
 Result<PingReply> DecodePingReply(std::span<const std::byte> bytes);
+// The bytes of a received message, for the decoders.
+inline std::span<const std::byte> Bytes(const rpc::Message& message) {
+  return {message.data(), message.size()};
+}
+// One call of `method`, waited for and not retried by the RPC layer: the caller decides what a
+// failure means (a probe, a step of catch-up).
+Result<rpc::Message> CallOnce(rpc::Client& client, std::string_view method, rpc::Message request,
+                              std::chrono::milliseconds timeout);
 // One "ps.Ping" over `client`, or over a client of its own (connecting counts against
 // `timeout`).
 Result<PingReply> Ping(rpc::Client& client, std::chrono::milliseconds timeout);
