@@ -29,6 +29,11 @@ struct bxsim_device_counters {
   uint64_t cq_overruns;
   uint64_t registered_bytes;  // bytes currently covered by MRs on this device
   uint64_t memory_regions;    // MRs currently registered on this device
+  // Of packets_sent, those a RoCE fabric would not carry in its lossless class: sent from a
+  // RoCE v1 source GID (not routable past the subnet), or with traffic class 0 (the default,
+  // usually lossy, class). Always 0 on an InfiniBand port.
+  uint64_t roce_v1_packets;
+  uint64_t unmarked_packets;
 };
 
 // Reads the device's counters.

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "simnic/lid_registry.h"
+
 namespace bx::simnic {
 
 ibv_gid MakeGid(uint32_t pid, uint32_t index) {
@@ -32,7 +34,8 @@ bool GidEqual(const ibv_gid& a, const ibv_gid& b) {
   return std::memcmp(a.raw, b.raw, sizeof(a.raw)) == 0;
 }
 
-Device::Device(int index, uint32_t pid) : index_(index), name_("bxsim" + std::to_string(index)) {
+Device::Device(int index, uint32_t pid, const DeviceProfile& profile)
+    : index_(index), name_("bxsim" + std::to_string(index)), profile_(profile) {
   ibv_device_.node_type = IBV_NODE_CA;
   ibv_device_.transport_type = IBV_TRANSPORT_IB;
   std::snprintf(ibv_device_.name, sizeof(ibv_device_.name), "%s", name_.c_str());
@@ -41,6 +44,8 @@ Device::Device(int index, uint32_t pid) : index_(index), name_("bxsim" + std::to
   std::snprintf(ibv_device_.ibdev_path, sizeof(ibv_device_.ibdev_path), "/simnic/%s",
                 name_.c_str());
   gid_ = MakeGid(pid, uint32_t(index));
+  gid_table_ = MakeGidTable(profile, pid, uint32_t(index));
+  if (profile.link_layer == IBV_LINK_LAYER_INFINIBAND) lid_ = ClaimLid(pid, uint32_t(index));
   guid_be_ = htobe64((uint64_t(0xb5) << 56) | (uint64_t(pid) << 16) | uint64_t(index));
 }
 

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "simnic/device_profile.h"
 #include "simnic/sim_objects.h"
 
 namespace bx::simnic {
@@ -30,19 +31,24 @@ struct MrView {
 struct DeviceCounters {
   std::atomic<uint64_t> rnr_naks{0}, rnr_retry_exceeded{0}, packets_sent{0}, bytes_sent{0},
       packets_received{0}, bytes_received{0}, doorbells{0}, cq_overruns{0}, registered_bytes{0},
-      memory_regions{0};
+      memory_regions{0}, roce_v1_packets{0}, unmarked_packets{0};
 };
 
 class Device {
  public:
-  Device(int index, uint32_t pid);
+  Device(int index, uint32_t pid, const DeviceProfile& profile);
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
   int index() const { return index_; }
   const std::string& name() const { return name_; }
   ibv_device* ibv() { return &ibv_device_; }
+  // The fabric address (fe80::<pid>:<index>): what requests carry as their source.
   const ibv_gid& gid() const { return gid_; }
+  const DeviceProfile& profile() const { return profile_; }
+  // Port 1's GID table, fixed at creation.
+  const std::vector<GidEntry>& gid_table() const { return gid_table_; }
+  uint16_t lid() const { return lid_; }  // 0 unless the link layer is InfiniBand
   uint64_t guid_be() const { return guid_be_; }
   DeviceCounters& counters() { return counters_; }
 
@@ -101,6 +107,9 @@ class Device {
   std::string name_;
   ibv_device ibv_device_{};
   ibv_gid gid_{};
+  const DeviceProfile& profile_;
+  std::vector<GidEntry> gid_table_;
+  uint16_t lid_ = 0;
   uint64_t guid_be_ = 0;
   std::atomic<bool> link_up_{true};
   DeviceCounters counters_;

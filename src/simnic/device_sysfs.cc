@@ -105,11 +105,21 @@ bool WriteDevice(const fs::path& root, Device* device) {
             Put(ibdev / "device" / "device", "0x0001");
   const fs::path port = ibdev / "ports" / "1";
   WritePortState(port, device->link_up());
-  ok = ok && Put(port / "rate", "100 Gb/sec (4X EDR)") && Put(port / "link_layer", "Ethernet") &&
-       Put(port / "lid", "0x0") && Put(port / "sm_lid", "0x0") &&
-       Put(port / "lid_mask_count", "0") && Put(port / "cap_mask", "0x00000000") &&
-       Put(port / "gids" / "0", Hex16Groups(device->gid().raw, 8)) &&
-       Put(port / "gid_attrs" / "types" / "0", "RoCE v2") && Put(port / "pkeys" / "0", "0xffff");
+  const bool ib = device->profile().link_layer == IBV_LINK_LAYER_INFINIBAND;
+  char lid[16];
+  std::snprintf(lid, sizeof lid, "0x%x", unsigned(device->lid()));
+  ok = ok && Put(port / "rate", "100 Gb/sec (4X EDR)") &&
+       Put(port / "link_layer", ib ? "InfiniBand" : "Ethernet") && Put(port / "lid", lid) &&
+       Put(port / "sm_lid", ib ? "0x1" : "0x0") && Put(port / "lid_mask_count", "0") &&
+       Put(port / "cap_mask", "0x00000000") && Put(port / "pkeys" / "0", "0xffff");
+  const auto& table = device->gid_table();
+  for (uint32_t i = 0; ok && i < device->profile().gid_table_length; ++i) {
+    const std::string name = std::to_string(i);
+    const ibv_gid gid = i < table.size() ? table[i].gid : ibv_gid{};
+    const bool v2 = i < table.size() && table[i].type == GidType::kRoceV2;
+    ok = Put(port / "gids" / name, Hex16Groups(gid.raw, 8)) &&
+         Put(port / "gid_attrs" / "types" / name, v2 ? "RoCE v2" : "IB/RoCE v1");
+  }
   const fs::path uverbs = root / "class" / "infiniband_verbs" /
                           (std::string("uverbs") + std::to_string(device->index()));
   ok = ok && Put(uverbs / "ibdev", device->name()) && Put(uverbs / "abi_version", "1");

@@ -32,6 +32,8 @@ int bxsim_query_counters(ibv_context* context, bxsim_device_counters* out) {
   out->cq_overruns = c.cq_overruns.load();
   out->registered_bytes = c.registered_bytes.load();
   out->memory_regions = c.memory_regions.load();
+  out->roce_v1_packets = c.roce_v1_packets.load();
+  out->unmarked_packets = c.unmarked_packets.load();
   return 0;
 }
 
@@ -48,7 +50,7 @@ int bxsim_force_qp_error(ibv_qp* qp) {
   // The connected peer, when it lives in this process, fails with it; a peer in another process
   // finds out through its transport retries, as across a real fabric.
   uint32_t pid = 0, index = 0;
-  if (ParseGid(sim->attr.ah_attr.grh.dgid, &pid, &index) && pid == fabric.pid()) {
+  if (ParseGid(sim->peer_address, &pid, &index) && pid == fabric.pid()) {
     Device* peer_dev = fabric.device(index);
     SimQp* peer = peer_dev ? peer_dev->FindQp(sim->attr.dest_qp_num) : nullptr;
     if (peer != nullptr && !peer->destroyed && peer->attr.dest_qp_num == qp->qp_num)

@@ -35,7 +35,8 @@ Fabric& Fabric::Get() {
 
 Fabric::Fabric() : pid_(uint32_t(getpid())) {
   int count = EnvInt("BX_SIM_DEVICES", 2, 1, 64);
-  for (int i = 0; i < count; ++i) devices_.push_back(std::make_unique<Device>(i, pid_));
+  for (int i = 0; i < count; ++i)
+    devices_.push_back(std::make_unique<Device>(i, pid_, ProfileForDevice(i)));
   WriteSysfs(pid_, devices());
   // How long the hardware thread keeps polling after its last work before it sleeps. Polling keeps
   // post-to-completion latency low; sleeping gives the two cores of a small machine back.

@@ -114,7 +114,7 @@ void Fabric::OnIpcPeerLost(uint32_t pid) {
   for (Device* dev : devices()) {
     for (SimQp* qp : dev->AllQps()) {
       uint32_t peer_pid = 0, peer_index = 0;
-      if (!ParseGid(qp->attr.ah_attr.grh.dgid, &peer_pid, &peer_index) || peer_pid != pid) continue;
+      if (!ParseGid(qp->peer_address, &peer_pid, &peer_index) || peer_pid != pid) continue;
       if (qp->destroyed || qp->state.load() != IBV_QPS_RTS || qp->sq_hw_done >= qp->sq_hw_next)
         continue;
       HandleReply(qp, qp->sq_hw_done, Reply::kNoResponse, 0, now);

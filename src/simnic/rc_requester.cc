@@ -128,7 +128,7 @@ Reply Fabric::Transmit(SimQp* qp, SendWqe& wqe, uint8_t* rnr_timer) {
   if (!dev->link_up()) return Reply::kNoResponse;
 
   uint32_t peer_pid = 0, peer_index = 0;
-  if (!ParseGid(qp->attr.ah_attr.grh.dgid, &peer_pid, &peer_index)) return Reply::kNoResponse;
+  if (!ParseGid(qp->peer_address, &peer_pid, &peer_index)) return Reply::kNoResponse;
 
   bool is_read = wqe.opcode == IBV_WR_RDMA_READ;
   Request request{};
@@ -163,6 +163,8 @@ void Fabric::HandleReply(SimQp* qp, uint64_t index, Reply reply, uint8_t rnr_tim
       Device* dev = qp->device;
       dev->counters().packets_sent.fetch_add(1, std::memory_order_relaxed);
       dev->counters().bytes_sent.fetch_add(wqe.length, std::memory_order_relaxed);
+      if (qp->roce_v1) dev->counters().roce_v1_packets.fetch_add(1, std::memory_order_relaxed);
+      if (qp->unmarked) dev->counters().unmarked_packets.fetch_add(1, std::memory_order_relaxed);
       CompleteSend(qp, index, IBV_WC_SUCCESS);
       return;
     }

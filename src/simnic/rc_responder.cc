@@ -22,7 +22,7 @@ Reply Fabric::Respond(Device* device, const Request& req, uint8_t* rnr_timer) {
   int state = qp->state.load(std::memory_order_acquire);
   if (state != IBV_QPS_RTR && state != IBV_QPS_RTS) return Reply::kNoResponse;
   // An RC QP answers only its connected peer, and only the next PSN in sequence.
-  if (qp->attr.dest_qp_num != req.src_qpn || !GidEqual(qp->attr.ah_attr.grh.dgid, req.src_gid))
+  if (qp->attr.dest_qp_num != req.src_qpn || !GidEqual(qp->peer_address, req.src_gid))
     return Reply::kNoResponse;
   if (req.psn != qp->expected_psn) return Reply::kNoResponse;
 

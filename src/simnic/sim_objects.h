@@ -29,11 +29,9 @@ struct SimQp;
 inline constexpr int kMaxQpWr = 16384;
 inline constexpr int kMaxSge = 16;
 inline constexpr int kMaxCqe = 1 << 20;
-inline constexpr int kMaxInlineData = 256;
+inline constexpr int kMaxInlineData = 256;  // the largest any device profile allows
 inline constexpr int kMaxQp = 1 << 18;
 inline constexpr int kMaxMr = 1 << 20;
-// GIDs on the one port: index 0 only (ibv_query_gid, the GID table queries, gid_tbl_len).
-inline constexpr uint32_t kGidTableLength = 1;
 inline constexpr int kMaxMw = 1 << 20;
 // Bit 31 of a key marks a memory window: MR keys (slot < kMaxMr, shifted by 8) never set it.
 inline constexpr uint32_t kMwKeyBit = 1u << 31;
@@ -226,6 +224,12 @@ struct SimQp {
   // Attributes set by modify_qp (application, under the device's hardware lock).
   std::atomic<int> state{IBV_QPS_RESET};
   ibv_qp_attr attr{};
+  // What RTR made of the address vector (application, under the hardware lock; read by the
+  // hardware thread): the peer's fabric address (all zero when nothing on the fabric answers the
+  // AV), and how packets are marked.
+  ibv_gid peer_address{};
+  bool roce_v1 = false;   // sent from a RoCE v1 source GID
+  bool unmarked = false;  // sent on an Ethernet port with traffic class 0
 
   // Send queue ring. posted: application (under send_mu); hw_next/hw_done: hardware thread;
   // retired: the polling thread, when it consumes a CQE that frees slots.

@@ -30,8 +30,15 @@ using namespace bx::simnic;
 extern "C" {
 
 ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
-  if (pd == nullptr || attr == nullptr || attr->port_num != 1 || !attr->is_global ||
-      attr->grh.sgid_index >= kGidTableLength) {
+  if (pd == nullptr || attr == nullptr || attr->port_num != 1) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  // RoCE needs a GRH with a valid source GID; InfiniBand may address by LID alone.
+  const Device& device = *ToSim(pd->context)->device;
+  const bool lid_only =
+      device.profile().link_layer == IBV_LINK_LAYER_INFINIBAND && !attr->is_global;
+  if (!lid_only && (!attr->is_global || attr->grh.sgid_index >= device.gid_table().size())) {
     errno = EINVAL;
     return nullptr;
   }

@@ -1,11 +1,13 @@
 // The GID table queries of libibverbs 1.11 and the private ibv_query_gid_type that rdma-core's
-// own tools call (ibv_devinfo -v). The simnic's port has one GID, at index 0, which it routes
-// like a RoCE v2 GID: programs that look for a RoCE v2 entry find it.
+// own tools call (ibv_devinfo -v), over the device profile's table (device_profile.h). As on
+// hardware, gid_tbl_len is the table's capacity: indexes past the valid entries are empty
+// (ibv_query_gid gives the zero GID, _ibv_query_gid_ex ENODATA).
 #include <infiniband/verbs.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "simnic/device.h"
 #include "simnic/verbs_internal.h"
 
 using namespace bx::simnic;
@@ -15,12 +17,24 @@ namespace {
 // libibverbs' private enum ibv_gid_type_sysfs (rdma-core's driver.h, not installed).
 enum GidTypeSysfs : int { kGidTypeSysfsIbRoceV1 = 0, kGidTypeSysfsRoceV2 = 1 };
 
-void FillEntry(ibv_context* context, ibv_gid_entry* entry) {
+ibv_gid_type PublicType(GidType type) {
+  switch (type) {
+    case GidType::kIb:
+      return IBV_GID_TYPE_IB;
+    case GidType::kRoceV1:
+      return IBV_GID_TYPE_ROCE_V1;
+    case GidType::kRoceV2:
+      break;
+  }
+  return IBV_GID_TYPE_ROCE_V2;
+}
+
+void FillEntry(const Device& device, uint32_t index, ibv_gid_entry* entry) {
   std::memset(entry, 0, sizeof(*entry));
-  entry->gid = ToSim(context)->device->gid();
-  entry->gid_index = 0;
+  entry->gid = device.gid_table()[index].gid;
+  entry->gid_index = index;
   entry->port_num = 1;
-  entry->gid_type = IBV_GID_TYPE_ROCE_V2;
+  entry->gid_type = PublicType(device.gid_table()[index].type);
   entry->ndev_ifindex = 0;  // no network device behind it
 }
 
@@ -34,8 +48,9 @@ int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_inde
       port_num != 1) {
     return EINVAL;
   }
-  if (gid_index >= kGidTableLength) return ENODATA;
-  FillEntry(context, entry);
+  const Device& device = *ToSim(context)->device;
+  if (gid_index >= device.gid_table().size()) return ENODATA;
+  FillEntry(device, gid_index, entry);
   return 0;
 }
 
@@ -44,17 +59,27 @@ ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_
   if (context == nullptr || entries == nullptr || flags != 0 || entry_size < sizeof(*entries)) {
     return -EINVAL;
   }
-  if (max_entries < kGidTableLength) return -EINVAL;  // as libibverbs: the table must fit
-  FillEntry(context, entries);
-  return kGidTableLength;
+  const Device& device = *ToSim(context)->device;
+  const size_t valid = device.gid_table().size();
+  if (max_entries < valid) return -EINVAL;  // as libibverbs: the valid entries must fit
+  for (size_t i = 0; i < valid; ++i) FillEntry(device, uint32_t(i), &entries[i]);
+  return ssize_t(valid);
 }
 
 int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, int* type) {
-  if (context == nullptr || type == nullptr || port_num != 1 || index >= kGidTableLength) {
+  if (context == nullptr || type == nullptr || port_num != 1) {
     errno = EINVAL;
     return -1;
   }
-  *type = kGidTypeSysfsRoceV2;
+  const Device& device = *ToSim(context)->device;
+  if (index >= device.profile().gid_table_length) {
+    errno = EINVAL;
+    return -1;
+  }
+  // An empty entry reads as IB/RoCE v1, as the kernel's sysfs shows it.
+  const bool v2 =
+      index < device.gid_table().size() && device.gid_table()[index].type == GidType::kRoceV2;
+  *type = v2 ? kGidTypeSysfsRoceV2 : kGidTypeSysfsIbRoceV1;
   return 0;
 }
 

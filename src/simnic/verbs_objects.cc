@@ -70,16 +70,23 @@ int FillPortAttr(Device* dev, uint8_t port, ibv_port_attr* attr, size_t len) {
   ibv_port_attr a{};
   bool up = dev->link_up();
   a.state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  const DeviceProfile& profile = dev->profile();
   a.max_mtu = IBV_MTU_4096;
-  a.active_mtu = IBV_MTU_4096;
-  a.gid_tbl_len = kGidTableLength;
+  a.active_mtu = profile.active_mtu;
+  a.gid_tbl_len = int(profile.gid_table_length);
   a.port_cap_flags = 0;
   a.max_msg_sz = kMaxMsgSize;
   a.pkey_tbl_len = 1;
   a.active_width = 2;         // 4x
   a.active_speed = 32;        // 25 Gbps per lane (EDR-class): a 100 Gbps port
   a.phys_state = up ? 5 : 3;  // LinkUp : Disabled
-  a.link_layer = IBV_LINK_LAYER_ETHERNET;
+  a.link_layer = profile.link_layer;
+  if (profile.link_layer == IBV_LINK_LAYER_INFINIBAND) {
+    a.lid = dev->lid();
+    a.sm_lid = 1;  // the subnet manager: any LID will do, nothing talks to it
+    a.lmc = 0;
+    a.port_cap_flags = IBV_PORT_CM_SUP;
+  }
   std::memcpy(attr, &a, std::min(len, sizeof(a)));
   return 0;
 }
@@ -122,6 +129,10 @@ int DeallocTdOp(ibv_td* td) {
 ibv_pd* AllocParentDomainOp(ibv_context* context, ibv_parent_domain_init_attr* attr) {
   constexpr uint32_t kKnownMask =
       IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+  if (!ToSim(context)->device->profile().parent_domains) {
+    errno = EOPNOTSUPP;  // as a provider without the verb: libibverbs' wrapper says so
+    return nullptr;
+  }
   if (attr == nullptr || attr->pd == nullptr || (attr->comp_mask & ~kKnownMask) != 0 ||
       ToSim(attr->pd)->is_parent_domain || attr->pd->context != context) {
     errno = EINVAL;
@@ -280,11 +291,13 @@ int(ibv_query_port)(ibv_context* context, uint8_t port, struct _compat_ibv_port_
 }
 
 int ibv_query_gid(ibv_context* context, uint8_t port, int index, ibv_gid* gid) {
-  if (port != 1 || index < 0 || uint32_t(index) >= kGidTableLength) {
+  const Device& device = *ToSim(context)->device;
+  if (port != 1 || index < 0 || uint32_t(index) >= device.profile().gid_table_length) {
     errno = EINVAL;
     return -1;
   }
-  *gid = ToSim(context)->device->gid();
+  const auto& table = device.gid_table();
+  *gid = uint32_t(index) < table.size() ? table[size_t(index)].gid : ibv_gid{};  // empty: zero
   return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "simnic/fabric.h"
+#include "simnic/lid_registry.h"
 #include "simnic/verbs_internal.h"
 
 using namespace bx::simnic;
@@ -287,6 +288,38 @@ bool TakeChannelEvent(const ChannelEvent& event) {
 
 }  // namespace bx::simnic
 
+namespace {
+
+// RoCE carries a GRH on every packet, so its address vector must be global with a valid source
+// GID; InfiniBand may route by LID alone. The default profile checks only that it is global.
+int CheckAddressVector(const Device& device, const ibv_ah_attr& av) {
+  if (av.port_num != 0 && av.port_num != 1) return EINVAL;
+  const DeviceProfile& profile = device.profile();
+  const bool infiniband = profile.link_layer == IBV_LINK_LAYER_INFINIBAND;
+  if (!av.is_global) return infiniband ? 0 : EINVAL;
+  if (profile.strict_addressing && av.grh.sgid_index >= device.gid_table().size()) return EINVAL;
+  return 0;
+}
+
+// Resolves the AV to the peer's fabric address, once, at modify time: the hardware thread then
+// routes without looking at GIDs or LIDs. An address nobody holds resolves to zero, so requests
+// go unanswered and fail after the transport retries, as on a real fabric.
+void ApplyAddressVector(const Device& device, const ibv_ah_attr& av, SimQp* qp) {
+  qp->peer_address = ibv_gid{};
+  if (av.is_global) {
+    (void)ResolveGid(av.grh.dgid, &qp->peer_address);
+  } else if (uint32_t pid = 0, index = 0; LookupLid(av.dlid, &pid, &index)) {
+    qp->peer_address = MakeGid(pid, index);
+  }
+  const bool ethernet = device.profile().link_layer == IBV_LINK_LAYER_ETHERNET;
+  const auto& table = device.gid_table();
+  qp->roce_v1 = ethernet && av.is_global && av.grh.sgid_index < table.size() &&
+                table[av.grh.sgid_index].type == GidType::kRoceV1;
+  qp->unmarked = ethernet && av.grh.traffic_class == 0;
+}
+
+}  // namespace
+
 extern "C" {
 
 ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
@@ -343,7 +376,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   // max_send_wr = 0 is a receive-only QP (hardware accepts it; every send then fails ENOMEM).
   if (cap.max_send_wr > uint32_t(kMaxQpWr) || cap.max_recv_wr > uint32_t(kMaxQpWr) ||
       cap.max_send_sge > uint32_t(kMaxSge) || cap.max_recv_sge > uint32_t(kMaxSge) ||
-      cap.max_inline_data > uint32_t(kMaxInlineData)) {
+      cap.max_inline_data > ToSim(pd->context)->device->profile().max_inline_data) {
     errno = EINVAL;
     return nullptr;
   }
@@ -397,9 +430,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if (int rc = CheckTransition(from, to, mask); rc != 0) return rc;
   if ((mask & IBV_QP_PORT) && attr->port_num != 1) return EINVAL;
   if (mask & IBV_QP_AV) {
-    // RoCE carries a GRH on every packet: the address vector must be global, on port 1.
-    if (!attr->ah_attr.is_global || (attr->ah_attr.port_num != 0 && attr->ah_attr.port_num != 1))
-      return EINVAL;
+    if (int rc = CheckAddressVector(*qp->device, attr->ah_attr); rc != 0) return rc;
   }
   if ((mask & IBV_QP_RETRY_CNT) && attr->retry_cnt > 7) return EINVAL;
   if ((mask & IBV_QP_RNR_RETRY) && attr->rnr_retry > 7) return EINVAL;
@@ -410,7 +441,10 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if (mask & IBV_QP_PKEY_INDEX) a.pkey_index = attr->pkey_index;
   if (mask & IBV_QP_PORT) a.port_num = attr->port_num;
   if (mask & IBV_QP_ACCESS_FLAGS) a.qp_access_flags = attr->qp_access_flags;
-  if (mask & IBV_QP_AV) a.ah_attr = attr->ah_attr;
+  if (mask & IBV_QP_AV) {
+    a.ah_attr = attr->ah_attr;
+    ApplyAddressVector(*qp->device, a.ah_attr, qp);
+  }
   if (mask & IBV_QP_PATH_MTU) a.path_mtu = attr->path_mtu;
   if (mask & IBV_QP_DEST_QPN) a.dest_qp_num = attr->dest_qp_num;
   if (mask & IBV_QP_RQ_PSN) a.rq_psn = attr->rq_psn & 0xffffff;
