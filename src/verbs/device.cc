@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "verbs/device_list.h"
+#include "verbs/port_address.h"
 #include "verbs/verbs.h"
 
 namespace bx::verbs {
@@ -137,6 +138,22 @@ Result<std::vector<DeviceInfo>> ListDevices(Library& lib) {
     info.port_state = lib.port_state_str(port.state);
     info.link_layer = LinkLayerName(port.link_layer);
     info.gid = FormatGid(opened->gid(1, 0));
+    info.active_mtu = port.active_mtu >= IBV_MTU_256 ? 128 << int(port.active_mtu) : 0;
+    info.lid = port.lid;
+    if (auto table = QueryGidTable(*opened, 1); table.ok()) {
+      for (const GidTableEntry& e : *table)
+        info.gids.push_back({e.index, FormatGidAddress(e.gid), std::string(GidTypeName(e.type))});
+    }
+    Result<int> override_index = GidIndexFromEnvironment(-1);
+    Result<PortAddress> address = override_index.ok()
+                                      ? ResolvePortAddress(*opened, 1, nullptr, *override_index)
+                                      : Result<PortAddress>(override_index.status());
+    if (address.ok()) {
+      info.gid_index = int(address->gid_index);
+      info.gid_reason = address->reason;
+    } else {
+      info.gid_reason = address.status().ToString();
+    }
     info.max_qp = static_cast<uint32_t>(attr.max_qp);
     info.max_qp_wr = static_cast<uint32_t>(attr.max_qp_wr);
     info.max_cq = static_cast<uint32_t>(attr.max_cq);

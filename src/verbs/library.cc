@@ -121,6 +121,7 @@ Status Library::Resolve(void* handle) {
       {"ibv_query_device", "IBVERBS_1.1", Slot(&query_device), true},
       {"ibv_query_port", "IBVERBS_1.1", Slot(&query_port_compat), true},
       {"ibv_query_gid", "IBVERBS_1.1", Slot(&query_gid), true},
+      {"_ibv_query_gid_ex", "IBVERBS_1.11", Slot(&query_gid_ex), false},
       {"ibv_alloc_pd", "IBVERBS_1.1", Slot(&alloc_pd), true},
       {"ibv_dealloc_pd", "IBVERBS_1.1", Slot(&dealloc_pd), true},
       {"ibv_reg_mr", "IBVERBS_1.1", Slot(&reg_mr), true},

@@ -95,13 +95,14 @@ Status MoveRcToRts(Library& lib, ibv_qp* qp, uint8_t port, uint32_t remote_qpn, 
   rtr.rq_psn = options.remote_psn.value_or(options.psn);
   rtr.max_dest_rd_atomic = options.max_dest_rd_atomic;
   rtr.min_rnr_timer = options.min_rnr_timer;
-  rtr.ah_attr.is_global = 1;
+  rtr.ah_attr.is_global = options.global ? 1 : 0;
   rtr.ah_attr.dlid = options.remote_lid;
   rtr.ah_attr.sl = options.service_level;
   rtr.ah_attr.port_num = port;
   rtr.ah_attr.grh.dgid = remote_gid;
   rtr.ah_attr.grh.sgid_index = options.gid_index;
   rtr.ah_attr.grh.hop_limit = options.hop_limit;
+  rtr.ah_attr.grh.traffic_class = options.traffic_class;
   BX_RETURN_IF_ERROR(ModifyQp(lib, qp, &rtr,
                               IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,

@@ -38,10 +38,14 @@ struct RcOptions {
   ibv_mtu mtu = IBV_MTU_1024;
   uint8_t max_rd_atomic = 1;       // RDMA READs we may have outstanding as requester
   uint8_t max_dest_rd_atomic = 1;  // RDMA READs the peer may have outstanding at us
-  uint8_t gid_index = 0;           // our source GID table index
+  // The path. RoCE always carries a GRH (global); InfiniBand routes by remote_lid and needs a
+  // GRH only to reach another subnet.
+  bool global = true;
+  uint8_t gid_index = 0;  // our source GID table index
   uint8_t hop_limit = 1;
+  uint8_t traffic_class = 0;  // the GRH's (RoCE v2: the IP header's DSCP << 2 | ECN)
   uint8_t service_level = 0;
-  uint16_t remote_lid = 0;  // only InfiniBand needs it; RoCE and the simnic route by GID
+  uint16_t remote_lid = 0;
   // Remote access granted at INIT.
   unsigned int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 };

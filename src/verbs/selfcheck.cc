@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "verbs/port_address.h"
 #include "verbs/rc_connect.h"
 
 namespace bx::verbs {
@@ -129,16 +130,36 @@ class SelfCheck {
       if (!qp.ok()) return Fail("connect rc", qp.status().WithContext(side->device->name()));
       side->qp.emplace(std::move(qp).value());
     }
-    RcOptions rc;
-    Status status = ConnectRc(lib_, a_.qp->qp(), options_.port, b_.qp->qp_num(),
-                              b_.device->gid(options_.port, rc.gid_index), rc);
-    if (status.ok()) {
-      status = ConnectRc(lib_, b_.qp->qp(), options_.port, a_.qp->qp_num(),
-                         a_.device->gid(options_.port, rc.gid_index), rc);
+    // Addressed as the transport addresses its connections (port_address.h): the RoCE v2 GID
+    // BX_GID_INDEX or the table suggests, or the LID on InfiniBand.
+    Result<int> override_index = GidIndexFromEnvironment(-1);
+    if (!override_index.ok()) return Fail("connect rc", override_index.status());
+    Result<PortAddress> address[2] = {
+        ResolvePortAddress(*a_.device, options_.port, nullptr, *override_index),
+        ResolvePortAddress(*b_.device, options_.port, nullptr, *override_index)};
+    for (const Result<PortAddress>& a : address)
+      if (!a.ok()) return Fail("connect rc", a.status());
+    if (address[0]->link_layer != address[1]->link_layer)
+      return Fail("connect rc", FailedPrecondition("the two ports have different link layers"));
+    Status status = Status::Ok();
+    Side* sides[2] = {&a_, &b_};
+    for (int i = 0; i < 2 && status.ok(); ++i) {
+      const PortAddress& mine = *address[i];
+      const PortAddress& theirs = *address[1 - i];
+      RcOptions rc;
+      rc.gid_index = uint8_t(mine.gid_index);
+      rc.mtu = std::min(mine.active_mtu, theirs.active_mtu);
+      if (mine.link_layer == IBV_LINK_LAYER_INFINIBAND) {
+        rc.global = false;
+        rc.remote_lid = theirs.lid;
+      }
+      status = ConnectRc(lib_, sides[i]->qp->qp(), options_.port, sides[1 - i]->qp->qp_num(),
+                         theirs.gid, rc);
     }
     if (!status.ok()) return Fail("connect rc", status);
     Record("connect rc", true,
-           "qp " + std::to_string(a_.qp->qp_num()) + " <-> qp " + std::to_string(b_.qp->qp_num()));
+           "qp " + std::to_string(a_.qp->qp_num()) + " <-> qp " + std::to_string(b_.qp->qp_num()) +
+               " (" + address[0]->reason + ")");
     return true;
   }
 

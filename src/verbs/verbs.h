@@ -75,6 +75,7 @@ class Library {
   decltype(&::ibv_close_device) close_device = nullptr;
   decltype(&::ibv_query_device) query_device = nullptr;
   decltype(&::ibv_query_gid) query_gid = nullptr;
+  decltype(&::_ibv_query_gid_ex) query_gid_ex = nullptr;  // optional (IBVERBS_1.11)
   decltype(&::ibv_alloc_pd) alloc_pd = nullptr;
   decltype(&::ibv_dealloc_pd) dealloc_pd = nullptr;
   decltype(&::ibv_reg_mr) reg_mr = nullptr;

@@ -1,0 +1,66 @@
+// How this side is addressed on an RDMA port, chosen as rdma_cm and NCCL choose it:
+//
+//   RoCE (link layer Ethernet): a source GID. Default: the RoCE v2 GID whose IP is the address
+//     the bootstrap connection is bound to (IPv4-mapped or IPv6), else the first RoCE v2 GID
+//     that is not link-local, else the first RoCE v2 GID; an explicit index (RdmaOptions::
+//     gid_index, BX_GID_INDEX) overrides. No RoCE v2 GID and no override is an error: RoCE v1
+//     does not cross an IP router and rarely sits in the lossless class.
+//   InfiniBand: the port's LID (the path uses is_global = 0, dlid, sl), and GID 0 for the GRH
+//     a peer in another subnet needs.
+//
+// The choice depends on the bootstrap connection, so it is made per connection; it costs one
+// GID table query.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "verbs/verbs.h"
+
+namespace bx::verbs {
+
+struct GidTableEntry {
+  uint32_t index = 0;
+  ibv_gid gid{};
+  ibv_gid_type type = IBV_GID_TYPE_ROCE_V2;
+};
+
+// What this side tells its peer and puts in its address vector.
+struct PortAddress {
+  uint8_t port = 1;
+  uint8_t link_layer = IBV_LINK_LAYER_ETHERNET;
+  ibv_mtu active_mtu = IBV_MTU_1024;
+  uint16_t lid = 0;     // InfiniBand
+  ibv_gid gid{};        // the source GID
+  uint32_t gid_index = 0;
+  ibv_gid_type gid_type = IBV_GID_TYPE_ROCE_V2;
+  ibv_gid subnet_prefix_gid{};  // InfiniBand: GID 0, whose first 8 bytes are the subnet prefix
+  std::string reason;   // one line: why this GID ("bootstrap address 10.0.0.7", ...)
+};
+
+// Port `port`'s valid GID entries: _ibv_query_gid_ex where the library has it, else
+// ibv_query_gid with each entry's type from sysfs (gid_attrs/types), as libibverbs does.
+Result<std::vector<GidTableEntry>> QueryGidTable(const Device& device, uint8_t port);
+
+// The RoCE choice described above, on a table already read. `local` is the bootstrap socket's
+// own address (null: none); `override_index` < 0 means no override.
+Result<GidTableEntry> ChooseRoceGid(const std::vector<GidTableEntry>& table, const sockaddr* local,
+                                    int override_index, std::string* reason);
+
+// The address of `device`'s port `port` for a connection whose bootstrap socket is bound to
+// `local`. FailedPrecondition, saying why, when the port is down or has no usable GID.
+Result<PortAddress> ResolvePortAddress(const Device& device, uint8_t port, const sockaddr* local,
+                                       int override_index);
+
+// The GID index BX_GID_INDEX names, or `fallback` when it is unset (InvalidArgument when set
+// to anything but 0..255).
+Result<int> GidIndexFromEnvironment(int fallback);
+
+std::string_view GidTypeName(ibv_gid_type type);  // "IB", "RoCE v1", "RoCE v2"
+std::string FormatGidAddress(const ibv_gid& gid);  // "::ffff:10.0.0.7", "fe80::1"
+
+}  // namespace bx::verbs
