@@ -27,7 +27,8 @@ void Check(bool condition) {
 bool SameHello(const bx::rdma::Hello& a, const bx::rdma::Hello& b) {
   return a.qp_num == b.qp_num && std::memcmp(a.gid.raw, b.gid.raw, 16) == 0 &&
          a.recv_queue_depth == b.recv_queue_depth && a.eager_limit == b.eager_limit &&
-         a.max_message_bytes == b.max_message_bytes && a.psn == b.psn && a.auth == b.auth;
+         a.max_message_bytes == b.max_message_bytes && a.psn == b.psn && a.auth == b.auth &&
+         a.lid == b.lid && a.link_layer == b.link_layer && a.mtu == b.mtu;
 }
 
 }  // namespace

@@ -79,6 +79,21 @@ void BootstrapSeeds(const fs::path& dir) {
   Bytes unknown_flag = valid;
   unknown_flag[6] = 0x02;
   Write(dir, "hello_unknown_flag", unknown_flag);
+  // Version 4: an InfiniBand peer addressed by LID; a link layer and an MTU out of range.
+  h.auth = false;
+  h.link_layer = IBV_LINK_LAYER_INFINIBAND;
+  h.lid = 0x12;
+  h.mtu = IBV_MTU_4096;
+  Write(dir, "hello_infiniband", HelloBytes(h));
+  h.lid = 0;
+  Bytes no_lid = HelloBytes(h);
+  Write(dir, "hello_infiniband_without_lid", no_lid);
+  Bytes bad_link = valid;
+  bad_link[50] = 7;
+  Write(dir, "hello_unknown_link_layer", bad_link);
+  Bytes bad_mtu = valid;
+  bad_mtu[51] = 9;
+  Write(dir, "hello_bad_mtu", bad_mtu);
 }
 
 Bytes FrameBytes(uint64_t length) {

@@ -142,6 +142,17 @@ struct BX_EXPORT RdmaOptions {
   uint8_t timeout = 14;
   uint8_t retry_cnt = 7;
   uint8_t rnr_retry = 0;
+  // Addressing (docs/DEPLOYING.md). The source GID's index on RoCE; -1 chooses per connection:
+  // the RoCE v2 GID of the bootstrap connection's local address, else the first routable RoCE
+  // v2 GID. BX_GID_INDEX, when set, overrides this for the whole process.
+  int gid_index = -1;
+  // The GRH traffic class, DSCP << 2 | ECN: 106 is DSCP 26 with ECT(0), the class lossless RoCE
+  // is configured on by NVIDIA's and most switch vendors' defaults. BX_TRAFFIC_CLASS overrides.
+  uint8_t traffic_class = 106;
+  // The service level: on InfiniBand the subnet manager maps it to a virtual lane; on RoCE with
+  // PCP trust it is the 802.1p priority, 3 being the lossless one of common configurations.
+  // BX_SERVICE_LEVEL overrides.
+  uint8_t service_level = 3;
 };
 
 struct BX_EXPORT TransportOptions {
@@ -175,6 +186,12 @@ class BX_EXPORT Transport {
   virtual Result<std::shared_ptr<Socket>> Connect(std::string_view url, SocketHandlers handlers,
                                                   std::chrono::milliseconds timeout) = 0;
 };
+
+// `rdma` as every rdma:// transport of this process applies it: BX_GID_INDEX,
+// BX_TRAFFIC_CLASS and BX_SERVICE_LEVEL, when set, override its addressing fields (an
+// operator's per-host settings, as NCCL_IB_GID_INDEX, NCCL_IB_TC and NCCL_IB_SL).
+// InvalidArgument naming the variable when one is malformed.
+BX_EXPORT Result<RdmaOptions> ApplyRdmaEnvironment(RdmaOptions rdma);
 
 // A new transport for `scheme` ("tcp" or "rdma") with its I/O threads running. bx::Init
 // (bx/init.h) registers both; NotFound, naming the registered schemes, for any other. Destroying

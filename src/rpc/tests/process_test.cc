@@ -11,9 +11,12 @@
 
 #include <climits>
 #include <cstdio>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "rpc/tests/rpc_test_util.h"
+#include "transport/rdma/rdma_transport.h"
 
 namespace bx::rpc::testing {
 namespace {
@@ -23,7 +26,8 @@ using namespace std::chrono_literals;
 // A bx_rpc_test_server child. It exits when its stdin closes, so it never outlives the test.
 class ReplicaProcess {
  public:
-  ReplicaProcess() {
+  // `environment` adds NAME=value entries to (or replaces them in) this process's environment.
+  explicit ReplicaProcess(const std::vector<std::string>& environment = {}) {
     char self[PATH_MAX] = {};
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     std::string dir = n > 0 ? std::string(self, n) : std::string();
@@ -39,7 +43,18 @@ class ReplicaProcess {
     posix_spawn_file_actions_addclose(&actions, to_child[1]);
     posix_spawn_file_actions_addclose(&actions, from_child[0]);
     char* argv[] = {path.data(), nullptr};
-    if (posix_spawn(&pid_, path.c_str(), &actions, nullptr, argv, environ) != 0) pid_ = -1;
+    std::vector<std::string> entries = environment;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry = *e;
+      const std::string name = entry.substr(0, entry.find('=') + 1);
+      bool replaced = false;
+      for (const std::string& added : environment) replaced |= added.rfind(name, 0) == 0;
+      if (!replaced) entries.push_back(entry);
+    }
+    std::vector<char*> envp;
+    for (std::string& entry : entries) envp.push_back(entry.data());
+    envp.push_back(nullptr);
+    if (posix_spawn(&pid_, path.c_str(), &actions, nullptr, argv, envp.data()) != 0) pid_ = -1;
     posix_spawn_file_actions_destroy(&actions);
     close(to_child[0]);
     close(from_child[1]);
@@ -174,6 +189,24 @@ TEST(RpcProcessTest, NonIdempotentCallOnAKilledReplicaIsNotRunAgainElsewhere) {
   EXPECT_EQ(on_a.status().code(), StatusCode::kUnavailable) << TextOf(r1) << " / " << TextOf(r2);
   EXPECT_EQ(TextOf(client_b->Call("executions", Text(""), {}).get()), "1");
   EXPECT_EQ(both->stats().retries, 0u);
+}
+
+// A RoCE port and an InfiniBand port cannot reach each other: the connection is refused at the
+// handshake with a message that says so, not left to time out on QP retries.
+TEST(RpcProcessTest, AnInfinibandPortAndARocePortRefuseEachOtherSayingWhy) {
+  auto transport = CreateTransport("rdma");
+  ASSERT_TRUE(transport.ok()) << transport.status().ToString();
+  auto info = rdma::GetRdmaTransportInfo(**transport);
+  ASSERT_TRUE(info.ok());
+  const bool we_are_infiniband = info->link_layer == "InfiniBand";
+  ReplicaProcess other({std::string("BX_SIM_PROFILE=") + (we_are_infiniband ? "roce" : "ib")});
+  ASSERT_TRUE(other.ok());
+  auto socket = (*transport)->Connect(other.address().rdma_url, {}, 5s);
+  ASSERT_FALSE(socket.ok()) << "an IB and a RoCE port connected";
+  const std::string message = socket.status().ToString();
+  EXPECT_NE(message.find("InfiniBand"), std::string::npos) << message;
+  EXPECT_NE(message.find("RoCE"), std::string::npos) << message;
+  EXPECT_NE(message.find("cannot reach each other"), std::string::npos) << message;
 }
 
 }  // namespace

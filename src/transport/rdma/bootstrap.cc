@@ -11,7 +11,8 @@ namespace {
 
 // Layout of the 64-byte Hello:
 //   0 magic u32 | 4 version u16 | 6 flags u16 | 8 qp_num u32 | 12 psn u32 | 16 gid[16]
-//   32 recv_queue_depth u32 | 36 eager_limit u32 | 40 max_message_bytes u64 | 48 reserved[16]
+//   32 recv_queue_depth u32 | 36 eager_limit u32 | 40 max_message_bytes u64 | 48 lid u16
+//   50 link_layer u8 | 51 mtu u8 | 52 reserved[12]
 constexpr size_t kHelloBytes = 64;
 
 void Put32(uint8_t* p, uint32_t v) {
@@ -48,6 +49,10 @@ void EncodeHello(const Hello& h, uint8_t out[64]) {
   Put32(out + 32, h.recv_queue_depth);
   Put32(out + 36, h.eager_limit);
   Put64(out + 40, h.max_message_bytes);
+  uint16_t lid = htole16(h.lid);
+  std::memcpy(out + 48, &lid, 2);
+  out[50] = h.link_layer;
+  out[51] = uint8_t(h.mtu);
 }
 
 Result<Hello> DecodeHello(const uint8_t in[64]) {
@@ -73,6 +78,18 @@ Result<Hello> DecodeHello(const uint8_t in[64]) {
   h.recv_queue_depth = Get32(in + 32);
   h.eager_limit = Get32(in + 36);
   h.max_message_bytes = Get64(in + 40);
+  uint16_t lid;
+  std::memcpy(&lid, in + 48, 2);
+  h.lid = le16toh(lid);
+  h.link_layer = in[50];
+  h.mtu = ibv_mtu(in[51]);
+  if (h.link_layer != IBV_LINK_LAYER_ETHERNET && h.link_layer != IBV_LINK_LAYER_INFINIBAND)
+    return DataLoss("bootstrap: unknown link layer " + std::to_string(h.link_layer));
+  if (h.mtu < IBV_MTU_256 || h.mtu > IBV_MTU_4096)
+    return DataLoss("bootstrap: invalid path MTU code " + std::to_string(int(h.mtu)));
+  if (h.link_layer == IBV_LINK_LAYER_INFINIBAND && (h.lid == 0 || h.lid >= 0xc000))
+    return DataLoss("bootstrap: InfiniBand peer without a unicast LID (" + std::to_string(h.lid) +
+                    ")");
   if (h.qp_num == 0 || h.qp_num > 0xffffff)
     return DataLoss("bootstrap: invalid QP number " + std::to_string(h.qp_num));
   if (h.recv_queue_depth < 2 || h.recv_queue_depth > kMaxRecvQueueDepth)

@@ -22,6 +22,10 @@
 // After that the connection stays open and silent; its end (EOF, reset) tells either side that
 // the peer process is gone, which the RC QP alone would notice only on its next send.
 //
+// The Hello says how to reach the sender's QP on its link layer: a RoCE peer by GID, an
+// InfiniBand peer by LID (and by GID across subnets). Peers on different link layers cannot
+// reach each other, and each side refuses the other's Hello saying so.
+//
 // Hello, Challenge and Refusal are 64 bytes, little-endian, fixed layout, told apart by their
 // magic. A peer that sends anything else (wrong magic, unknown version or flags, sizes out of
 // range) is refused with a message that says what was wrong.
@@ -40,8 +44,9 @@ namespace bx::rdma {
 inline constexpr uint32_t kHelloMagic = 0x31524842;      // "BHR1" little-endian
 inline constexpr uint32_t kChallengeMagic = 0x43524842;  // "BHRC"
 inline constexpr uint32_t kRefusalMagic = 0x58524842;    // "BHRX"
-// 2: channels (QP multiplexing); 3: authentication (Hello flags, Challenge, Refusal).
-inline constexpr uint16_t kProtocolVersion = 3;
+// 2: channels (QP multiplexing); 3: authentication (Hello flags, Challenge, Refusal);
+// 4: addressing (LID, link layer and MTU in the Hello; random PSNs).
+inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr uint8_t kReady = 0x52;        // 'R'
 inline constexpr size_t kRecordBytes = 64;     // Hello, Challenge, Refusal
 inline constexpr size_t kNonceBytes = 32;      // after an authenticating Hello; in a Challenge
@@ -50,11 +55,14 @@ inline constexpr uint16_t kHelloFlagAuth = 1;  // the sender has a secret; a non
 
 struct Hello {
   uint32_t qp_num = 0;
-  ibv_gid gid{};
+  ibv_gid gid{};     // its source GID (RoCE), or its port GID (InfiniBand: subnet prefix + GUID)
+  uint16_t lid = 0;  // InfiniBand: its port's LID
+  uint8_t link_layer = IBV_LINK_LAYER_ETHERNET;
+  ibv_mtu mtu = IBV_MTU_1024;     // its port's active MTU: the path uses the smaller of the two
   uint32_t recv_queue_depth = 0;  // the credits the peer starts with
   uint32_t eager_limit = 0;       // its receive buffer size
   uint64_t max_message_bytes = 0;
-  uint32_t psn = 0;   // its first send PSN
+  uint32_t psn = 0;   // its first send PSN (24 bits, random per connection)
   bool auth = false;  // kHelloFlagAuth: the sender authenticates (a nonce or proof follows)
 };
 

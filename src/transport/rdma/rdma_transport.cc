@@ -7,7 +7,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <optional>
+#include <random>
 
 #include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
@@ -17,6 +21,7 @@
 #include "transport/refusal_log.h"
 #include "transport/socket_util.h"
 #include "transport/transport_registry.h"
+#include "verbs/port_address.h"
 #include "verbs/rc_connect.h"
 
 namespace bx::rdma {
@@ -37,6 +42,54 @@ constexpr int kAcceptPollMs = 100;
 constexpr std::chrono::milliseconds kNoDescriptorBackoff{10};
 // Inline capacity asked of the QP: rendezvous control payloads (16 bytes) go inline.
 constexpr uint32_t kInlineBytes = 64;
+
+// The port every QP uses. The simnic and most NICs have one; multi-port choice is not built.
+constexpr uint8_t kPort = 1;
+
+// A random 24-bit first PSN per connection, as rdma_cm picks one: a stale packet of an earlier
+// connection between the same QP numbers then cannot fall into the new one's window.
+uint32_t RandomPsn() {
+  thread_local std::mt19937 generator{std::random_device{}()};
+  return generator() & 0xffffff;
+}
+
+// An 8-bit setting from the environment, overriding `value` when set.
+Status Uint8FromEnvironment(const char* name, uint8_t* value) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return Status::Ok();
+  char* end = nullptr;
+  long parsed = std::strtol(text, &end, 0);
+  if (*end != '\0' || parsed < 0 || parsed > 255)
+    return InvalidArgument(std::string(name) + "='" + text + "' is not a number 0..255");
+  *value = uint8_t(parsed);
+  return Status::Ok();
+}
+
+// BX_GID_INDEX, BX_TRAFFIC_CLASS and BX_SERVICE_LEVEL: what an operator sets per host, as
+// NCCL_IB_GID_INDEX, NCCL_IB_TC and NCCL_IB_SL.
+Status ApplyAddressingEnvironment(RdmaOptions& rdma) {
+  auto gid_index = verbs::GidIndexFromEnvironment(rdma.gid_index);
+  if (!gid_index.ok()) return gid_index.status().WithContext("rdma transport");
+  rdma.gid_index = *gid_index;
+  BX_RETURN_IF_ERROR(Uint8FromEnvironment("BX_TRAFFIC_CLASS", &rdma.traffic_class));
+  BX_RETURN_IF_ERROR(Uint8FromEnvironment("BX_SERVICE_LEVEL", &rdma.service_level));
+  if (rdma.service_level > 15)
+    return InvalidArgument("service level " + std::to_string(rdma.service_level) +
+                           " is outside 0..15");
+  return Status::Ok();
+}
+
+std::string_view LinkLayerName(uint8_t link_layer) {
+  return link_layer == IBV_LINK_LAYER_INFINIBAND ? "InfiniBand" : "Ethernet (RoCE)";
+}
+
+// The local address of the bootstrap socket, which picks the RoCE GID.
+std::optional<sockaddr_storage> LocalAddress(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof address;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return std::nullopt;
+  return address;
+}
 
 // The engine's settings from the public RdmaOptions, whose defaults must stay the engine's.
 engine::EngineConfig EngineConfigOf(const RdmaOptions& rdma) {
@@ -224,6 +277,18 @@ Result<std::unique_ptr<RdmaTransportImpl>> RdmaTransportImpl::Create(
   }
   if (t->device_->port().state != IBV_PORT_ACTIVE)
     return Unavailable("rdma transport: port 1 of " + t->device_->name() + " is not active");
+  BX_RETURN_IF_ERROR(ApplyAddressingEnvironment(t->rdma_));
+  // Queue depths the device cannot give would fail every QP later; say so now.
+  const uint32_t max_wr = uint32_t(std::max(t->device_->attr().max_qp_wr, 0));
+  if (rdma.send_queue_depth > max_wr || rdma.recv_queue_depth > max_wr)
+    return InvalidArgument("rdma transport: send_queue_depth " +
+                           std::to_string(rdma.send_queue_depth) + " or recv_queue_depth " +
+                           std::to_string(rdma.recv_queue_depth) + " exceeds " +
+                           t->device_->name() + "'s max_qp_wr " + std::to_string(max_wr));
+  // Fails now, saying why, when the port has no usable address for any connection.
+  auto address = verbs::ResolvePortAddress(*t->device_, kPort, nullptr, t->rdma_.gid_index);
+  if (!address.ok()) return address.status().WithContext("rdma transport");
+  t->default_address_ = *address;
   verbs::Library& lib = t->device_->lib();
   int threads = std::max(1, options.io_threads);
   for (int i = 0; i < threads; ++i) {
@@ -407,12 +472,22 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
     ::close(fd);
     return qp.status();
   }
+  const std::optional<sockaddr_storage> local = LocalAddress(fd);
+  auto address = verbs::ResolvePortAddress(
+      *device_, kPort, local ? reinterpret_cast<const sockaddr*>(&*local) : nullptr,
+      rdma_.gid_index);
+  if (!address.ok()) {
+    ::close(fd);
+    return address.status();
+  }
   verbs::RcOptions rc;
   rc.timeout = rdma_.timeout;
   rc.retry_cnt = rdma_.retry_cnt;
   rc.rnr_retry = rdma_.rnr_retry;
-  rc.mtu = std::min(device_->port().active_mtu, IBV_MTU_4096);
-  if (Status s = verbs::MoveRcToInit(lib, qp->qp(), 1, rc); !s.ok()) {
+  rc.gid_index = uint8_t(address->gid_index);
+  rc.traffic_class = rdma_.traffic_class;
+  rc.service_level = rdma_.service_level;
+  if (Status s = verbs::MoveRcToInit(lib, qp->qp(), kPort, rc); !s.ok()) {
     ::close(fd);
     return s;
   }
@@ -430,7 +505,11 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
 
   Hello mine;
   mine.qp_num = qpn;
-  mine.gid = device_->gid();
+  mine.gid = address->gid;
+  mine.lid = address->lid;
+  mine.link_layer = address->link_layer;
+  mine.mtu = address->active_mtu;
+  mine.psn = RandomPsn();
   mine.recv_queue_depth = config.recv_queue_depth;
   mine.eager_limit = config.eager_limit;
   mine.max_message_bytes = options_.max_message_bytes;
@@ -455,9 +534,25 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
     io.Run([&] { connection->Teardown(s); });
     return s;
   };
+  if (theirs.link_layer != mine.link_layer) {
+    const Status mismatch = FailedPrecondition(
+        "rdma: the peer's port is " + std::string(LinkLayerName(theirs.link_layer)) + ", ours is " +
+        std::string(LinkLayerName(mine.link_layer)) +
+        ": an InfiniBand port and a RoCE port cannot reach each other");
+    // The accepting side still answers with its Hello, so the peer can say the same.
+    if (peer_hello != nullptr)
+      (void)SendAcceptingHello(fd, mine, options_.auth_secret, auth, deadline);
+    return fail(mismatch);
+  }
   rc.psn = mine.psn;
   rc.remote_psn = theirs.psn;
-  if (Status s = verbs::MoveRcToRts(lib, connection->qp(), 1, theirs.qp_num, theirs.gid, rc);
+  rc.mtu = std::min({mine.mtu, theirs.mtu, IBV_MTU_4096});
+  if (mine.link_layer == IBV_LINK_LAYER_INFINIBAND) {
+    // By LID within a subnet; a GRH (by GID) only to reach another subnet.
+    rc.remote_lid = theirs.lid;
+    rc.global = std::memcmp(address->subnet_prefix_gid.raw, theirs.gid.raw, 8) != 0;
+  }
+  if (Status s = verbs::MoveRcToRts(lib, connection->qp(), kPort, theirs.qp_num, theirs.gid, rc);
       !s.ok())
     return fail(s);
   if (peer_hello != nullptr) {
@@ -476,6 +571,12 @@ RdmaTransportInfo RdmaTransportImpl::Info() {
   info.io_threads = int(io_.size());
   for (auto& io : io_) info.thread_domains += io->td() != nullptr ? 1 : 0;
   info.parent_domains = int(parent_domains_);
+  info.link_layer = LinkLayerName(default_address_.link_layer);
+  info.gid_index = int(default_address_.gid_index);
+  info.gid = verbs::FormatGidAddress(default_address_.gid);
+  info.gid_reason = default_address_.reason;
+  info.traffic_class = rdma_.traffic_class;
+  info.service_level = rdma_.service_level;
   info.engines_created = engines_created_.load(std::memory_order_relaxed);
   info.peers_refused = peers_refused_.load(std::memory_order_relaxed);
   std::vector<std::shared_ptr<RdmaConnection>> connections;
@@ -495,6 +596,19 @@ RdmaTransportInfo RdmaTransportImpl::Info() {
         if (io_[i].get() == &c->io())
           e.in_thread_domain = c->qp()->pd == io_domains_[i] && io_domains_[i] != device_->pd();
       e.counters = c->Counters();
+      ibv_qp_attr attr{};
+      ibv_qp_init_attr init{};
+      verbs::Library& lib = device_->lib();
+      if (lib.query_qp != nullptr && lib.query_qp(c->qp(), &attr, IBV_QP_AV, &init) == 0) {
+        e.send_psn = attr.sq_psn;
+        e.receive_psn = attr.rq_psn;
+        e.global = attr.ah_attr.is_global != 0;
+        e.gid_index = attr.ah_attr.grh.sgid_index;
+        e.traffic_class = attr.ah_attr.grh.traffic_class;
+        e.service_level = attr.ah_attr.sl;
+        e.remote_lid = attr.ah_attr.dlid;
+        e.path_mtu = 128 << int(attr.path_mtu);
+      }
       info.engines.push_back(std::move(e));
     });
   }
@@ -506,6 +620,19 @@ Result<RdmaTransportInfo> GetRdmaTransportInfo(Transport& transport) {
   if (rdma == nullptr) return InvalidArgument("not an rdma:// transport");
   return rdma->Info();
 }
+
+}  // namespace bx::rdma
+
+namespace bx {
+
+Result<RdmaOptions> ApplyRdmaEnvironment(RdmaOptions rdma) {
+  BX_RETURN_IF_ERROR(rdma::ApplyAddressingEnvironment(rdma));
+  return rdma;
+}
+
+}  // namespace bx
+
+namespace bx::rdma {
 
 Result<std::unique_ptr<Transport>> CreateRdmaTransport(const TransportOptions& options) {
   auto t = RdmaTransportImpl::Create(options, options.rdma);

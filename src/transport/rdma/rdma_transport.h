@@ -34,11 +34,28 @@ struct RdmaEngineInfo {
   size_t sockets;                            // sockets multiplexed on it
   bool in_thread_domain;                     // its QP was created in its I/O thread's parent domain
   std::map<std::string, uint64_t> counters;  // engine counters (window, scheduler, credits...)
+  // The QP's path as ibv_query_qp reports it (all zero where the library cannot query QPs).
+  uint32_t send_psn = 0;     // our first send PSN
+  uint32_t receive_psn = 0;  // the peer's first send PSN
+  bool global = false;       // a GRH on every packet (RoCE; InfiniBand across subnets)
+  uint8_t gid_index = 0;
+  uint8_t traffic_class = 0;
+  uint8_t service_level = 0;
+  uint16_t remote_lid = 0;
+  int path_mtu = 0;  // bytes
 };
 struct RdmaTransportInfo {
   int io_threads = 0;
   int thread_domains = 0;  // I/O threads that got a thread domain from the device
   int parent_domains = 0;  // ... and a parent domain carrying it
+  // How connections are addressed: the link layer and, for a connection bound to no particular
+  // address, the GID chosen and why (verbs/port_address.h).
+  std::string link_layer;
+  int gid_index = -1;
+  std::string gid;
+  std::string gid_reason;
+  uint8_t traffic_class = 0;
+  uint8_t service_level = 0;
   // Engines (QP, engine, receive buffers) ever set up, either side: a refused peer adds none.
   uint64_t engines_created = 0;
   // Bootstrap connections refused before anything was allocated (malformed Hello, failed

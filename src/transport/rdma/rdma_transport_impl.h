@@ -17,6 +17,7 @@
 #include "transport/rdma/rdma_connection.h"
 #include "transport/rdma/rdma_socket.h"
 #include "transport/rdma/rdma_transport.h"
+#include "verbs/port_address.h"
 #include "verbs/verbs.h"
 
 namespace bx::rdma {
@@ -69,6 +70,8 @@ class RdmaTransportImpl : public Transport {
   TransportOptions options_;
   RdmaOptions rdma_;
   verbs::Device* device_ = nullptr;  // bemalloc's device
+  // The port's address for a connection bound to no particular local address, chosen at Create.
+  verbs::PortAddress default_address_;
   std::vector<std::unique_ptr<engine::IoThread>> io_;
   std::vector<ibv_pd*> io_domains_;  // a parent domain per I/O thread (its thread domain)
   size_t parent_domains_ = 0;

@@ -1,0 +1,22 @@
+# The rdma suites again on each simnic device profile other than the default (issue 15): the
+# transport, RPC and PS tests over rdma://, and the engine, on a RoCE v2 NIC and on an
+# InfiniBand HCA (src/simnic/device_profile.h). ctest -L profile runs only these.
+foreach(profile roce ib)
+  set(suites
+    "engine|bx_engine_test|*"
+    "transport|bx_transport_test|*/rdma:Rdma*"
+    "rpc|bx_rpc_test|*/rdma:RpcProcess*"
+    "ps_service|bx_ps_service_test|*/rdma")
+  foreach(suite IN LISTS suites)
+    string(REPLACE "|" ";" parts "${suite}")
+    list(GET parts 0 name)
+    list(GET parts 1 target)
+    list(GET parts 2 filter)
+    add_test(NAME profile_${profile}.${name}
+      COMMAND $<TARGET_FILE:${target}> --gtest_filter=${filter} --gtest_brief=1)
+    set_tests_properties(profile_${profile}.${name} PROPERTIES
+      ENVIRONMENT "BX_SIM_PROFILE=${profile};BX_VERBS=sim"
+      LABELS "profile;profile-${profile}"
+      TIMEOUT 600)
+  endforeach()
+endforeach()
