@@ -22,6 +22,22 @@ struct BX_EXPORT DeviceInfo {
   std::string port_state;  // port 1, as ibv_port_state_str says ("PORT_ACTIVE")
   std::string link_layer;  // "InfiniBand", "Ethernet" or "unspecified"
   std::string gid;         // port 1, GID index 0, as ibv_devinfo prints it
+  int active_mtu = 0;      // port 1's active MTU, bytes
+  uint16_t lid = 0;        // port 1's LID (InfiniBand; 0 on RoCE)
+  struct Gid {
+    uint32_t index = 0;
+    std::string address;  // "::ffff:10.0.0.7", "fe80::..."
+    std::string type;     // "RoCE v1", "RoCE v2", "IB"
+  };
+  std::vector<Gid> gids;  // port 1's valid GID entries
+  // What an rdma:// transport uses on port 1 for a connection bound to no particular local
+  // address (a connection takes the RoCE v2 GID of its bootstrap address when there is one),
+  // after BX_GID_INDEX, BX_TRAFFIC_CLASS and BX_SERVICE_LEVEL. `gid_index` is -1 and
+  // `gid_reason` says why when the port has no usable address.
+  int gid_index = -1;
+  std::string gid_reason;
+  int traffic_class = -1;
+  int service_level = -1;
   uint32_t max_qp = 0;
   uint32_t max_qp_wr = 0;
   uint32_t max_cq = 0;

@@ -2,6 +2,8 @@
 // came from.
 #include "bx/devices.h"
 
+#include "bx/transport.h"
+
 #include "verbs/verbs.h"
 
 namespace bx {
@@ -15,6 +17,16 @@ Result<DeviceList> ListDevices() {
   list.backend = std::string(verbs::BackendName((*library)->backend()));
   list.library = (*library)->path();
   list.devices = std::move(devices).value();
+  // The class and level every rdma:// transport would give its QPs.
+  Result<RdmaOptions> rdma = ApplyRdmaEnvironment(RdmaOptions{});
+  for (DeviceInfo& device : list.devices) {
+    if (!rdma.ok()) {
+      device.gid_reason = rdma.status().ToString();
+      continue;
+    }
+    device.traffic_class = rdma->traffic_class;
+    device.service_level = rdma->service_level;
+  }
   return list;
 }
 

@@ -9,6 +9,13 @@
 namespace bx::tools {
 namespace {
 
+nlohmann::ordered_json Gids(const DeviceInfo& device) {
+  auto gids = nlohmann::ordered_json::array();
+  for (const DeviceInfo::Gid& g : device.gids)
+    gids.push_back({{"index", g.index}, {"gid", g.address}, {"type", g.type}});
+  return gids;
+}
+
 nlohmann::ordered_json ToJson(const DeviceInfo& device) {
   return {{"name", device.name},
           {"kind", device.kind},
@@ -20,7 +27,15 @@ nlohmann::ordered_json ToJson(const DeviceInfo& device) {
           {"max_cq", device.max_cq},
           {"max_cqe", device.max_cqe},
           {"max_mr", device.max_mr},
-          {"max_mr_size", device.max_mr_size}};
+          {"max_mr_size", device.max_mr_size},
+          {"active_mtu", device.active_mtu},
+          {"lid", device.lid},
+          {"gids", Gids(device)},
+          {"bexpress",
+           {{"gid_index", device.gid_index},
+            {"gid_reason", device.gid_reason},
+            {"traffic_class", device.traffic_class},
+            {"service_level", device.service_level}}}};
 }
 
 void PrintTable(const DeviceList& list) {
@@ -32,6 +47,19 @@ void PrintTable(const DeviceList& list) {
     fmt::print("{:<10} {:<8} {:<12} {:<11} {:<39} {:>8} {:>9} {:>8} {:>9} {:>8} {:>14}\n", d.name,
                d.kind, d.port_state, d.link_layer, d.gid, d.max_qp, d.max_qp_wr, d.max_cq,
                d.max_cqe, d.max_mr, d.max_mr_size);
+    // Port 1's addressing: MTU, LID, the GID table, and what bexpress will use.
+    fmt::print("  port 1: mtu {}, lid {}\n", d.active_mtu, d.lid);
+    for (const DeviceInfo::Gid& g : d.gids) {
+      const bool chosen = int(g.index) == d.gid_index;
+      fmt::print("  gid {:>3}  {:<39} {}\n", g.index, g.address,
+                 chosen ? fmt::format("{:<8}  <- bexpress", g.type) : g.type);
+    }
+    if (d.gid_index >= 0) {
+      fmt::print("  bexpress: gid index {} ({}), traffic class {}, service level {}\n", d.gid_index,
+                 d.gid_reason, d.traffic_class, d.service_level);
+    } else {
+      fmt::print("  bexpress: no usable address: {}\n", d.gid_reason);
+    }
   }
 }
 
