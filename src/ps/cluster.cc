@@ -204,13 +204,30 @@ Result<std::string> ReadSecretFile(const std::filesystem::path& path) {
   return secret;
 }
 
+// "rdma": {"gid_index": 0..255, "traffic_class": 0..255, "service_level": 0..15}, each optional.
+Status ParseRdmaSettings(const json& j, ClusterSpec::RdmaSettings* out) {
+  BX_RETURN_IF_ERROR(CheckKeys(j, "rdma", {"gid_index", "traffic_class", "service_level"}));
+  const std::pair<const char*, int*> fields[] = {{"gid_index", &out->gid_index},
+                                                 {"traffic_class", &out->traffic_class},
+                                                 {"service_level", &out->service_level}};
+  for (const auto& [key, value] : fields) {
+    if (!j.contains(key)) continue;
+    uint8_t v = 0;
+    BX_RETURN_IF_ERROR(GetNumber(j, "rdma", key, &v));
+    *value = v;
+  }
+  if (out->service_level > 15) return Bad("rdma.service_level", "must be 0..15");
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
   json root = json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return InvalidArgument("cluster file: not valid JSON");
   BX_RETURN_IF_ERROR(CheckKeys(
-      root, "(root)", {"version", "transport", "secret_file", "config_store", "tables", "shards"}));
+      root, "(root)",
+      {"version", "transport", "secret_file", "config_store", "rdma", "tables", "shards"}));
   uint32_t version = 0;
   BX_RETURN_IF_ERROR(GetNumber(root, "(root)", "version", &version));
   if (version != 1) return Bad("version", "must be 1");
@@ -236,6 +253,9 @@ Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
     spec.config_store = it->get<std::string>();
   }
 
+  if (auto it = root.find("rdma"); it != root.end()) {
+    BX_RETURN_IF_ERROR(ParseRdmaSettings(*it, &spec.rdma));
+  }
   if (auto it = root.find("tables"); it != root.end()) {
     if (!it->is_array()) return Bad("tables", "expected an array");
     std::set<uint32_t> ids;
@@ -305,6 +325,13 @@ std::string ClusterSpecToJson(const ClusterSpec& spec) {
   root["transport"] = spec.transport;
   if (!spec.secret_file.empty()) root["secret_file"] = spec.secret_file;
   if (!spec.config_store.empty()) root["config_store"] = spec.config_store;
+  if (!spec.rdma.empty()) {
+    json rdma = json::object();
+    if (spec.rdma.gid_index >= 0) rdma["gid_index"] = spec.rdma.gid_index;
+    if (spec.rdma.traffic_class >= 0) rdma["traffic_class"] = spec.rdma.traffic_class;
+    if (spec.rdma.service_level >= 0) rdma["service_level"] = spec.rdma.service_level;
+    root["rdma"] = std::move(rdma);
+  }
   json tables = json::array();
   for (const TableConfig& t : spec.tables) {
     json j;

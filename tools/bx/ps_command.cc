@@ -46,9 +46,21 @@ volatile sig_atomic_t g_stop = 0;
   throw CLI::RuntimeError(1);
 }
 
+// The cluster file's "rdma" settings become this process's BX_GID_INDEX, BX_TRAFFIC_CLASS and
+// BX_SERVICE_LEVEL, which every rdma:// transport it creates applies; a host that sets one
+// itself keeps its own.
+void ExportRdmaSettings(const ps::ClusterSpec::RdmaSettings& rdma) {
+  const std::pair<const char*, int> settings[] = {{"BX_GID_INDEX", rdma.gid_index},
+                                                  {"BX_TRAFFIC_CLASS", rdma.traffic_class},
+                                                  {"BX_SERVICE_LEVEL", rdma.service_level}};
+  for (const auto& [name, value] : settings)
+    if (value >= 0) setenv(name, std::to_string(value).c_str(), /*overwrite=*/0);
+}
+
 ps::ClusterSpec Load(const std::string& path) {
   Result<ps::ClusterSpec> spec = ps::LoadClusterFile(path);
   if (!spec.ok()) Fail("cluster file", spec.status());
+  ExportRdmaSettings(spec->rdma);  // before any transport exists
   return std::move(spec).value();
 }
 

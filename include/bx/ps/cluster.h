@@ -8,6 +8,7 @@
 //     "transport": "rdma",                  // optional: "rdma" (default) or "tcp"
 //     "secret_file": "cluster.secret",      // optional: see ClusterSpec::secret
 //     "config_store": "http://10.0.0.9:2379", // optional: see ClusterSpec::config_store
+//     "rdma": {"traffic_class": 106, "service_level": 3, "gid_index": 3}, // optional: see rdma
 //     "tables": [                           // optional
 //       {"id": 1, "name": "user", "kind": "embedding", "dim": 16,
 //        "init": {"kind": "normal", "mean": 0, "stddev": 0.01, "seed": 7},
@@ -58,6 +59,16 @@ struct BX_EXPORT ClusterSpec {
   // and leases"): an etcd client URL, "http://host:port". `bx ps serve` uses it unless --etcd
   // names another; without either, its failover is off.
   std::string config_store;
+  // rdma:// addressing for every process of the cluster (docs/DEPLOYING.md); -1 leaves the
+  // transport's default. `bx ps` and `bx demo` make them the process's BX_GID_INDEX,
+  // BX_TRAFFIC_CLASS and BX_SERVICE_LEVEL unless the host sets those itself (a host's own
+  // setting wins); a program of its own copies them into its RdmaOptions.
+  struct RdmaSettings {
+    int gid_index = -1;      // 0..255
+    int traffic_class = -1;  // 0..255: DSCP << 2 | ECN
+    int service_level = -1;  // 0..15
+    bool empty() const { return gid_index < 0 && traffic_class < 0 && service_level < 0; }
+  } rdma;
   std::vector<TableConfig> tables;
   std::vector<ShardSpec> shards;
 };

@@ -121,6 +121,35 @@ TEST(ClusterSpec, NamesItsConfigurationStoreAndWritesItBack) {
   EXPECT_EQ(again->config_store, spec->config_store);
 }
 
+TEST(ClusterSpec, CarriesRdmaAddressingChecksItAndWritesItBack) {
+  Result<ClusterSpec> spec = ParseClusterSpec(
+      R"({"version": 1, "rdma": {"traffic_class": 98, "service_level": 5},
+          "shards": [{"replicas": [{"rdma": "rdma://h:1"}]}]})");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->rdma.traffic_class, 98);
+  EXPECT_EQ(spec->rdma.service_level, 5);
+  EXPECT_EQ(spec->rdma.gid_index, -1) << "unset: the transport chooses";
+  Result<ClusterSpec> again = ParseClusterSpec(ClusterSpecToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->rdma.traffic_class, 98);
+  EXPECT_EQ(again->rdma.gid_index, -1);
+
+  const char* bad[][2] = {
+      {R"({"traffic_class": 256})", "rdma.traffic_class"},
+      {R"({"service_level": 16})", "rdma.service_level"},
+      {R"({"gid_index": -1})", "rdma.gid_index"},
+      {R"({"tclass": 106})", "unknown field \"tclass\""},
+  };
+  for (const auto& [rdma, expect] : bad) {
+    Result<ClusterSpec> refused = ParseClusterSpec(
+        std::string(R"({"version": 1, "rdma": )") + rdma +
+        R"(, "shards": [{"replicas": [{"rdma": "rdma://h:1"}]}]})");
+    ASSERT_FALSE(refused.ok()) << rdma;
+    EXPECT_NE(refused.status().message().find(expect), std::string::npos)
+        << refused.status().ToString();
+  }
+}
+
 // The secret file sits next to the cluster file; it must be the owner's alone.
 TEST(ClusterSpec, ReadsTheSecretFileAndRefusesOneOthersCanRead) {
   const std::string dir = ::testing::TempDir() + "/bx_ps_secret_test";
