@@ -22,6 +22,7 @@ struct BX_EXPORT DeviceInfo {
   std::string port_state;  // port 1, as ibv_port_state_str says ("PORT_ACTIVE")
   std::string link_layer;  // "InfiniBand", "Ethernet" or "unspecified"
   std::string gid;         // port 1, GID index 0, as ibv_devinfo prints it
+  int numa_node = -1;      // the NUMA node it is attached to (-1: unknown, or none)
   int active_mtu = 0;      // port 1's active MTU, bytes
   uint16_t lid = 0;        // port 1's LID (InfiniBand; 0 on RoCE)
   struct Gid {

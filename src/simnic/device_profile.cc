@@ -56,7 +56,8 @@ const DeviceProfile& ProfileForDevice(int index) {
   static bool warned = false;
   if (!warned) {
     warned = true;
-    std::fprintf(stderr, "bxsim: unknown device profile '%.*s' (default, roce, ib); using default\n",
+    std::fprintf(stderr,
+                 "bxsim: unknown device profile '%.*s' (default, roce, ib); using default\n",
                  int(name.size()), name.data());
   }
   return kProfiles[0];

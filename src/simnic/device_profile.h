@@ -9,7 +9,8 @@
 //            address as RoCE v1/v2, 2/3 the IPv4-mapped address as RoCE v1/v2; active MTU 1024
 //            (Ethernet MTU 1500); 220 bytes inline; no parent domains. RTR refuses an address
 //            vector without a GRH or with an empty GID entry; packets sent from a RoCE v1 GID or
-//            with traffic class 0 are counted, since on a RoCE fabric they leave the lossless class.
+//            with traffic class 0 are counted, since on a RoCE fabric they leave the lossless
+//            class.
 //   ib       an InfiniBand HCA: link layer InfiniBand, a LID per port from the fabric's LID
 //            registry, GID 0 = subnet prefix fe80:: + port GUID (type IB), MTU 4096, 188 bytes
 //            inline. A QP reaches its peer by LID (is_global = 0) or by GID with a GRH.

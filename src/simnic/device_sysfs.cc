@@ -102,7 +102,8 @@ bool WriteDevice(const fs::path& root, Device* device) {
             Put(ibdev / "board_id", "BXSIM-1") &&
             Put(ibdev / "node_desc", std::string(host) + " " + device->name()) &&
             Put(ibdev / "device" / "vendor", "0x0b5e") &&
-            Put(ibdev / "device" / "device", "0x0001");
+            Put(ibdev / "device" / "device", "0x0001") &&
+            Put(ibdev / "device" / "numa_node", "-1");  // no PCI device: no NUMA affinity
   const fs::path port = ibdev / "ports" / "1";
   WritePortState(port, device->link_up());
   const bool ib = device->profile().link_layer == IBV_LINK_LAYER_INFINIBAND;

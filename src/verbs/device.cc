@@ -140,6 +140,7 @@ Result<std::vector<DeviceInfo>> ListDevices(Library& lib) {
     info.gid = FormatGid(opened->gid(1, 0));
     info.active_mtu = port.active_mtu >= IBV_MTU_256 ? 128 << int(port.active_mtu) : 0;
     info.lid = port.lid;
+    info.numa_node = DeviceNumaNode(*opened);
     if (auto table = QueryGidTable(*opened, 1); table.ok()) {
       for (const GidTableEntry& e : *table)
         info.gids.push_back({e.index, FormatGidAddress(e.gid), std::string(GidTypeName(e.type))});

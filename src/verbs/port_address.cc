@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -82,7 +83,8 @@ Result<std::vector<GidTableEntry>> QueryGidTable(const Device& device, uint8_t p
       ibv_gid_entry raw{};
       int rc = lib.query_gid_ex(device.context(), port, i, &raw, 0, sizeof raw);
       if (rc == ENODATA) continue;  // an empty entry
-      if (rc != 0) return Status::FromErrno(rc, "ibv_query_gid_ex(index " + std::to_string(i) + ")");
+      if (rc != 0)
+        return Status::FromErrno(rc, "ibv_query_gid_ex(index " + std::to_string(i) + ")");
       entry.gid = raw.gid;
       entry.type = ibv_gid_type(raw.gid_type);
     } else {
@@ -134,8 +136,8 @@ Result<PortAddress> ResolvePortAddress(const Device& device, uint8_t port, const
   const ibv_port_attr attr = device.port(port);
   const std::string where = device.name() + " port " + std::to_string(port);
   if (attr.state != IBV_PORT_ACTIVE)
-    return FailedPrecondition(where + " is not active (" +
-                              device.lib().port_state_str(attr.state) + ")");
+    return FailedPrecondition(where + " is not active (" + device.lib().port_state_str(attr.state) +
+                              ")");
   PortAddress address;
   address.port = port;
   address.link_layer = attr.link_layer == IBV_LINK_LAYER_INFINIBAND ? IBV_LINK_LAYER_INFINIBAND
@@ -172,6 +174,25 @@ Result<PortAddress> ResolvePortAddress(const Device& device, uint8_t port, const
   address.gid_type = chosen->type;
   address.reason = std::move(reason);
   return address;
+}
+
+Result<uint8_t> FirstActivePort(const Device& device) {
+  std::string states;
+  const int ports = std::max<int>(device.attr().phys_port_cnt, 1);
+  for (int port = 1; port <= ports; ++port) {
+    const ibv_port_attr attr = device.port(uint8_t(port));
+    if (attr.state == IBV_PORT_ACTIVE) return uint8_t(port);
+    states += (states.empty() ? "" : ", ") + std::to_string(port) + " " +
+              device.lib().port_state_str(attr.state);
+  }
+  return Unavailable("no active port on " + device.name() + " (ports: " + states + ")");
+}
+
+int DeviceNumaNode(const Device& device) {
+  std::ifstream in(std::string(device.context()->device->ibdev_path) + "/device/numa_node");
+  int node = -1;
+  if (!(in >> node)) return -1;
+  return node;
 }
 
 Result<int> GidIndexFromEnvironment(int fallback) {

@@ -34,12 +34,12 @@ struct PortAddress {
   uint8_t port = 1;
   uint8_t link_layer = IBV_LINK_LAYER_ETHERNET;
   ibv_mtu active_mtu = IBV_MTU_1024;
-  uint16_t lid = 0;     // InfiniBand
-  ibv_gid gid{};        // the source GID
+  uint16_t lid = 0;  // InfiniBand
+  ibv_gid gid{};     // the source GID
   uint32_t gid_index = 0;
   ibv_gid_type gid_type = IBV_GID_TYPE_ROCE_V2;
   ibv_gid subnet_prefix_gid{};  // InfiniBand: GID 0, whose first 8 bytes are the subnet prefix
-  std::string reason;   // one line: why this GID ("bootstrap address 10.0.0.7", ...)
+  std::string reason;           // one line: why this GID ("bootstrap address 10.0.0.7", ...)
 };
 
 // Port `port`'s valid GID entries: _ibv_query_gid_ex where the library has it, else
@@ -56,11 +56,18 @@ Result<GidTableEntry> ChooseRoceGid(const std::vector<GidTableEntry>& table, con
 Result<PortAddress> ResolvePortAddress(const Device& device, uint8_t port, const sockaddr* local,
                                        int override_index);
 
+// The first active port of `device` (ports 1..phys_port_cnt), or Unavailable naming each
+// port's state: a dual-port NIC whose port 1 is cabled elsewhere still works.
+Result<uint8_t> FirstActivePort(const Device& device);
+
+// The NUMA node the device is attached to (sysfs device/numa_node), or -1 when unknown.
+int DeviceNumaNode(const Device& device);
+
 // The GID index BX_GID_INDEX names, or `fallback` when it is unset (InvalidArgument when set
 // to anything but 0..255).
 Result<int> GidIndexFromEnvironment(int fallback);
 
-std::string_view GidTypeName(ibv_gid_type type);  // "IB", "RoCE v1", "RoCE v2"
+std::string_view GidTypeName(ibv_gid_type type);   // "IB", "RoCE v1", "RoCE v2"
 std::string FormatGidAddress(const ibv_gid& gid);  // "::ffff:10.0.0.7", "fe80::1"
 
 }  // namespace bx::verbs

@@ -28,6 +28,7 @@ nlohmann::ordered_json ToJson(const DeviceInfo& device) {
           {"max_cqe", device.max_cqe},
           {"max_mr", device.max_mr},
           {"max_mr_size", device.max_mr_size},
+          {"numa_node", device.numa_node},
           {"active_mtu", device.active_mtu},
           {"lid", device.lid},
           {"gids", Gids(device)},
@@ -48,7 +49,7 @@ void PrintTable(const DeviceList& list) {
                d.kind, d.port_state, d.link_layer, d.gid, d.max_qp, d.max_qp_wr, d.max_cq,
                d.max_cqe, d.max_mr, d.max_mr_size);
     // Port 1's addressing: MTU, LID, the GID table, and what bexpress will use.
-    fmt::print("  port 1: mtu {}, lid {}\n", d.active_mtu, d.lid);
+    fmt::print("  numa node {}; port 1: mtu {}, lid {}\n", d.numa_node, d.active_mtu, d.lid);
     for (const DeviceInfo::Gid& g : d.gids) {
       const bool chosen = int(g.index) == d.gid_index;
       fmt::print("  gid {:>3}  {:<39} {}\n", g.index, g.address,

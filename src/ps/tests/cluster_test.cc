@@ -141,9 +141,9 @@ TEST(ClusterSpec, CarriesRdmaAddressingChecksItAndWritesItBack) {
       {R"({"tclass": 106})", "unknown field \"tclass\""},
   };
   for (const auto& [rdma, expect] : bad) {
-    Result<ClusterSpec> refused = ParseClusterSpec(
-        std::string(R"({"version": 1, "rdma": )") + rdma +
-        R"(, "shards": [{"replicas": [{"rdma": "rdma://h:1"}]}]})");
+    Result<ClusterSpec> refused =
+        ParseClusterSpec(std::string(R"({"version": 1, "rdma": )") + rdma +
+                         R"(, "shards": [{"replicas": [{"rdma": "rdma://h:1"}]}]})");
     ASSERT_FALSE(refused.ok()) << rdma;
     EXPECT_NE(refused.status().message().find(expect), std::string::npos)
         << refused.status().ToString();

@@ -43,9 +43,6 @@ constexpr std::chrono::milliseconds kNoDescriptorBackoff{10};
 // Inline capacity asked of the QP: rendezvous control payloads (16 bytes) go inline.
 constexpr uint32_t kInlineBytes = 64;
 
-// The port every QP uses. The simnic and most NICs have one; multi-port choice is not built.
-constexpr uint8_t kPort = 1;
-
 // A random 24-bit first PSN per connection, as rdma_cm picks one: a stale packet of an earlier
 // connection between the same QP numbers then cannot fall into the new one's window.
 uint32_t RandomPsn() {
@@ -275,8 +272,9 @@ Result<std::unique_ptr<RdmaTransportImpl>> RdmaTransportImpl::Create(
                                 ", cannot run on " + options.device);
     }
   }
-  if (t->device_->port().state != IBV_PORT_ACTIVE)
-    return Unavailable("rdma transport: port 1 of " + t->device_->name() + " is not active");
+  auto port = verbs::FirstActivePort(*t->device_);
+  if (!port.ok()) return port.status().WithContext("rdma transport");
+  t->port_ = *port;
   BX_RETURN_IF_ERROR(ApplyAddressingEnvironment(t->rdma_));
   // Queue depths the device cannot give would fail every QP later; say so now.
   const uint32_t max_wr = uint32_t(std::max(t->device_->attr().max_qp_wr, 0));
@@ -286,7 +284,7 @@ Result<std::unique_ptr<RdmaTransportImpl>> RdmaTransportImpl::Create(
                            std::to_string(rdma.recv_queue_depth) + " exceeds " +
                            t->device_->name() + "'s max_qp_wr " + std::to_string(max_wr));
   // Fails now, saying why, when the port has no usable address for any connection.
-  auto address = verbs::ResolvePortAddress(*t->device_, kPort, nullptr, t->rdma_.gid_index);
+  auto address = verbs::ResolvePortAddress(*t->device_, t->port_, nullptr, t->rdma_.gid_index);
   if (!address.ok()) return address.status().WithContext("rdma transport");
   t->default_address_ = *address;
   verbs::Library& lib = t->device_->lib();
@@ -474,7 +472,7 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
   }
   const std::optional<sockaddr_storage> local = LocalAddress(fd);
   auto address = verbs::ResolvePortAddress(
-      *device_, kPort, local ? reinterpret_cast<const sockaddr*>(&*local) : nullptr,
+      *device_, port_, local ? reinterpret_cast<const sockaddr*>(&*local) : nullptr,
       rdma_.gid_index);
   if (!address.ok()) {
     ::close(fd);
@@ -487,7 +485,7 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
   rc.gid_index = uint8_t(address->gid_index);
   rc.traffic_class = rdma_.traffic_class;
   rc.service_level = rdma_.service_level;
-  if (Status s = verbs::MoveRcToInit(lib, qp->qp(), kPort, rc); !s.ok()) {
+  if (Status s = verbs::MoveRcToInit(lib, qp->qp(), port_, rc); !s.ok()) {
     ::close(fd);
     return s;
   }
@@ -552,7 +550,7 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
     rc.remote_lid = theirs.lid;
     rc.global = std::memcmp(address->subnet_prefix_gid.raw, theirs.gid.raw, 8) != 0;
   }
-  if (Status s = verbs::MoveRcToRts(lib, connection->qp(), kPort, theirs.qp_num, theirs.gid, rc);
+  if (Status s = verbs::MoveRcToRts(lib, connection->qp(), port_, theirs.qp_num, theirs.gid, rc);
       !s.ok())
     return fail(s);
   if (peer_hello != nullptr) {
@@ -571,6 +569,7 @@ RdmaTransportInfo RdmaTransportImpl::Info() {
   info.io_threads = int(io_.size());
   for (auto& io : io_) info.thread_domains += io->td() != nullptr ? 1 : 0;
   info.parent_domains = int(parent_domains_);
+  info.port = port_;
   info.link_layer = LinkLayerName(default_address_.link_layer);
   info.gid_index = int(default_address_.gid_index);
   info.gid = verbs::FormatGidAddress(default_address_.gid);

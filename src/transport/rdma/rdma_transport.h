@@ -50,6 +50,7 @@ struct RdmaTransportInfo {
   int parent_domains = 0;  // ... and a parent domain carrying it
   // How connections are addressed: the link layer and, for a connection bound to no particular
   // address, the GID chosen and why (verbs/port_address.h).
+  int port = 0;  // the device port every QP uses: its first active one
   std::string link_layer;
   int gid_index = -1;
   std::string gid;

@@ -243,6 +243,21 @@ TEST(DeviceProfilesTest, InlineSizeAndParentDomainsFollowTheProfile) {
   }
 }
 
+TEST(DeviceProfilesTest, TheFirstActivePortIsUsedAndNoneIsAClearError) {
+  Device roce = Open("bxsim0");
+  auto port = FirstActivePort(roce);
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  EXPECT_EQ(*port, 1);
+  ASSERT_EQ(Sim().sim().set_link(roce.context(), 0), 0);
+  auto none = FirstActivePort(roce);
+  ASSERT_EQ(Sim().sim().set_link(roce.context(), 1), 0);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(none.status().message().find("1 PORT_DOWN"), std::string::npos)
+      << none.status().ToString();
+  EXPECT_EQ(DeviceNumaNode(roce), -1) << "the simnic has no PCI device";
+}
+
 }  // namespace
 }  // namespace bx::verbs
 
