@@ -1,7 +1,7 @@
 # The rdma suites again on each simnic device profile other than the default (issue 15): the
-# transport, RPC and PS tests over rdma://, and the engine, on a RoCE v2 NIC and on an
-# InfiniBand HCA (src/simnic/device_profile.h). ctest -L profile runs only these.
-foreach(profile roce ib)
+# transport, RPC and PS tests over rdma://, and the engine, on a RoCE v2 NIC, on a dual-port one
+# cabled on port 2 only, and on an InfiniBand HCA (src/simnic/device_profile.h). ctest -L profile runs only these.
+foreach(profile roce roce2 ib)
   set(suites
     "engine|bx_engine_test|*"
     "transport|bx_transport_test|*/rdma:Rdma*"

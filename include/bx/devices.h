@@ -15,23 +15,25 @@
 
 namespace bx {
 
-// One device, its port 1 and its limits, as the device reports them.
+// One device, the port bexpress uses (its first active port; port 1 when none is) and its
+// limits, as the device reports them.
 struct BX_EXPORT DeviceInfo {
-  std::string name;        // what InitOptions::device and TransportOptions::device take
-  std::string kind;        // "sim" or "hardware"
-  std::string port_state;  // port 1, as ibv_port_state_str says ("PORT_ACTIVE")
+  std::string name;  // what InitOptions::device and TransportOptions::device take
+  std::string kind;  // "sim" or "hardware"
+  int port = 1;
+  std::string port_state;  // as ibv_port_state_str says ("PORT_ACTIVE")
   std::string link_layer;  // "InfiniBand", "Ethernet" or "unspecified"
-  std::string gid;         // port 1, GID index 0, as ibv_devinfo prints it
+  std::string gid;         // GID index 0, as ibv_devinfo prints it
   int numa_node = -1;      // the NUMA node it is attached to (-1: unknown, or none)
-  int active_mtu = 0;      // port 1's active MTU, bytes
-  uint16_t lid = 0;        // port 1's LID (InfiniBand; 0 on RoCE)
+  int active_mtu = 0;      // the port's active MTU, bytes
+  uint16_t lid = 0;        // the port's LID (InfiniBand; 0 on RoCE)
   struct Gid {
     uint32_t index = 0;
     std::string address;  // "::ffff:10.0.0.7", "fe80::..."
     std::string type;     // "RoCE v1", "RoCE v2", "IB"
   };
-  std::vector<Gid> gids;  // port 1's valid GID entries
-  // What an rdma:// transport uses on port 1 for a connection bound to no particular local
+  std::vector<Gid> gids;  // the port's valid GID entries
+  // What an rdma:// transport uses on the port for a connection bound to no particular local
   // address (a connection takes the RoCE v2 GID of its bootstrap address when there is one),
   // after BX_GID_INDEX, BX_TRAFFIC_CLASS and BX_SERVICE_LEVEL. `gid_index` is -1 and
   // `gid_reason` says why when the port has no usable address.

@@ -46,8 +46,16 @@ class Device {
   // The fabric address (fe80::<pid>:<index>): what requests carry as their source.
   const ibv_gid& gid() const { return gid_; }
   const DeviceProfile& profile() const { return profile_; }
-  // Port 1's GID table, fixed at creation.
-  const std::vector<GidEntry>& gid_table() const { return gid_table_; }
+  // Ports 1..profile().ports exist; those below first_cabled_port are never up.
+  bool PortExists(uint32_t port) const { return port >= 1 && port <= profile_.ports; }
+  bool PortUp(uint32_t port) const {
+    return PortExists(port) && port >= profile_.first_cabled_port && link_up();
+  }
+  // A port's GID table, fixed at creation (empty for a port that is not cabled).
+  const std::vector<GidEntry>& gid_table(uint32_t port) const {
+    static const std::vector<GidEntry> kNone;
+    return port == profile_.first_cabled_port ? gid_table_ : kNone;
+  }
   uint16_t lid() const { return lid_; }  // 0 unless the link layer is InfiniBand
   uint64_t guid_be() const { return guid_be_; }
   DeviceCounters& counters() { return counters_; }

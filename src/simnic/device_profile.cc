@@ -14,9 +14,10 @@ namespace {
 
 // Sizes are those of the NICs named in the header: mlx5 reports 220 bytes inline on RoCE, an
 // EDR HCA's RC QP 188; the default keeps the simnic's historical 256.
-constexpr std::array<DeviceProfile, 3> kProfiles{{
+constexpr std::array<DeviceProfile, 4> kProfiles{{
     {"default", IBV_LINK_LAYER_ETHERNET, IBV_MTU_4096, 256, true, false, 1},
     {"roce", IBV_LINK_LAYER_ETHERNET, IBV_MTU_1024, 220, false, true, 16},
+    {"roce2", IBV_LINK_LAYER_ETHERNET, IBV_MTU_1024, 220, false, true, 16, 2, 2},
     {"ib", IBV_LINK_LAYER_INFINIBAND, IBV_MTU_4096, 188, true, true, 8},
 }};
 
@@ -57,7 +58,7 @@ const DeviceProfile& ProfileForDevice(int index) {
   if (!warned) {
     warned = true;
     std::fprintf(stderr,
-                 "bxsim: unknown device profile '%.*s' (default, roce, ib); using default\n",
+                 "bxsim: unknown device profile '%.*s' (default, roce, roce2, ib); using default\n",
                  int(name.size()), name.data());
   }
   return kProfiles[0];

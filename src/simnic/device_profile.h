@@ -11,6 +11,8 @@
 //            vector without a GRH or with an empty GID entry; packets sent from a RoCE v1 GID or
 //            with traffic class 0 are counted, since on a RoCE fabric they leave the lossless
 //            class.
+//   roce2    a dual-port RoCE v2 NIC whose port 1 is not cabled (DOWN, no addresses) and whose
+//            port 2 is the roce profile's port: code that assumes port 1 fails on it.
 //   ib       an InfiniBand HCA: link layer InfiniBand, a LID per port from the fabric's LID
 //            registry, GID 0 = subnet prefix fe80:: + port GUID (type IB), MTU 4096, 188 bytes
 //            inline. A QP reaches its peer by LID (is_global = 0) or by GID with a GRH.
@@ -46,6 +48,8 @@ struct DeviceProfile {
   bool parent_domains = true;
   bool strict_addressing = false;  // RTR checks the address vector as the link layer demands
   uint32_t gid_table_length = 1;   // gid_tbl_len: the table's capacity; unused entries are empty
+  uint8_t ports = 1;               // phys_port_cnt
+  uint8_t first_cabled_port = 1;   // ports below it are DOWN for good, with empty GID tables
 };
 
 // The profile named `name`, or null.

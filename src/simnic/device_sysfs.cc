@@ -87,6 +87,30 @@ void WritePortState(const fs::path& port, bool up) {
   Put(port / "phys_state", up ? "5: LinkUp" : "3: Disabled");
 }
 
+// One port's directory: state, link layer, LID, P_Key and its GID table with types.
+bool WritePort(const fs::path& ibdev, Device* device, uint32_t number) {
+  const fs::path port = ibdev / "ports" / std::to_string(number);
+  WritePortState(port, device->PortUp(number));
+  const bool ib = device->profile().link_layer == IBV_LINK_LAYER_INFINIBAND;
+  char lid[16];
+  std::snprintf(lid, sizeof lid, "0x%x", unsigned(device->lid()));
+  bool ok = Put(port / "rate", "100 Gb/sec (4X EDR)") &&
+            Put(port / "link_layer", ib ? "InfiniBand" : "Ethernet") && Put(port / "lid", lid) &&
+            Put(port / "sm_lid", ib ? "0x1" : "0x0") && Put(port / "lid_mask_count", "0") &&
+            Put(port / "cap_mask", "0x00000000") && Put(port / "pkeys" / "0", "0xffff");
+  const auto& table = device->gid_table(number);
+  for (uint32_t i = 0; ok && i < device->profile().gid_table_length; ++i) {
+    const std::string name = std::to_string(i);
+    const ibv_gid gid = i < table.size() ? table[i].gid : ibv_gid{};
+    const bool v2 = i < table.size() && table[i].type == GidType::kRoceV2;
+    ok = Put(port / "gids" / name, Hex16Groups(gid.raw, 8)) &&
+         Put(port / "gid_attrs" / "types" / name, v2 ? "RoCE v2" : "IB/RoCE v1");
+    // A RoCE GID belongs to a network device; the simnic's addresses live on loopback.
+    if (ok && !ib && i < table.size()) ok = Put(port / "gid_attrs" / "ndevs" / name, "lo");
+  }
+  return ok;
+}
+
 fs::path IbdevDir(Device* device) {
   return fs::path(SysfsDir()) / "class" / "infiniband" / device->name();
 }
@@ -104,23 +128,7 @@ bool WriteDevice(const fs::path& root, Device* device) {
             Put(ibdev / "device" / "vendor", "0x0b5e") &&
             Put(ibdev / "device" / "device", "0x0001") &&
             Put(ibdev / "device" / "numa_node", "-1");  // no PCI device: no NUMA affinity
-  const fs::path port = ibdev / "ports" / "1";
-  WritePortState(port, device->link_up());
-  const bool ib = device->profile().link_layer == IBV_LINK_LAYER_INFINIBAND;
-  char lid[16];
-  std::snprintf(lid, sizeof lid, "0x%x", unsigned(device->lid()));
-  ok = ok && Put(port / "rate", "100 Gb/sec (4X EDR)") &&
-       Put(port / "link_layer", ib ? "InfiniBand" : "Ethernet") && Put(port / "lid", lid) &&
-       Put(port / "sm_lid", ib ? "0x1" : "0x0") && Put(port / "lid_mask_count", "0") &&
-       Put(port / "cap_mask", "0x00000000") && Put(port / "pkeys" / "0", "0xffff");
-  const auto& table = device->gid_table();
-  for (uint32_t i = 0; ok && i < device->profile().gid_table_length; ++i) {
-    const std::string name = std::to_string(i);
-    const ibv_gid gid = i < table.size() ? table[i].gid : ibv_gid{};
-    const bool v2 = i < table.size() && table[i].type == GidType::kRoceV2;
-    ok = Put(port / "gids" / name, Hex16Groups(gid.raw, 8)) &&
-         Put(port / "gid_attrs" / "types" / name, v2 ? "RoCE v2" : "IB/RoCE v1");
-  }
+  for (uint32_t p = 1; ok && device->PortExists(p); ++p) ok = WritePort(ibdev, device, p);
   const fs::path uverbs = root / "class" / "infiniband_verbs" /
                           (std::string("uverbs") + std::to_string(device->index()));
   ok = ok && Put(uverbs / "ibdev", device->name()) && Put(uverbs / "abi_version", "1");
@@ -157,7 +165,8 @@ void WriteSysfs(uint32_t pid, const std::vector<Device*>& devices) {
 void UpdateSysfsPortState(Device* device) {
   std::lock_guard lock(SysfsMutex());
   if (SysfsDir().empty()) return;
-  WritePortState(IbdevDir(device) / "ports" / "1", device->link_up());
+  for (uint32_t p = 1; device->PortExists(p); ++p)
+    WritePortState(IbdevDir(device) / "ports" / std::to_string(p), device->PortUp(p));
 }
 
 }  // namespace bx::simnic

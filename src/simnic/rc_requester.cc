@@ -125,7 +125,7 @@ Reply Fabric::Transmit(SimQp* qp, SendWqe& wqe, uint8_t* rnr_timer) {
                      &total))
       return Reply::kLocalProtection;
   }
-  if (!dev->link_up()) return Reply::kNoResponse;
+  if (!dev->PortUp(qp->attr.port_num)) return Reply::kNoResponse;
 
   uint32_t peer_pid = 0, peer_index = 0;
   if (!ParseGid(qp->peer_address, &peer_pid, &peer_index)) return Reply::kNoResponse;

@@ -30,7 +30,7 @@ using namespace bx::simnic;
 extern "C" {
 
 ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
-  if (pd == nullptr || attr == nullptr || attr->port_num != 1) {
+  if (pd == nullptr || attr == nullptr || !ToSim(pd->context)->device->PortExists(attr->port_num)) {
     errno = EINVAL;
     return nullptr;
   }
@@ -38,7 +38,8 @@ ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   const Device& device = *ToSim(pd->context)->device;
   const bool lid_only =
       device.profile().link_layer == IBV_LINK_LAYER_INFINIBAND && !attr->is_global;
-  if (!lid_only && (!attr->is_global || attr->grh.sgid_index >= device.gid_table().size())) {
+  if (!lid_only &&
+      (!attr->is_global || attr->grh.sgid_index >= device.gid_table(attr->port_num).size())) {
     errno = EINVAL;
     return nullptr;
   }
@@ -62,8 +63,9 @@ int ibv_destroy_ah(ibv_ah* ah) {
 
 int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_grh* grh,
                         ibv_ah_attr* ah_attr) {
-  if (context == nullptr || wc == nullptr || ah_attr == nullptr || port_num != 1 ||
-      (wc->wc_flags & IBV_WC_GRH) == 0 || grh == nullptr) {
+  if (context == nullptr || wc == nullptr || ah_attr == nullptr ||
+      !ToSim(context)->device->PortExists(port_num) || (wc->wc_flags & IBV_WC_GRH) == 0 ||
+      grh == nullptr) {
     errno = EINVAL;  // RoCE needs the GRH to find the way back
     return -1;
   }

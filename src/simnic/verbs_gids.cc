@@ -29,12 +29,12 @@ ibv_gid_type PublicType(GidType type) {
   return IBV_GID_TYPE_ROCE_V2;
 }
 
-void FillEntry(const Device& device, uint32_t index, ibv_gid_entry* entry) {
+void FillEntry(const Device& device, uint32_t port, uint32_t index, ibv_gid_entry* entry) {
   std::memset(entry, 0, sizeof(*entry));
-  entry->gid = device.gid_table()[index].gid;
+  entry->gid = device.gid_table(port)[index].gid;
   entry->gid_index = index;
-  entry->port_num = 1;
-  entry->gid_type = PublicType(device.gid_table()[index].type);
+  entry->port_num = port;
+  entry->gid_type = PublicType(device.gid_table(port)[index].type);
   entry->ndev_ifindex = 0;  // no network device behind it
 }
 
@@ -45,12 +45,12 @@ extern "C" {
 int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index,
                       ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
   if (context == nullptr || entry == nullptr || flags != 0 || entry_size < sizeof(*entry) ||
-      port_num != 1) {
+      !ToSim(context)->device->PortExists(port_num)) {
     return EINVAL;
   }
   const Device& device = *ToSim(context)->device;
-  if (gid_index >= device.gid_table().size()) return ENODATA;
-  FillEntry(device, gid_index, entry);
+  if (gid_index >= device.gid_table(port_num).size()) return ENODATA;
+  FillEntry(device, port_num, gid_index, entry);
   return 0;
 }
 
@@ -60,14 +60,18 @@ ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_
     return -EINVAL;
   }
   const Device& device = *ToSim(context)->device;
-  const size_t valid = device.gid_table().size();
-  if (max_entries < valid) return -EINVAL;  // as libibverbs: the valid entries must fit
-  for (size_t i = 0; i < valid; ++i) FillEntry(device, uint32_t(i), &entries[i]);
+  size_t valid = 0;
+  for (uint32_t port = 1; device.PortExists(port); ++port) valid += device.gid_table(port).size();
+  if (max_entries < valid) return -EINVAL;  // as libibverbs: the valid entries of every port
+  size_t n = 0;
+  for (uint32_t port = 1; device.PortExists(port); ++port)
+    for (size_t i = 0; i < device.gid_table(port).size(); ++i)
+      FillEntry(device, port, uint32_t(i), &entries[n++]);
   return ssize_t(valid);
 }
 
 int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, int* type) {
-  if (context == nullptr || type == nullptr || port_num != 1) {
+  if (context == nullptr || type == nullptr || !ToSim(context)->device->PortExists(port_num)) {
     errno = EINVAL;
     return -1;
   }
@@ -77,8 +81,8 @@ int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int inde
     return -1;
   }
   // An empty entry reads as IB/RoCE v1, as the kernel's sysfs shows it.
-  const bool v2 =
-      index < device.gid_table().size() && device.gid_table()[index].type == GidType::kRoceV2;
+  const auto& table = device.gid_table(port_num);
+  const bool v2 = index < table.size() && table[index].type == GidType::kRoceV2;
   *type = v2 ? kGidTypeSysfsRoceV2 : kGidTypeSysfsIbRoceV1;
   return 0;
 }

@@ -61,14 +61,14 @@ int FillDeviceAttr(Device* dev, ibv_device_attr* attr) {
   attr->atomic_cap = IBV_ATOMIC_NONE;
   attr->max_pkeys = 1;
   attr->local_ca_ack_delay = 16;
-  attr->phys_port_cnt = 1;
+  attr->phys_port_cnt = dev->profile().ports;
   return 0;
 }
 
 int FillPortAttr(Device* dev, uint8_t port, ibv_port_attr* attr, size_t len) {
-  if (port != 1) return EINVAL;
+  if (!dev->PortExists(port)) return EINVAL;
   ibv_port_attr a{};
-  bool up = dev->link_up();
+  bool up = dev->PortUp(port);
   a.state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   const DeviceProfile& profile = dev->profile();
   a.max_mtu = IBV_MTU_4096;
@@ -292,17 +292,18 @@ int(ibv_query_port)(ibv_context* context, uint8_t port, struct _compat_ibv_port_
 
 int ibv_query_gid(ibv_context* context, uint8_t port, int index, ibv_gid* gid) {
   const Device& device = *ToSim(context)->device;
-  if (port != 1 || index < 0 || uint32_t(index) >= device.profile().gid_table_length) {
+  if (!device.PortExists(port) || index < 0 ||
+      uint32_t(index) >= device.profile().gid_table_length) {
     errno = EINVAL;
     return -1;
   }
-  const auto& table = device.gid_table();
+  const auto& table = device.gid_table(port);
   *gid = uint32_t(index) < table.size() ? table[size_t(index)].gid : ibv_gid{};  // empty: zero
   return 0;
 }
 
-int ibv_query_pkey(ibv_context*, uint8_t port, int index, __be16* pkey) {
-  if (port != 1 || index != 0) {
+int ibv_query_pkey(ibv_context* context, uint8_t port, int index, __be16* pkey) {
+  if (!ToSim(context)->device->PortExists(port) || index != 0) {
     errno = EINVAL;
     return -1;
   }

@@ -292,19 +292,26 @@ namespace {
 
 // RoCE carries a GRH on every packet, so its address vector must be global with a valid source
 // GID; InfiniBand may route by LID alone. The default profile checks only that it is global.
-int CheckAddressVector(const Device& device, const ibv_ah_attr& av) {
-  if (av.port_num != 0 && av.port_num != 1) return EINVAL;
+// `port` is the QP's port (the AV's, when it names one).
+int CheckAddressVector(const Device& device, uint32_t port, const ibv_ah_attr& av) {
+  if (!device.PortExists(port)) return EINVAL;
   const DeviceProfile& profile = device.profile();
   const bool infiniband = profile.link_layer == IBV_LINK_LAYER_INFINIBAND;
   if (!av.is_global) return infiniband ? 0 : EINVAL;
-  if (profile.strict_addressing && av.grh.sgid_index >= device.gid_table().size()) return EINVAL;
+  if (profile.strict_addressing && av.grh.sgid_index >= device.gid_table(port).size())
+    return EINVAL;
   return 0;
+}
+
+uint32_t PathPort(const SimQp& qp, const ibv_ah_attr& av) {
+  if (av.port_num != 0) return av.port_num;
+  return qp.attr.port_num != 0 ? qp.attr.port_num : 1;
 }
 
 // Resolves the AV to the peer's fabric address, once, at modify time: the hardware thread then
 // routes without looking at GIDs or LIDs. An address nobody holds resolves to zero, so requests
 // go unanswered and fail after the transport retries, as on a real fabric.
-void ApplyAddressVector(const Device& device, const ibv_ah_attr& av, SimQp* qp) {
+void ApplyAddressVector(const Device& device, uint32_t port, const ibv_ah_attr& av, SimQp* qp) {
   qp->peer_address = ibv_gid{};
   if (av.is_global) {
     (void)ResolveGid(av.grh.dgid, &qp->peer_address);
@@ -312,7 +319,7 @@ void ApplyAddressVector(const Device& device, const ibv_ah_attr& av, SimQp* qp) 
     qp->peer_address = MakeGid(pid, index);
   }
   const bool ethernet = device.profile().link_layer == IBV_LINK_LAYER_ETHERNET;
-  const auto& table = device.gid_table();
+  const auto& table = device.gid_table(port);
   qp->roce_v1 = ethernet && av.is_global && av.grh.sgid_index < table.size() &&
                 table[av.grh.sgid_index].type == GidType::kRoceV1;
   qp->unmarked = ethernet && av.grh.traffic_class == 0;
@@ -428,9 +435,10 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != from) return EINVAL;
   int to = (mask & IBV_QP_STATE) ? attr->qp_state : from;
   if (int rc = CheckTransition(from, to, mask); rc != 0) return rc;
-  if ((mask & IBV_QP_PORT) && attr->port_num != 1) return EINVAL;
+  if ((mask & IBV_QP_PORT) && !qp->device->PortExists(attr->port_num)) return EINVAL;
   if (mask & IBV_QP_AV) {
-    if (int rc = CheckAddressVector(*qp->device, attr->ah_attr); rc != 0) return rc;
+    const uint32_t port = PathPort(*qp, attr->ah_attr);
+    if (int rc = CheckAddressVector(*qp->device, port, attr->ah_attr); rc != 0) return rc;
   }
   if ((mask & IBV_QP_RETRY_CNT) && attr->retry_cnt > 7) return EINVAL;
   if ((mask & IBV_QP_RNR_RETRY) && attr->rnr_retry > 7) return EINVAL;
@@ -443,7 +451,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if (mask & IBV_QP_ACCESS_FLAGS) a.qp_access_flags = attr->qp_access_flags;
   if (mask & IBV_QP_AV) {
     a.ah_attr = attr->ah_attr;
-    ApplyAddressVector(*qp->device, a.ah_attr, qp);
+    ApplyAddressVector(*qp->device, PathPort(*qp, a.ah_attr), a.ah_attr, qp);
   }
   if (mask & IBV_QP_PATH_MTU) a.path_mtu = attr->path_mtu;
   if (mask & IBV_QP_DEST_QPN) a.dest_qp_num = attr->dest_qp_num;

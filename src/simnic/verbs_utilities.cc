@@ -16,6 +16,8 @@
 #include <cstring>
 #include <string>
 
+#include "simnic/verbs_internal.h"
+
 namespace {
 
 // Each rate: its enum, its multiple of 2.5 Gb/s (0: none, as libibverbs gives none for the FDR
@@ -96,7 +98,7 @@ int ibv_dofork_range(void* base, size_t size) {
 // The port's P_Key table holds the default full-membership key at index 0, as ibv_query_pkey
 // reports.
 int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
-  if (context == nullptr || port_num != 1) {
+  if (context == nullptr || !bx::simnic::ToSim(context)->device->PortExists(port_num)) {
     errno = EINVAL;
     return -1;
   }

@@ -40,10 +40,14 @@ Result<Device> Device::Open(std::string_view name) {
 Result<Device> Device::Open(Library& lib, std::string_view name) {
   Result<DeviceList> list = DeviceList::Get(lib);
   if (!list.ok()) return list.status();
+  // A device by its name, or by the network device one of its ports serves ("eth0").
   ibv_device* device = name.empty() ? list->devices().front() : list->Find(name);
+  if (device == nullptr && !name.empty()) device = list->FindByNetdev(name);
   if (device == nullptr) {
-    return NotFound("no RDMA device named '" + std::string(name) + "' in " + lib.path() +
-                    "; devices: " + list->Names());
+    return NotFound("no RDMA device named '" + std::string(name) +
+                    "', nor one serving a network "
+                    "device of that name, in " +
+                    lib.path() + "; devices: " + list->Names());
   }
   Device result;
   result.lib_ = &lib;
@@ -131,24 +135,27 @@ Result<std::vector<DeviceInfo>> ListDevices(Library& lib) {
     Result<Device> opened = Device::Open(lib, lib.get_device_name(device));
     if (!opened.ok()) return opened.status();
     const ibv_device_attr& attr = opened->attr();
-    ibv_port_attr port = opened->port(1);
+    Result<uint8_t> active = FirstActivePort(*opened);
+    const uint8_t port_num = active.ok() ? *active : 1;
+    ibv_port_attr port = opened->port(port_num);
     DeviceInfo info;
     info.name = opened->name();
     info.kind = lib.is_sim() ? "sim" : "hardware";
     info.port_state = lib.port_state_str(port.state);
     info.link_layer = LinkLayerName(port.link_layer);
-    info.gid = FormatGid(opened->gid(1, 0));
+    info.port = port_num;
+    info.gid = FormatGid(opened->gid(port_num, 0));
     info.active_mtu = port.active_mtu >= IBV_MTU_256 ? 128 << int(port.active_mtu) : 0;
     info.lid = port.lid;
     info.numa_node = DeviceNumaNode(*opened);
-    if (auto table = QueryGidTable(*opened, 1); table.ok()) {
+    if (auto table = QueryGidTable(*opened, port_num); table.ok()) {
       for (const GidTableEntry& e : *table)
         info.gids.push_back({e.index, FormatGidAddress(e.gid), std::string(GidTypeName(e.type))});
     }
     Result<int> override_index = GidIndexFromEnvironment(-1);
-    Result<PortAddress> address = override_index.ok()
-                                      ? ResolvePortAddress(*opened, 1, nullptr, *override_index)
-                                      : Result<PortAddress>(override_index.status());
+    Result<PortAddress> address =
+        override_index.ok() ? ResolvePortAddress(*opened, port_num, nullptr, *override_index)
+                            : Result<PortAddress>(override_index.status());
     if (address.ok()) {
       info.gid_index = int(address->gid_index);
       info.gid_reason = address->reason;

@@ -1,6 +1,9 @@
 #include "verbs/device_list.h"
 
 #include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <utility>
 
 namespace bx::verbs {
@@ -33,6 +36,24 @@ ibv_device* DeviceList::Find(std::string_view name) const {
   for (ibv_device* device : devices()) {
     const char* device_name = lib_->get_device_name(device);
     if (device_name != nullptr && name == device_name) return device;
+  }
+  return nullptr;
+}
+
+ibv_device* DeviceList::FindByNetdev(std::string_view netdev) const {
+  namespace fs = std::filesystem;
+  for (ibv_device* device : devices()) {
+    std::error_code ec;
+    for (const fs::directory_entry& port : fs::directory_iterator(
+             fs::path(device->ibdev_path) / "ports", fs::directory_options::none, ec)) {
+      std::error_code ndev_ec;
+      for (const fs::directory_entry& entry :
+           fs::directory_iterator(port.path() / "gid_attrs" / "ndevs", ndev_ec)) {
+        std::ifstream in(entry.path());
+        std::string name;
+        if (std::getline(in, name) && name == netdev) return device;
+      }
+    }
   }
   return nullptr;
 }

@@ -23,6 +23,9 @@ class DeviceList {
 
   std::span<ibv_device* const> devices() const { return {list_, static_cast<size_t>(count_)}; }
   // The device called `name`, or null.
+  // The device one of whose ports has a GID on the network device `netdev` ("eth0"), as sysfs
+  // says (<ibdev_path>/ports/<n>/gid_attrs/ndevs/<index>); null when none has.
+  ibv_device* FindByNetdev(std::string_view netdev) const;
   ibv_device* Find(std::string_view name) const;
   // "bxsim0, bxsim1": for error messages.
   std::string Names() const;

@@ -77,6 +77,7 @@ class SelfCheck {
     std::vector<uint8_t> buffer = std::vector<uint8_t>(kBufferSize);
     std::optional<MemoryRegion> mr;
     std::optional<RcQueuePair> qp;
+    uint8_t port = 1;
     uint8_t* at(size_t offset) { return buffer.data() + offset; }
   };
 
@@ -93,13 +94,22 @@ class SelfCheck {
     Result<Device> device = Device::Open(lib_, name);
     if (!device.ok()) return Fail("open " + name, device.status());
     side.device.emplace(std::move(device).value());
-    ibv_port_attr port = side.device->port(options_.port);
+    if (options_.port == 0) {
+      Result<uint8_t> active = FirstActivePort(*side.device);
+      if (!active.ok()) return Fail("open " + name, active.status());
+      side.port = *active;
+    } else {
+      side.port = options_.port;
+    }
+    ibv_port_attr port = side.device->port(side.port);
     if (port.state != IBV_PORT_ACTIVE) {
       Record("open " + name, false,
-             "port " + std::to_string(options_.port) + " is " + lib_.port_state_str(port.state));
+             "port " + std::to_string(side.port) + " is " + lib_.port_state_str(port.state));
       return false;
     }
-    Record("open " + name, true, "port active, gid " + FormatGid(side.device->gid(options_.port)));
+    Record("open " + name, true,
+           "port " + std::to_string(side.port) + " active, gid " +
+               FormatGid(side.device->gid(side.port)));
     return true;
   }
 
@@ -135,8 +145,8 @@ class SelfCheck {
     Result<int> override_index = GidIndexFromEnvironment(-1);
     if (!override_index.ok()) return Fail("connect rc", override_index.status());
     Result<PortAddress> address[2] = {
-        ResolvePortAddress(*a_.device, options_.port, nullptr, *override_index),
-        ResolvePortAddress(*b_.device, options_.port, nullptr, *override_index)};
+        ResolvePortAddress(*a_.device, a_.port, nullptr, *override_index),
+        ResolvePortAddress(*b_.device, b_.port, nullptr, *override_index)};
     for (const Result<PortAddress>& a : address)
       if (!a.ok()) return Fail("connect rc", a.status());
     if (address[0]->link_layer != address[1]->link_layer)
@@ -153,7 +163,7 @@ class SelfCheck {
         rc.global = false;
         rc.remote_lid = theirs.lid;
       }
-      status = ConnectRc(lib_, sides[i]->qp->qp(), options_.port, sides[1 - i]->qp->qp_num(),
+      status = ConnectRc(lib_, sides[i]->qp->qp(), sides[i]->port, sides[1 - i]->qp->qp_num(),
                          theirs.gid, rc);
     }
     if (!status.ok()) return Fail("connect rc", status);

@@ -15,7 +15,7 @@ namespace bx::verbs {
 struct SelfCheckOptions {
   std::string device_a = "bxsim0";  // the requester
   std::string device_b = "bxsim1";  // the responder
-  uint8_t port = 1;
+  uint8_t port = 0;                 // 0: each device's first active port
   // How long to wait for one completion before declaring it lost.
   std::chrono::milliseconds completion_timeout{5000};
 };

@@ -19,6 +19,7 @@ nlohmann::ordered_json Gids(const DeviceInfo& device) {
 nlohmann::ordered_json ToJson(const DeviceInfo& device) {
   return {{"name", device.name},
           {"kind", device.kind},
+          {"port", device.port},
           {"port_state", device.port_state},
           {"link_layer", device.link_layer},
           {"gid", device.gid},
@@ -49,7 +50,8 @@ void PrintTable(const DeviceList& list) {
                d.kind, d.port_state, d.link_layer, d.gid, d.max_qp, d.max_qp_wr, d.max_cq,
                d.max_cqe, d.max_mr, d.max_mr_size);
     // Port 1's addressing: MTU, LID, the GID table, and what bexpress will use.
-    fmt::print("  numa node {}; port 1: mtu {}, lid {}\n", d.numa_node, d.active_mtu, d.lid);
+    fmt::print("  numa node {}; port {}: mtu {}, lid {}\n", d.numa_node, d.port, d.active_mtu,
+               d.lid);
     for (const DeviceInfo::Gid& g : d.gids) {
       const bool chosen = int(g.index) == d.gid_index;
       fmt::print("  gid {:>3}  {:<39} {}\n", g.index, g.address,

@@ -15,6 +15,7 @@
 #include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
 #include "engine/io_thread.h"
+#include "verbs/port_address.h"
 #include "verbs/rc_connect.h"
 
 namespace bx::engine {
@@ -109,6 +110,11 @@ class EngineTest : public ::testing::Test {
   // Connects `a` and `b` (a fresh pair of sides) with `config`; `a` opens channel 0, `b` 1.
   void BuildPair(Side& a, Side& b, const EngineConfig& config) {
     verbs::Library& lib = g_device->lib();
+    // Addressed as the transport addresses its QPs, so the tests run on every device profile.
+    auto port = verbs::FirstActivePort(*g_device);
+    ASSERT_TRUE(port.ok()) << port.status().ToString();
+    auto address = verbs::ResolvePortAddress(*g_device, *port, nullptr, -1);
+    ASSERT_TRUE(address.ok()) << address.status().ToString();
     for (Side* s : {&a, &b}) {
       auto io = IoThread::Create(lib, g_device->context(), IoThreadOptions{});
       ASSERT_TRUE(io.ok()) << io.status().ToString();
@@ -122,7 +128,7 @@ class EngineTest : public ::testing::Test {
       ASSERT_TRUE(qp.ok()) << qp.status().ToString();
       s->qp.emplace(std::move(qp).value());
       verbs::RcOptions rc;
-      ASSERT_TRUE(verbs::MoveRcToInit(lib, s->qp->qp(), 1, rc).ok());
+      ASSERT_TRUE(verbs::MoveRcToInit(lib, s->qp->qp(), *port, rc).ok());
       Engine::Callbacks cb;
       cb.on_message = [s](ChannelId channel, Buffer m) {
         std::lock_guard lock(s->mu);
@@ -166,10 +172,15 @@ class EngineTest : public ::testing::Test {
     }
     verbs::RcOptions rc;
     rc.rnr_retry = 0;  // any receiver-not-ready fails the QP loudly
-    rc.mtu = IBV_MTU_4096;
-    ibv_gid gid = g_device->gid();
-    ASSERT_TRUE(verbs::MoveRcToRts(lib, a.qp->qp(), 1, b.qp->qp_num(), gid, rc).ok());
-    ASSERT_TRUE(verbs::MoveRcToRts(lib, b.qp->qp(), 1, a.qp->qp_num(), gid, rc).ok());
+    rc.mtu = address->active_mtu;
+    rc.gid_index = uint8_t(address->gid_index);
+    if (address->link_layer == IBV_LINK_LAYER_INFINIBAND) {
+      rc.global = false;
+      rc.remote_lid = address->lid;
+    }
+    const ibv_gid gid = address->gid;
+    ASSERT_TRUE(verbs::MoveRcToRts(lib, a.qp->qp(), *port, b.qp->qp_num(), gid, rc).ok());
+    ASSERT_TRUE(verbs::MoveRcToRts(lib, b.qp->qp(), *port, a.qp->qp_num(), gid, rc).ok());
     b.channel = 1;
     // Both engines take completions before either sends (an unregistered QP's are dropped).
     for (Side* s : {&a, &b}) s->io->Run([s] { s->io->AddEngine(s->engine.get()); });

@@ -1,6 +1,7 @@
 // The simnic's device profiles as a verbs program meets them (src/simnic/device_profile.h), and
 // the addressing of verbs/port_address.h on them. main() gives this process BX_SIM_PROFILE=
-// roce,ib before the simnic loads: bxsim0 is a RoCE v2 NIC, bxsim1 an InfiniBand HCA.
+// roce,ib,roce2 before the simnic loads: bxsim0 is a RoCE v2 NIC, bxsim1 an InfiniBand HCA,
+// bxsim2 a dual-port RoCE NIC cabled on port 2 only.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 
@@ -11,6 +12,7 @@
 
 #include "verbs/port_address.h"
 #include "verbs/rc_connect.h"
+#include "verbs/selfcheck.h"
 
 namespace bx::verbs {
 namespace {
@@ -56,10 +58,10 @@ struct Loop {
     qps.clear();
     for (ibv_mr* mr : mrs) Sim().dereg_mr(mr);
   }
-  Status Connect(const RcOptions& options, const ibv_gid& remote_gid) {
+  Status Connect(const RcOptions& options, const ibv_gid& remote_gid, uint8_t port = 1) {
     for (int i = 0; i < 2; ++i) {
       BX_RETURN_IF_ERROR(
-          ConnectRc(Sim(), qps[i].qp(), 1, qps[1 - i].qp_num(), remote_gid, options));
+          ConnectRc(Sim(), qps[i].qp(), port, qps[1 - i].qp_num(), remote_gid, options));
     }
     return Status::Ok();
   }
@@ -258,12 +260,70 @@ TEST(DeviceProfilesTest, TheFirstActivePortIsUsedAndNoneIsAClearError) {
   EXPECT_EQ(DeviceNumaNode(roce), -1) << "the simnic has no PCI device";
 }
 
+TEST(DeviceProfilesTest, ADualPortNicCabledOnPortTwoIsUsedThroughPortTwo) {
+  Device dual = Open("bxsim2");
+  EXPECT_EQ(dual.attr().phys_port_cnt, 2);
+  EXPECT_EQ(dual.port(1).state, IBV_PORT_DOWN);
+  auto empty = QueryGidTable(dual, 1);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty()) << "no addresses on a port that is not cabled";
+  auto port = FirstActivePort(dual);
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  ASSERT_EQ(*port, 2);
+  auto address = ResolvePortAddress(dual, *port, nullptr, -1);
+  ASSERT_TRUE(address.ok()) << address.status().ToString();
+  EXPECT_EQ(address->gid_index, 3u);
+  Loop loop(dual);
+  RcOptions options;
+  options.gid_index = uint8_t(address->gid_index);
+  ASSERT_TRUE(loop.Connect(options, address->gid, *port).ok());
+  EXPECT_EQ(loop.Write(), IBV_WC_SUCCESS);
+  // Port 1 has no source GID for a RoCE path at all.
+  Loop dead(dual);
+  EXPECT_FALSE(dead.Connect(options, address->gid, 1).ok());
+  SelfCheckOptions self;
+  self.device_a = self.device_b = "bxsim2";
+  EXPECT_EQ(RunSelfCheck(Sim(), self).failed(), 0) << "the self-check finds port 2 itself";
+}
+
+// As rdma_cm and NCCL let an operator name the interface: a device found by the network device
+// its GIDs live on (the simnic's RoCE addresses are on loopback; an InfiniBand port has none).
+TEST(DeviceProfilesTest, ADeviceIsFoundByTheNetworkDeviceItServes) {
+  auto by_netdev = Device::Open(Sim(), "lo");
+  ASSERT_TRUE(by_netdev.ok()) << by_netdev.status().ToString();
+  EXPECT_EQ(by_netdev->name(), "bxsim0");
+  auto none = Device::Open(Sim(), "eth9");
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(none.status().message().find("network device"), std::string::npos);
+}
+
+// `bx selfcheck` on each profile (a device to itself), and across the two, which must fail at
+// connect saying why.
+TEST(DeviceProfilesTest, TheSelfCheckPassesOnEachProfileAndRefusesToMixThem) {
+  for (const char* device : {"bxsim0", "bxsim1"}) {
+    SelfCheckOptions options;
+    options.device_a = options.device_b = device;
+    SelfCheckReport report = RunSelfCheck(Sim(), options);
+    EXPECT_EQ(report.failed(), 0) << device;
+    EXPECT_EQ(report.passed(), 8) << device;
+    for (const CheckResult& c : report.checks)
+      EXPECT_TRUE(c.passed) << device << ": " << c.name << ": " << c.detail;
+  }
+  SelfCheckReport mixed = RunSelfCheck(Sim(), SelfCheckOptions{});
+  ASSERT_EQ(mixed.failed(), 1);
+  EXPECT_EQ(mixed.checks.back().name, "connect rc");
+  EXPECT_NE(mixed.checks.back().detail.find("different link layers"), std::string::npos)
+      << mixed.checks.back().detail;
+}
+
 }  // namespace
 }  // namespace bx::verbs
 
 int main(int argc, char** argv) {
   // Before the simnic loads: it reads the profile once, when its fabric starts.
-  setenv("BX_SIM_PROFILE", "roce,ib", 1);
+  setenv("BX_SIM_PROFILE", "roce,ib,roce2", 1);
+  setenv("BX_SIM_DEVICES", "3", 1);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
