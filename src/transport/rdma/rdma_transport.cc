@@ -76,6 +76,15 @@ Status ApplyAddressingEnvironment(RdmaOptions& rdma) {
   return Status::Ok();
 }
 
+// BX_DEBUG=1: one stderr line per connection saying how it is addressed and why.
+bool DebugAddressing() {
+  static const bool on = [] {
+    const char* v = std::getenv("BX_DEBUG");
+    return v != nullptr && *v != '\0' && std::string_view(v) != "0";
+  }();
+  return on;
+}
+
 std::string_view LinkLayerName(uint8_t link_layer) {
   return link_layer == IBV_LINK_LAYER_INFINIBAND ? "InfiniBand" : "Ethernet (RoCE)";
 }
@@ -541,6 +550,12 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
     if (peer_hello != nullptr)
       (void)SendAcceptingHello(fd, mine, options_.auth_secret, auth, deadline);
     return fail(mismatch);
+  }
+  if (DebugAddressing()) {
+    std::fprintf(stderr, "bx rdma: %s: %s port %u, GID index %u %s (%s), traffic class %u, SL %u\n",
+                 connection->peer().c_str(), device_->name().c_str(), unsigned(port_),
+                 unsigned(address->gid_index), verbs::FormatGidAddress(address->gid).c_str(),
+                 address->reason.c_str(), unsigned(rc.traffic_class), unsigned(rc.service_level));
   }
   rc.psn = mine.psn;
   rc.remote_psn = theirs.psn;
