@@ -613,7 +613,8 @@ RdmaTransportInfo RdmaTransportImpl::Info() {
       ibv_qp_attr attr{};
       ibv_qp_init_attr init{};
       verbs::Library& lib = device_->lib();
-      if (lib.query_qp != nullptr && lib.query_qp(c->qp(), &attr, IBV_QP_AV, &init) == 0) {
+      constexpr int kPath = IBV_QP_AV | IBV_QP_SQ_PSN | IBV_QP_RQ_PSN | IBV_QP_PATH_MTU;
+      if (lib.query_qp != nullptr && lib.query_qp(c->qp(), &attr, kPath, &init) == 0) {
         e.send_psn = attr.sq_psn;
         e.receive_psn = attr.rq_psn;
         e.global = attr.ah_attr.is_global != 0;
@@ -621,7 +622,7 @@ RdmaTransportInfo RdmaTransportImpl::Info() {
         e.traffic_class = attr.ah_attr.grh.traffic_class;
         e.service_level = attr.ah_attr.sl;
         e.remote_lid = attr.ah_attr.dlid;
-        e.path_mtu = 128 << int(attr.path_mtu);
+        e.path_mtu = attr.path_mtu >= IBV_MTU_256 ? 128 << int(attr.path_mtu) : 0;
       }
       info.engines.push_back(std::move(e));
     });
