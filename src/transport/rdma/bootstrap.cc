@@ -82,11 +82,13 @@ Result<Hello> DecodeHello(const uint8_t in[64]) {
   std::memcpy(&lid, in + 48, 2);
   h.lid = le16toh(lid);
   h.link_layer = in[50];
-  h.mtu = ibv_mtu(in[51]);
+  // Checked as a byte before it becomes an ibv_mtu: an enum holding 9 is undefined behaviour.
+  const uint8_t mtu = in[51];
   if (h.link_layer != IBV_LINK_LAYER_ETHERNET && h.link_layer != IBV_LINK_LAYER_INFINIBAND)
     return DataLoss("bootstrap: unknown link layer " + std::to_string(h.link_layer));
-  if (h.mtu < IBV_MTU_256 || h.mtu > IBV_MTU_4096)
-    return DataLoss("bootstrap: invalid path MTU code " + std::to_string(int(h.mtu)));
+  if (mtu < uint8_t(IBV_MTU_256) || mtu > uint8_t(IBV_MTU_4096))
+    return DataLoss("bootstrap: invalid path MTU code " + std::to_string(mtu));
+  h.mtu = ibv_mtu(mtu);
   if (h.link_layer == IBV_LINK_LAYER_INFINIBAND && (h.lid == 0 || h.lid >= 0xc000))
     return DataLoss("bootstrap: InfiniBand peer without a unicast LID (" + std::to_string(h.lid) +
                     ")");
