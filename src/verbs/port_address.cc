@@ -176,6 +176,13 @@ Result<PortAddress> ResolvePortAddress(const Device& device, uint8_t port, const
   return address;
 }
 
+void SetPath(const PortAddress& mine, uint16_t peer_lid, const ibv_gid& peer_gid, RcOptions* rc) {
+  rc->gid_index = uint8_t(mine.gid_index);
+  if (mine.link_layer != IBV_LINK_LAYER_INFINIBAND) return;  // RoCE: always a GRH
+  rc->remote_lid = peer_lid;
+  rc->global = std::memcmp(mine.subnet_prefix_gid.raw, peer_gid.raw, 8) != 0;
+}
+
 Result<uint8_t> FirstActivePort(const Device& device) {
   std::string states;
   const int ports = std::max<int>(device.attr().phys_port_cnt, 1);

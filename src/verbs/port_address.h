@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "verbs/rc_connect.h"
 #include "verbs/verbs.h"
 
 namespace bx::verbs {
@@ -55,6 +56,11 @@ Result<GidTableEntry> ChooseRoceGid(const std::vector<GidTableEntry>& table, con
 // `local`. FailedPrecondition, saying why, when the port is down or has no usable GID.
 Result<PortAddress> ResolvePortAddress(const Device& device, uint8_t port, const sockaddr* local,
                                        int override_index);
+
+// Sets the path fields of `rc` for a connection from `mine` to a peer at (`peer_lid`,
+// `peer_gid`): our source GID index and, on InfiniBand, the peer's LID, with a GRH only when the
+// peer's subnet prefix differs from ours.
+void SetPath(const PortAddress& mine, uint16_t peer_lid, const ibv_gid& peer_gid, RcOptions* rc);
 
 // The first active port of `device` (ports 1..phys_port_cnt), or Unavailable naming each
 // port's state: a dual-port NIC whose port 1 is cabled elsewhere still works.

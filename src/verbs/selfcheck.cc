@@ -157,12 +157,8 @@ class SelfCheck {
       const PortAddress& mine = *address[i];
       const PortAddress& theirs = *address[1 - i];
       RcOptions rc;
-      rc.gid_index = uint8_t(mine.gid_index);
       rc.mtu = std::min(mine.active_mtu, theirs.active_mtu);
-      if (mine.link_layer == IBV_LINK_LAYER_INFINIBAND) {
-        rc.global = false;
-        rc.remote_lid = theirs.lid;
-      }
+      SetPath(mine, theirs.lid, theirs.gid, &rc);
       status = ConnectRc(lib_, sides[i]->qp->qp(), sides[i]->port, sides[1 - i]->qp->qp_num(),
                          theirs.gid, rc);
     }

@@ -173,11 +173,7 @@ class EngineTest : public ::testing::Test {
     verbs::RcOptions rc;
     rc.rnr_retry = 0;  // any receiver-not-ready fails the QP loudly
     rc.mtu = address->active_mtu;
-    rc.gid_index = uint8_t(address->gid_index);
-    if (address->link_layer == IBV_LINK_LAYER_INFINIBAND) {
-      rc.global = false;
-      rc.remote_lid = address->lid;
-    }
+    verbs::SetPath(*address, address->lid, address->gid, &rc);
     const ibv_gid gid = address->gid;
     ASSERT_TRUE(verbs::MoveRcToRts(lib, a.qp->qp(), *port, b.qp->qp_num(), gid, rc).ok());
     ASSERT_TRUE(verbs::MoveRcToRts(lib, b.qp->qp(), *port, a.qp->qp_num(), gid, rc).ok());

@@ -491,7 +491,6 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
   rc.timeout = rdma_.timeout;
   rc.retry_cnt = rdma_.retry_cnt;
   rc.rnr_retry = rdma_.rnr_retry;
-  rc.gid_index = uint8_t(address->gid_index);
   rc.traffic_class = rdma_.traffic_class;
   rc.service_level = rdma_.service_level;
   if (Status s = verbs::MoveRcToInit(lib, qp->qp(), port_, rc); !s.ok()) {
@@ -560,11 +559,7 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
   rc.psn = mine.psn;
   rc.remote_psn = theirs.psn;
   rc.mtu = std::min({mine.mtu, theirs.mtu, IBV_MTU_4096});
-  if (mine.link_layer == IBV_LINK_LAYER_INFINIBAND) {
-    // By LID within a subnet; a GRH (by GID) only to reach another subnet.
-    rc.remote_lid = theirs.lid;
-    rc.global = std::memcmp(address->subnet_prefix_gid.raw, theirs.gid.raw, 8) != 0;
-  }
+  verbs::SetPath(*address, theirs.lid, theirs.gid, &rc);
   if (Status s = verbs::MoveRcToRts(lib, connection->qp(), port_, theirs.qp_num, theirs.gid, rc);
       !s.ok())
     return fail(s);
