@@ -5,7 +5,7 @@ SANITIZE ?=
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test demo format format-check clean asan tsan test-asan test-tsan \
+.PHONY: all deps configure build test demo demo-python format format-check clean asan tsan test-asan test-tsan \
 	test-stress test-release build-variants conformance test-chaos install \
 	fuzz fuzz-smoke fuzz-build fuzz-corpus
 
@@ -29,6 +29,15 @@ demo: build
 	$(BUILD)/bin/bx devices
 	$(BUILD)/bin/bx selfcheck
 	$(BUILD)/bin/bx demo
+
+# The Python side (python/, examples/python/): trainers and a ranker in PyTorch on a `bx ps
+# serve` cluster over rdma:// (simnic) and tcp://, with a plot of loss and AUC (ctr.png).
+# PYTHON_ENV is what any Python program using the in-tree module needs (README, "Python").
+PYTHON_ENV = PYTHONPATH=$(CURDIR)/$(BUILD)/python GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 \
+	BX_BIN=$(CURDIR)/$(BUILD)/bin/bx
+CTR_PLOT ?= ctr.png
+demo-python: build
+	$(PYTHON_ENV) /usr/bin/python3 examples/python/ctr_train.py --plot $(CTR_PLOT)
 
 # The whole suite under ASan+UBSan, and under TSan. `asan` and `tsan` are the old names. The
 # `profile` label (the rdma suites again on the simnic's roce, roce2 and ib shapes) is left out

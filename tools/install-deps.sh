@@ -19,6 +19,8 @@ packages=(
   gnuplot-nox                               # plots of `bx sim incast --sweep`
   iproute2                                  # `ip netns` (multi-host failover test), `ss`
   etcd-server etcd-client libcurl4-openssl-dev   # ps/coord: etcd store (its tests run etcd)
+  pybind11-dev python3-dev                  # the bexpress Python module (python/)
+  python3-numpy python3-torch python3-matplotlib  # its tests, PsEmbedding, the CTR example's plot
 )
 
 missing=()

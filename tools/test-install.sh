@@ -107,4 +107,24 @@ for shard in 0 1; do
   grep -q "primary of epoch 1\|^serving" "$work/ps$shard.log" || { cat "$work/ps$shard.log" >&2; exit 1; }
 done
 "$work/cmake-build/ps_client" "$cluster" 1
+
+echo "== the Python package as installed, against the same cluster"
+module=$(find "$prefix" -name '_bexpress*.so' | head -1)
+[[ -n $module ]] || { echo "the bexpress Python package is not installed" >&2; exit 1; }
+# Debian's interpreter, from a directory far from the source tree; GLIBC_TUNABLES as the README says.
+(cd "$work" && PYTHONPATH=$(dirname "$(dirname "$module")") \
+  GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 /usr/bin/python3 - "$cluster" <<'PY'
+import sys
+import numpy as np
+import bexpress
+assert "/bx-install." in bexpress.__file__, bexpress.__file__  # the installed copy
+bexpress.init()
+with bexpress.PsClient(sys.argv[1], transport="rdma") as client:
+    keys = np.array([987654321, 123456789], dtype=np.uint64)
+    client.push("emb", keys, np.ones((2, 8), np.float32))
+    rows = client.fetch("emb", keys)
+    assert (rows == 0.0).all(), rows  # constant 1.0, then one SGD step of gradient 1
+print("python: push and fetch through the installed package OK")
+PY
+)
 echo "test-install: OK"

@@ -47,6 +47,38 @@ struct BX_EXPORT FetchResult {
   std::vector<float> values;  // keys.size() * dim, row i for key i
 };
 
+// The rows of one fetch, where possible without a copy: when every key fell on one shard (and
+// the host is little-endian, as the wire is), data() points into the received reply, whose
+// bemalloc buffer this object keeps alive; otherwise the shards' rows were gathered into one
+// array in key order (one copy, which scattering replies into request order needs). Move-only;
+// may be destroyed on any thread, after the client that fetched it.
+class BX_EXPORT FetchedRows {
+ public:
+  FetchedRows() = default;
+  // A view on `reply` (it must hold the rows at `values`, 4-byte aligned).
+  static FetchedRows View(rpc::Message reply, const float* values, size_t rows, uint32_t dim);
+  // Rows gathered into an array of their own.
+  static FetchedRows Gathered(std::vector<float> values, size_t rows, uint32_t dim);
+
+  uint32_t dim() const { return dim_; }
+  size_t rows() const { return rows_; }
+  const float* data() const { return data_; }  // rows() * dim() floats, row i for key i
+  bool copied() const { return !reply_; }      // false: data() is inside the received reply
+  // The received reply's payload that data() points into (empty when copied()).
+  std::span<const std::byte> reply_bytes() const {
+    if (!reply_) return {};
+    return {reply_.data(), reply_.size()};
+  }
+  std::vector<float> TakeVector() &&;  // the rows as a vector (a copy for a view)
+
+ private:
+  rpc::Message reply_;
+  std::vector<float> gathered_;
+  const float* data_ = nullptr;
+  size_t rows_ = 0;
+  uint32_t dim_ = 0;
+};
+
 struct BX_EXPORT PsClientStats {
   uint64_t push_failovers = 0;  // a push moved to another replica of its shard
   rpc::ClientStats rpc;         // summed over every rpc::Client of this client
@@ -66,6 +98,11 @@ class BX_EXPORT PsClient {
                   std::function<void(Result<FetchResult>)> done);
   Result<FetchResult> Fetch(uint32_t table, std::span<const uint64_t> keys,
                             std::chrono::microseconds timeout);
+  // As FetchAsync, the rows left in the reply where they can be (FetchedRows): for callers that
+  // hand the memory on (the Python module's NumPy arrays) rather than copy it.
+  void FetchRowsAsync(uint32_t table, std::span<const uint64_t> keys,
+                      std::chrono::microseconds timeout,
+                      std::function<void(Result<FetchedRows>)> done);
 
   // Pushes `gradients` (keys.size() * dim floats, row i for key i) into `table`; `done` gets OK
   // once every shard acknowledged its part, or the error that stopped one by `timeout`.

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <bit>
 #include <condition_variable>
 #include <map>
 #include <random>
@@ -124,30 +125,63 @@ struct PsClientCore::FetchJoin {
   std::vector<Result<rpc::Message>> results;
   size_t total_keys = 0;
   std::atomic<size_t> remaining{0};
-  std::function<void(Result<FetchResult>)> done;
+  std::function<void(Result<FetchResult>)> done;       // FetchAsync
+  std::function<void(Result<FetchedRows>)> done_rows;  // FetchRowsAsync
 
   void Complete() {
+    if (done_rows) return done_rows(Assemble(/*allow_view=*/true));
+    Result<FetchedRows> rows = Assemble(/*allow_view=*/false);
+    if (!rows.ok()) return done(rows.status());
     FetchResult out;
+    out.dim = rows->dim();
+    out.values = std::move(rows).value().TakeVector();
+    done(std::move(out));
+  }
+
+  // The rows in request key order: a view on the reply when one shard answered every key in
+  // order and its values can be read in place, else gathered (one copy per row).
+  Result<FetchedRows> Assemble(bool allow_view) {
+    std::vector<FetchResponseView> views;
     for (size_t b = 0; b < batches.size(); ++b) {
-      if (!results[b].ok()) return done(results[b].status());
+      if (!results[b].ok()) return results[b].status();
       const rpc::Message& m = *results[b];
       Result<FetchResponseView> view = DecodeFetchResponse({m.data(), m.size()});
-      if (!view.ok()) return done(view.status());
-      const ShardBatch& batch = batches[b];
-      if (view->key_count() != batch.keys.size()) {
-        return done(Status(StatusCode::kDataLoss, "fetch response key count"));
+      if (!view.ok()) return view.status();
+      if (view->key_count() != batches[b].keys.size()) {
+        return Status(StatusCode::kDataLoss, "fetch response key count");
       }
-      if (b == 0) {
-        out.dim = view->dim();
-        out.values.resize(total_keys * out.dim);
-      } else if (view->dim() != out.dim) {
-        return done(Status(StatusCode::kDataLoss, "shards disagree on dim"));
+      if (b > 0 && view->dim() != views[0].dim()) {
+        return Status(StatusCode::kDataLoss, "shards disagree on dim");
       }
-      for (size_t i = 0; i < batch.keys.size(); ++i) {
-        view->CopyRow(i, {out.values.data() + size_t{batch.positions[i]} * out.dim, out.dim});
+      views.push_back(*view);
+    }
+    if (views.empty()) return FetchedRows::Gathered({}, 0, 0);
+    const uint32_t dim = views[0].dim();
+    if (allow_view && CanView(views)) {
+      const auto* values = reinterpret_cast<const float*>(views[0].value_bytes().data());
+      return FetchedRows::View(std::move(results[0]).value(), values, total_keys, dim);
+    }
+    std::vector<float> values(total_keys * dim);
+    for (size_t b = 0; b < batches.size(); ++b) {
+      for (size_t i = 0; i < batches[b].keys.size(); ++i) {
+        views[b].CopyRow(i, {values.data() + size_t{batches[b].positions[i]} * dim, dim});
       }
     }
-    done(std::move(out));
+    return FetchedRows::Gathered(std::move(values), total_keys, dim);
+  }
+
+  // The wire is little-endian floats; a reply can be read in place when it holds every key in
+  // request order and its values are aligned for float.
+  bool CanView(const std::vector<FetchResponseView>& views) const {
+    if constexpr (std::endian::native != std::endian::little) return false;
+    if (views.size() != 1) return false;
+    const auto address = reinterpret_cast<uintptr_t>(views[0].value_bytes().data());
+    if (address % alignof(float) != 0) return false;
+    const std::vector<uint32_t>& positions = batches[0].positions;
+    for (size_t i = 0; i < positions.size(); ++i) {
+      if (positions[i] != i) return false;
+    }
+    return true;
   }
 };
 
@@ -155,13 +189,26 @@ void PsClientCore::FetchAsync(uint32_t table, std::span<const uint64_t> keys,
                               std::chrono::microseconds timeout,
                               std::function<void(Result<FetchResult>)> done) {
   auto join = std::make_shared<FetchJoin>();
+  join->done = std::move(done);
+  StartFetch(table, keys, timeout, std::move(join));
+}
+
+void PsClientCore::FetchRowsAsync(uint32_t table, std::span<const uint64_t> keys,
+                                  std::chrono::microseconds timeout,
+                                  std::function<void(Result<FetchedRows>)> done) {
+  auto join = std::make_shared<FetchJoin>();
+  join->done_rows = std::move(done);
+  StartFetch(table, keys, timeout, std::move(join));
+}
+
+void PsClientCore::StartFetch(uint32_t table, std::span<const uint64_t> keys,
+                              std::chrono::microseconds timeout, std::shared_ptr<FetchJoin> join) {
   join->batches = SplitByShard(keys, shard_count());
   for (size_t b = 0; b < join->batches.size(); ++b) {
     join->results.emplace_back(Status(StatusCode::kInternal, "not fetched"));
   }
   join->total_keys = keys.size();
   join->remaining = join->batches.size();
-  join->done = std::move(done);
   if (join->batches.empty()) return join->Complete();
   const rpc::Clock::time_point deadline = rpc::Clock::now() + timeout;
   for (size_t b = 0; b < join->batches.size(); ++b) {

@@ -28,6 +28,35 @@ Result<FetchResult> PsClient::Fetch(uint32_t table, std::span<const uint64_t> ke
   return core_->Fetch(table, keys, timeout);
 }
 
+void PsClient::FetchRowsAsync(uint32_t table, std::span<const uint64_t> keys,
+                              std::chrono::microseconds timeout,
+                              std::function<void(Result<FetchedRows>)> done) {
+  core_->FetchRowsAsync(table, keys, timeout, std::move(done));
+}
+
+FetchedRows FetchedRows::View(rpc::Message reply, const float* values, size_t rows, uint32_t dim) {
+  FetchedRows out;
+  out.reply_ = std::move(reply);
+  out.data_ = values;
+  out.rows_ = rows;
+  out.dim_ = dim;
+  return out;
+}
+
+FetchedRows FetchedRows::Gathered(std::vector<float> values, size_t rows, uint32_t dim) {
+  FetchedRows out;
+  out.gathered_ = std::move(values);
+  out.data_ = out.gathered_.data();
+  out.rows_ = rows;
+  out.dim_ = dim;
+  return out;
+}
+
+std::vector<float> FetchedRows::TakeVector() && {
+  if (!reply_) return std::move(gathered_);
+  return std::vector<float>(data_, data_ + rows_ * dim_);
+}
+
 void PsClient::PushAsync(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
                          std::span<const float> gradients, std::chrono::microseconds timeout,
                          std::function<void(Status)> done) {

@@ -330,6 +330,9 @@ class PsClientCore {
                   std::function<void(Result<FetchResult>)> done);
   Result<FetchResult> Fetch(uint32_t table, std::span<const uint64_t> keys,
                             std::chrono::microseconds timeout);
+  void FetchRowsAsync(uint32_t table, std::span<const uint64_t> keys,
+                      std::chrono::microseconds timeout,
+                      std::function<void(Result<FetchedRows>)> done);
 
   void PushAsync(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
                  std::span<const float> gradients, std::chrono::microseconds timeout,
@@ -356,6 +359,8 @@ class PsClientCore {
   class Timer;
   PsClientCore() = default;
   void TryPush(std::shared_ptr<PushAttempt> attempt);
+  void StartFetch(uint32_t table, std::span<const uint64_t> keys, std::chrono::microseconds timeout,
+                  std::shared_ptr<FetchJoin> join);
   void FetchFromShard(uint32_t table, std::shared_ptr<FetchJoin> join, size_t batch,
                       rpc::Clock::time_point deadline, uint32_t attempt);
 

@@ -63,6 +63,50 @@ TEST_P(PsServiceTest, FetchReturnsWhatPushesWrote) {
   }
 }
 
+// FetchRowsAsync leaves a one-shard answer in the reply (no copy) and gathers a several-shard
+// one in key order; both hold what Fetch returns, and outlive the client.
+TEST_P(PsServiceTest, FetchedRowsAreAViewOnOneShardsReplyAndGatheredAcrossShards) {
+  Cluster cluster;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 2, 1));
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 32; ++k) keys.push_back(Mix64(k + 7));
+  std::vector<float> gradients(keys.size() * kDim);
+  for (size_t i = 0; i < gradients.size(); ++i) gradients[i] = float(i % 5) + 0.5f;
+  ASSERT_TRUE(client->Push(kTable, kDim, keys, gradients, 5s).ok());
+  std::vector<uint64_t> one_shard;
+  for (uint64_t key : keys) {
+    if (ShardOfKey(key, 2) == 0) one_shard.push_back(key);
+  }
+  ASSERT_FALSE(one_shard.empty());
+  ASSERT_LT(one_shard.size(), keys.size());
+  auto fetch_rows = [&](std::span<const uint64_t> which) {
+    std::promise<Result<FetchedRows>> promise;
+    client->FetchRowsAsync(kTable, which, 5s,
+                           [&](Result<FetchedRows> rows) { promise.set_value(std::move(rows)); });
+    return promise.get_future().get();
+  };
+  Result<FetchedRows> view = fetch_rows(one_shard);
+  Result<FetchedRows> gathered = fetch_rows(keys);
+  Result<FetchResult> expected_view = client->Fetch(kTable, one_shard, 5s);
+  Result<FetchResult> expected_gathered = client->Fetch(kTable, keys, 5s);
+  ASSERT_TRUE(view.ok() && gathered.ok() && expected_view.ok() && expected_gathered.ok());
+  client.reset();
+  EXPECT_FALSE(view->copied());
+  EXPECT_TRUE(gathered->copied());
+  ASSERT_EQ(view->rows(), one_shard.size());
+  ASSERT_EQ(gathered->rows(), keys.size());
+  ASSERT_EQ(view->dim(), kDim);
+  for (size_t i = 0; i < one_shard.size() * kDim; ++i) {
+    ASSERT_EQ(view->data()[i], expected_view->values[i]) << "value " << i;
+  }
+  for (size_t i = 0; i < keys.size() * kDim; ++i) {
+    ASSERT_EQ(gathered->data()[i], expected_gathered->values[i]) << "value " << i;
+    ASSERT_EQ(gathered->data()[i], -gradients[i]) << "value " << i;  // learning rate 1
+  }
+}
+
 // A stream of pushes to one key; the primary is stopped mid-run, and the backup promoted a
 // little later (as an operator or failure detector would). Every push is acknowledged, the
 // survivor's value says each was applied exactly once, and a replay of an acked push is

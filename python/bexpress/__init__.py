@@ -1,0 +1,70 @@
+"""bexpress: a socket-like, zero-copy communication layer over RDMA, and the sharded parameter
+server it exists for, from Python.
+
+    import bexpress
+    bexpress.init()                                   # rdma:// and tcp:// (init(rdma=False): tcp only)
+    client = bexpress.PsClient("cluster.json", transport="rdma")
+    rows = client.fetch("user", ids)                  # numpy float32 (len(ids), dim), no copy
+    client.push("user", ids, grads)                   # grads: float32 (len(ids), dim), read in place
+    future = client.push_async("user", ids, grads)    # concurrent.futures.Future
+    rows = await client.fetch_asyncio("user", ids)    # inside an asyncio event loop
+
+Errors are exceptions carrying the status code (bexpress.errors). Every blocking call releases
+the GIL. The PyTorch layer is bexpress.torch (PsEmbedding).
+"""
+
+import asyncio
+import atexit
+
+try:
+    from . import _bexpress
+except ImportError as e:
+    if "static TLS" not in str(e):
+        raise
+    # Debian's libjemalloc (under bemalloc) uses initial-exec TLS, which a library loaded after
+    # start-up may only take from glibc's small reserve: the interpreter must reserve more.
+    raise ImportError(
+        "bexpress: libbexpress.so needs jemalloc's thread-local storage reserved at process "
+        "start (" + str(e) + "). Start Python with GLIBC_TUNABLES=glibc.rtld.optional_static_tls"
+        "=4096 in its environment (or with LD_PRELOAD=libjemalloc.so.2).") from e
+from ._bexpress import Cluster, FetchedRows, PsServer, devices, init, is_initialized, metrics
+from ._bexpress import shard_of_key, version
+from .errors import (Aborted, DataLoss, DeadlineExceeded, Error, FailedPrecondition, Internal,
+                     InvalidArgument, NotFound, ResourceExhausted, Unavailable, Unimplemented)
+
+__all__ = ["init", "is_initialized", "version", "devices", "metrics", "Cluster", "PsClient",
+           "PsServer", "FetchedRows", "shard_of_key", "Error", "InvalidArgument", "NotFound",
+           "Unavailable", "ResourceExhausted", "FailedPrecondition", "DeadlineExceeded",
+           "Aborted", "DataLoss", "Internal", "Unimplemented"]
+
+# Pending completions are delivered, and their thread stopped, before the interpreter goes.
+atexit.register(_bexpress._shutdown)
+
+
+class PsClient(_bexpress.PsClient):
+    """A parameter-server client of one cluster over one transport ("rdma" or "tcp").
+
+    `cluster` is a cluster file's path or a bexpress.Cluster. Tables are named by id or by their
+    name in the cluster file. Timeouts are in seconds. `fetch` returns a float32 (len(keys), dim)
+    array whose memory is the received reply when every key falls on one shard (array.base is
+    a FetchedRows; .copied says whether the rows had to be gathered from several shards);
+    `push` applies each gradient exactly once, across replica failures, before it returns.
+    """
+
+    def __init__(self, cluster, transport="rdma", client_id=0, connect_timeout=1.0):
+        if not isinstance(cluster, Cluster):
+            cluster = Cluster.load(str(cluster))
+        super().__init__(cluster, transport, client_id, connect_timeout)
+
+    async def fetch_asyncio(self, table, keys, timeout=5.0):
+        return await asyncio.wrap_future(self.fetch_async(table, keys, timeout))
+
+    async def push_asyncio(self, table, keys, grads, timeout=5.0):
+        return await asyncio.wrap_future(self.push_async(table, keys, grads, timeout))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

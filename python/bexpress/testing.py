@@ -1,0 +1,164 @@
+"""LocalCluster: a parameter-server cluster of `bx ps serve` processes on this host, for tests,
+examples and trying bexpress out. Each replica is its own process, as in production; with
+`etcd=True` an etcd of its own keeps each shard's configuration and its primary's lease, so a
+killed primary is replaced without losing an acknowledged push (docs/PS.md).
+
+    with LocalCluster(shards=2, replicas=2, tables=[...], etcd=True) as cluster:
+        client = bexpress.PsClient(cluster.path, transport="tcp")
+        ...
+        cluster.kill(shard=0, replica=0)
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+
+def find_bx():
+    """The bx binary: $BX_BIN, else bx next to this build tree (build/bin/bx), else on PATH."""
+    if os.environ.get("BX_BIN"):
+        return os.environ["BX_BIN"]
+    here = os.path.dirname(os.path.realpath(__file__))
+    for candidate in (os.path.join(os.path.dirname(os.path.dirname(here)), "build", "bin", "bx"),
+                      shutil.which("bx")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise FileNotFoundError("no bx binary: set BX_BIN to build/bin/bx")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"{what} within {timeout} s")
+
+
+class LocalCluster:
+    """`shards` x `replicas` `bx ps serve` processes on 127.0.0.1 holding `tables` (cluster-file
+    table entries). The cluster file is at .path; replica 0 of each shard starts as primary."""
+
+    def __init__(self, shards=1, replicas=1, tables=(), etcd=False, lease_ms=2000,
+                 bx=None, workdir=None, env=None):
+        self.bx = bx or find_bx()
+        self._owned_dir = workdir is None
+        self.dir = workdir or tempfile.mkdtemp(prefix="bx-cluster-")
+        self.path = os.path.join(self.dir, "cluster.json")
+        self.env = dict(os.environ, **(env or {}))
+        self.lease_ms = lease_ms
+        self.processes = {}  # (shard, replica) -> Popen
+        self.etcd = None
+        try:
+            spec = {"version": 1, "tables": list(tables), "secret_file": "cluster.secret",
+                    "shards": [{"replicas": [{"rdma": f"rdma://127.0.0.1:{free_port()}",
+                                              "tcp": f"tcp://127.0.0.1:{free_port()}"}
+                                             for _ in range(replicas)]}
+                               for _ in range(shards)]}
+            secret = os.path.join(self.dir, "cluster.secret")
+            with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+                f.write(os.urandom(16).hex())
+            if etcd:
+                spec["config_store"] = self._start_etcd()
+            with open(self.path, "w") as f:
+                json.dump(spec, f, indent=1)
+            self.spec = spec
+            for s in range(shards):
+                for r in range(replicas):
+                    self.start(s, r)
+            for s in range(shards):
+                for r in range(replicas):
+                    self._wait_listening(s, r)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_etcd(self):
+        client, peer = free_port(), free_port()
+        client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
+        log = open(os.path.join(self.dir, "etcd.log"), "w")
+        self.etcd = subprocess.Popen(
+            ["etcd", "--name", "default", "--data-dir", os.path.join(self.dir, "etcd"),
+             "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+             "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+             "--initial-cluster", f"default={peer_url}"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+        def healthy():
+            if self.etcd.poll() is not None:
+                raise RuntimeError(f"etcd exited: see {log.name}")
+            try:
+                with urllib.request.urlopen(client_url + "/health", timeout=1) as reply:
+                    return b'"true"' in reply.read()
+            except OSError:
+                return False
+        _wait_for(healthy, 30, "etcd healthy")
+        return client_url
+
+    def log_path(self, shard, replica):
+        return os.path.join(self.dir, f"shard{shard}-replica{replica}.log")
+
+    def start(self, shard, replica):
+        """Starts (or restarts) one replica's process."""
+        log = open(self.log_path(shard, replica), "a")
+        command = [self.bx, "ps", "serve", "--cluster", self.path, "--shard", str(shard),
+                   "--replica", str(replica)]
+        if self.etcd:
+            command += ["--lease-ms", str(self.lease_ms)]
+        self.processes[(shard, replica)] = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env)
+
+    def _wait_listening(self, shard, replica):
+        def listening():
+            process = self.processes[(shard, replica)]
+            if process.poll() is not None:
+                raise RuntimeError(f"bx ps serve shard {shard} replica {replica} exited "
+                                   f"{process.returncode}: {self.log(shard, replica)}")
+            return "listening on" in self.log(shard, replica)
+        _wait_for(listening, 60, f"shard {shard} replica {replica} listening")
+
+    def log(self, shard, replica):
+        with open(self.log_path(shard, replica)) as f:
+            return f.read()
+
+    def kill(self, shard, replica):
+        """SIGKILL: the replica stops mid-whatever, as a crashed host would."""
+        process = self.processes.pop((shard, replica))
+        process.kill()
+        process.wait()
+
+    def close(self):
+        for process in self.processes.values():
+            process.send_signal(signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.processes.clear()
+        if self.etcd:
+            self.etcd.kill()
+            self.etcd.wait()
+            self.etcd = None
+        if self._owned_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

@@ -1,0 +1,199 @@
+"""bexpress.PsClient against `bx ps serve` processes, over rdma:// (simnic) and tcp://: values,
+zero-copy fetches, exceptions with codes, the GIL, futures and asyncio, and PsServer."""
+
+import asyncio
+import gc
+import json
+import socket
+import threading
+import time
+import unittest
+
+import numpy as np
+
+import bexpress
+from bexpress.testing import LocalCluster, free_port
+
+DIM = 4
+TABLES = [{"id": 1, "name": "emb", "kind": "embedding", "dim": DIM,
+           "optimizer": {"kind": "sgd", "learning_rate": 1}},
+          {"id": 2, "name": "dense", "kind": "dense", "dim": 2, "rows": 8}]
+cluster = None
+
+
+def setUpModule():
+    global cluster
+    bexpress.init()
+    cluster = LocalCluster(shards=2, replicas=1, tables=TABLES)
+
+
+def tearDownModule():
+    cluster.close()
+
+
+def keys_of_shard(shard, count, start=1):
+    keys, k = [], start
+    while len(keys) < count:
+        if bexpress.shard_of_key(k, 2) == shard:
+            keys.append(k)
+        k += 1
+    return np.array(keys, dtype=np.uint64)
+
+
+class PsClientTest(unittest.TestCase):
+    def each_transport(self):
+        for transport in ("rdma", "tcp"):
+            with self.subTest(transport=transport):
+                with bexpress.PsClient(cluster.path, transport=transport) as client:
+                    yield transport, client
+
+    def test_fetch_returns_what_pushes_wrote(self):
+        base = 1000
+        for transport, client in self.each_transport():
+            keys = np.arange(base, base + 64, dtype=np.uint64)
+            base += 1000
+            grads = (np.arange(64 * DIM, dtype=np.float32).reshape(64, DIM) % 7) - 3
+            for _ in range(3):
+                client.push("emb", keys, grads)
+            rows = client.fetch("emb", keys)
+            self.assertEqual(rows.dtype, np.float32)
+            self.assertEqual(rows.shape, (64, DIM))
+            np.testing.assert_array_equal(rows, -3 * grads)  # learning rate 1: w = -sum(g)
+            # By id as well as by name; keys as a list of ints.
+            np.testing.assert_array_equal(client.fetch(1, [int(k) for k in keys[:3]]),
+                                          -3 * grads[:3])
+
+    def test_fetch_is_a_view_on_the_received_reply_and_outlives_the_client(self):
+        for transport, client in self.each_transport():
+            keys = keys_of_shard(0, 16, start=50_000 if transport == "rdma" else 60_000)
+            client.push("emb", keys, np.full((16, DIM), 2, np.float32))
+            rows = client.fetch("emb", keys)
+            owner = rows.base
+            self.assertIsInstance(owner, bexpress.FetchedRows)
+            self.assertFalse(owner.copied)
+            begin, end = owner.received_range
+            address = rows.__array_interface__["data"][0]
+            self.assertEqual(address, owner.address)
+            self.assertTrue(begin <= address and address + rows.nbytes <= end,
+                            f"rows at {address:#x} are not inside the reply [{begin:#x}, {end:#x})")
+            # Keys of both shards are gathered into key order: the one copy that remains.
+            both = np.concatenate([keys, keys_of_shard(1, 4)])
+            gathered = client.fetch("emb", both)
+            self.assertTrue(gathered.base.copied)
+            self.assertEqual(gathered.base.received_range, (0, 0))
+            np.testing.assert_array_equal(gathered[:16], rows)
+            client.close()
+            del client
+            gc.collect()
+            np.testing.assert_array_equal(rows, np.full((16, DIM), -2, np.float32))
+            rows[0, 0] = 5  # the caller's memory: writable
+            self.assertEqual(rows[0, 0], 5)
+
+    def test_exceptions_carry_status_codes(self):
+        for transport, client in self.each_transport():
+            with self.assertRaises(bexpress.NotFound) as caught:
+                client.fetch("no-such-table", [1])
+            self.assertEqual(caught.exception.code, "NOT_FOUND")
+            self.assertIn("no-such-table", caught.exception.message)
+            with self.assertRaises(ValueError) as caught:  # InvalidArgument is a ValueError
+                client.push("emb", [1, 2], np.zeros((3, DIM), np.float32))
+            self.assertIsInstance(caught.exception, bexpress.InvalidArgument)
+            with self.assertRaises(bexpress.InvalidArgument):
+                client.fetch("emb", [1], timeout=0)
+            # The server's own refusal comes back with its code: row 99 of an 8-row dense table.
+            with self.assertRaises(bexpress.Error) as caught:
+                client.fetch("dense", [99])
+            self.assertEqual(caught.exception.code, "INVALID_ARGUMENT", caught.exception)
+            with self.assertRaises(bexpress.Error) as caught:
+                client.push("emb", [1], np.zeros((1, DIM + 1), np.float32))
+            self.assertEqual(caught.exception.code, "INVALID_ARGUMENT", caught.exception)
+            with self.assertRaises(bexpress.InvalidArgument):
+                bexpress.PsClient(cluster.path, transport="udp")
+
+    def test_a_call_nobody_answers_ends_at_its_deadline_and_releases_the_gil(self):
+        # A replica whose port accepts connections (the kernel's backlog) and never answers.
+        with socket.socket() as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(16)
+            port = silent.getsockname()[1]
+            spec = {"version": 1, "tables": TABLES,
+                    "shards": [{"replicas": [{"tcp": f"tcp://127.0.0.1:{port}"}]}]}
+            self.check_deadline_without_gil(bexpress.Cluster.parse(json.dumps(spec)))
+
+    def check_deadline_without_gil(self, silent_cluster):
+        with bexpress.PsClient(silent_cluster, "tcp", connect_timeout=5.0) as client:
+            ticks = 0
+            stop = threading.Event()
+
+            def count():
+                nonlocal ticks
+                while not stop.is_set():
+                    ticks += 1
+                    time.sleep(0.001)
+            counter = threading.Thread(target=count)
+            counter.start()
+            start = time.monotonic()
+            with self.assertRaises(bexpress.Error) as caught:
+                client.fetch("emb", [1], timeout=1.0)
+            elapsed = time.monotonic() - start
+            stop.set()
+            counter.join()
+            self.assertEqual(caught.exception.code, "DEADLINE_EXCEEDED", caught.exception)
+            self.assertGreaterEqual(elapsed, 0.9)
+            # Holding the GIL for the second would have left the counter at a handful of ticks.
+            self.assertGreater(ticks, 100, f"{ticks} ticks in {elapsed:.2f} s")
+
+    def test_futures_and_asyncio(self):
+        for transport, client in self.each_transport():
+            keys = np.arange(70_000, 70_032, dtype=np.uint64) + (0 if transport == "rdma" else 100)
+            futures = [client.push_async("emb", keys, np.ones((32, DIM), np.float32))
+                       for _ in range(20)]
+            for future in futures:
+                self.assertIsNone(future.result(timeout=10))
+            np.testing.assert_array_equal(client.fetch_async("emb", keys).result(timeout=10),
+                                          np.full((32, DIM), -20, np.float32))
+
+            async def both():
+                await client.push_asyncio("emb", keys, np.ones((32, DIM), np.float32))
+                return await client.fetch_asyncio("emb", keys)
+            np.testing.assert_array_equal(asyncio.run(both()), np.full((32, DIM), -21, np.float32))
+            failed = client.fetch_async("dense", [99])
+            with self.assertRaises(bexpress.InvalidArgument):
+                failed.result(timeout=10)
+
+    def test_stats_and_metrics(self):
+        for transport, client in self.each_transport():
+            client.fetch("emb", [1, 2, 3])
+            stats = client.stats()
+            self.assertGreaterEqual(stats["calls"], 1)
+            self.assertGreaterEqual(stats["ok"], 1)
+            self.assertTrue(stats["latency"], stats)  # per method, successful calls
+        self.assertIsInstance(bexpress.metrics(), dict)
+
+
+class PsServerTest(unittest.TestCase):
+    def test_an_in_process_server_serves_a_client(self):
+        rdma, tcp = free_port(), free_port()
+        spec = {"version": 1, "tables": TABLES, "shards": [{"replicas": [
+            {"rdma": f"rdma://127.0.0.1:{rdma}", "tcp": f"tcp://127.0.0.1:{tcp}"}]}]}
+        c = bexpress.Cluster.parse(json.dumps(spec))
+        self.assertEqual(c.shard_count, 1)
+        self.assertEqual(c.tables["emb"], (1, DIM))
+        server = bexpress.PsServer(c)
+        server.start([f"rdma://127.0.0.1:{rdma}", f"tcp://127.0.0.1:{tcp}"])
+        server.become_primary(1)
+        self.assertEqual(server.address["tcp"], f"tcp://127.0.0.1:{tcp}")
+        with bexpress.PsClient(c, "rdma") as client:
+            client.push("emb", [7], np.ones((1, DIM), np.float32))
+            np.testing.assert_array_equal(client.fetch("emb", [7]), -np.ones((1, DIM)))
+        counters = server.counters()
+        self.assertEqual(counters["pushes_acked"], 1)
+        self.assertEqual(counters["fetches"], 1)
+        self.assertEqual(server.metrics()["bx_ps_replica_lsn"], 1.0)
+        server.stop()
+        with self.assertRaises(bexpress.FailedPrecondition):
+            server.counters()
+
+
+if __name__ == "__main__":
+    unittest.main()
