@@ -41,8 +41,8 @@ py::array ToArray(ps::FetchedRows rows) {
   if (rows.data() == nullptr) return py::array_t<float>({n, dim});
   auto* data = const_cast<float*>(rows.data());  // the caller owns the reply: writable
   py::object owner = py::cast(std::move(rows));
-  return py::array_t<float>({n, dim}, {dim * py::ssize_t{sizeof(float)}, py::ssize_t{sizeof(float)}},
-                            data, owner);
+  return py::array_t<float>(
+      {n, dim}, {dim * py::ssize_t{sizeof(float)}, py::ssize_t{sizeof(float)}}, data, owner);
 }
 
 py::object NewFuture() {
@@ -70,10 +70,11 @@ std::shared_ptr<py::object> Shared(py::object object) {
 class PyPsClient {
  public:
   PyPsClient(const ps::ClusterSpec& spec, const std::string& transport, uint64_t client_id,
-             double connect_timeout) : spec_(spec) {
+             double connect_timeout)
+      : spec_(spec) {
     if (transport != "rdma" && transport != "tcp") {
-      throw StatusError(InvalidArgument("transport must be \"rdma\" or \"tcp\", not \"" +
-                                        transport + "\""));
+      throw StatusError(
+          InvalidArgument("transport must be \"rdma\" or \"tcp\", not \"" + transport + "\""));
     }
     ps::PsClientOptions options;
     options.transport = transport;
@@ -113,9 +114,8 @@ class PyPsClient {
     {
       py::gil_scoped_release release;
       std::promise<Result<ps::FetchedRows>> promise;
-      c.FetchRowsAsync(id, span, deadline, [&promise](Result<ps::FetchedRows> r) {
-        promise.set_value(std::move(r));
-      });
+      c.FetchRowsAsync(id, span, deadline,
+                       [&promise](Result<ps::FetchedRows> r) { promise.set_value(std::move(r)); });
       rows = promise.get_future().get();
     }
     ThrowIfError(rows.status());
@@ -182,9 +182,8 @@ class PyPsClient {
     py::gil_scoped_release release;
     c.PushAsync(a.table, a.dim, {a.keys.data(), size_t(a.keys.size())},
                 {a.grads.data(), size_t(a.grads.size())}, a.timeout, [shared](Status status) {
-                  CompletionThread::Post([shared, status] {
-                    Resolve(*shared, status, [] { return py::none(); });
-                  });
+                  CompletionThread::Post(
+                      [shared, status] { Resolve(*shared, status, [] { return py::none(); }); });
                 });
     return future;
   }
@@ -287,8 +286,7 @@ void BindPsClient(py::module_& m) {
       .def(py::init<const ps::ClusterSpec&, const std::string&, uint64_t, double>(),
            py::arg("cluster"), py::arg("transport") = "rdma", py::arg("client_id") = 0,
            py::arg("connect_timeout") = 1.0)
-      .def("fetch", &PyPsClient::Fetch, py::arg("table"), py::arg("keys"),
-           py::arg("timeout") = 5.0)
+      .def("fetch", &PyPsClient::Fetch, py::arg("table"), py::arg("keys"), py::arg("timeout") = 5.0)
       .def("fetch_async", &PyPsClient::FetchAsync, py::arg("table"), py::arg("keys"),
            py::arg("timeout") = 5.0)
       .def("push", &PyPsClient::Push, py::arg("table"), py::arg("keys"), py::arg("grads"),
@@ -299,8 +297,7 @@ void BindPsClient(py::module_& m) {
       .def("stats", &PyPsClient::Stats)
       .def("close", &PyPsClient::Close)
       .def_property_readonly("client_id", [](PyPsClient& c) { return c.client().client_id(); })
-      .def_property_readonly("shard_count",
-                             [](PyPsClient& c) { return c.client().shard_count(); })
+      .def_property_readonly("shard_count", [](PyPsClient& c) { return c.client().shard_count(); })
       .def_property_readonly("cluster", &PyPsClient::spec);
 }
 
