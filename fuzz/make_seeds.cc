@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "engine/wire.h"
+#include "ps/shard_state.h"
+#include "ps/wire.h"
 #include "rpc/frame.h"
 #include "transport/rdma/bootstrap.h"
 #include "transport/tcp/frame.h"
@@ -169,6 +171,71 @@ void RpcSeeds(const fs::path& dir) {
   Write(dir, "short", Bytes(20, 0x42));
 }
 
+// Encodes a PS message with its encoder into exactly `size` bytes.
+template <typename Value, typename Encode>
+Bytes PsMessage(const Value& value, size_t size, Encode encode) {
+  Bytes b(size);
+  if (!encode(value, std::span<std::byte>(reinterpret_cast<std::byte*>(b.data()), size)).ok()) {
+    std::fprintf(stderr, "make_seeds: a PS encoder refused its seed\n");
+    std::exit(1);
+  }
+  return b;
+}
+
+void PsWireSeeds(const fs::path& dir) {
+  namespace ps = bx::ps;
+  ps::FetchRequest fetch{7, {1, 2, 0xffffffffffffffffull}};
+  Write(dir, "fetch", PsMessage(fetch, ps::FetchRequestSize(3), ps::EncodeFetchRequest));
+  ps::PushRequest push{{0x1234, 9}, 7, 2, {5, 5}, {1.0f, -2.0f, 0.5f, 1e30f}};
+  Bytes push_bytes = PsMessage(push, ps::PushRequestSize(2, 2), ps::EncodePushRequest);
+  Write(dir, "push", push_bytes);
+  Write(dir, "push_truncated", Bytes(push_bytes.begin(), push_bytes.end() - 3));
+  Write(dir, "ack",
+        PsMessage(ps::PushAck{{0x1234, 9}, true}, ps::PushAckSize(), ps::EncodePushAck));
+  Write(dir, "forward",
+        PsMessage(ps::ForwardedPush{3, 11, push}, ps::ForwardedPushSize(2, 2),
+                  ps::EncodeForwardedPush));
+  bx::Status error = bx::Unavailable("not primary");
+  Write(dir, "error",
+        PsMessage(error, ps::ErrorMessageSize(error),
+                  [](const bx::Status& s, std::span<std::byte> out) {
+                    return ps::EncodeErrorMessage(s, out);
+                  }));
+  Bytes response(ps::FetchResponseSize(2, 2));
+  std::span<std::byte> out(reinterpret_cast<std::byte*>(response.data()), response.size());
+  if (!ps::EncodeFetchResponseHeader(7, 2, 2, out).ok()) std::exit(1);
+  Write(dir, "fetch_response", response);
+  Bytes no_dim = response;  // dim 0 over 30 keys: refused (it once reached memcpy as null rows)
+  Put32(no_dim, 12, 0);
+  no_dim[16] = 30;
+  Write(dir, "fetch_response_dim0", Bytes(no_dim.begin(), no_dim.begin() + 24));
+}
+
+// A snapshot body (what ps_snapshot_fuzz puts its header in front of): an embedding table with
+// rows, a dense table, and a client's dedup state.
+void PsSnapshotSeeds(const fs::path& dir) {
+  namespace ps = bx::ps;
+  ps::ShardState state;
+  ps::TableConfig embedding{.id = 1, .name = "emb", .dim = 3};
+  embedding.optimizer.kind = ps::OptimizerKind::kAdagrad;
+  ps::TableConfig dense{
+      .id = 2, .name = "dense", .kind = ps::TableKind::kDense, .dim = 2, .dense_rows = 4};
+  if (!state.CreateTable(embedding).ok() || !state.CreateTable(dense).ok()) std::exit(1);
+  ps::PushRequest push{{0x77, 1}, 1, 3, {10, 11}, {1, 2, 3, 4, 5, 6}};
+  if (!state.ApplyPush(push).ok()) std::exit(1);
+  state.epoch = 2;
+  state.applied_lsn = 1;
+  auto encoded = state.Encode();
+  if (!encoded.ok()) std::exit(1);
+  const auto* body = reinterpret_cast<const uint8_t*>(encoded->data()) + 32;
+  Write(dir, "two_tables", Bytes(body, body + encoded->size() - 32));
+  ps::ShardState empty;
+  auto nothing = empty.Encode();
+  if (!nothing.ok()) std::exit(1);
+  const auto* empty_body = reinterpret_cast<const uint8_t*>(nothing->data()) + 32;
+  Write(dir, "empty", Bytes(empty_body, empty_body + nothing->size() - 32));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -182,5 +249,7 @@ int main(int argc, char** argv) {
   EngineSeeds(root / "fuzz_engine_wire");
   HttpSeeds(root / "fuzz_http_request");
   RpcSeeds(root / "fuzz_rpc_frame");
+  PsWireSeeds(root / "fuzz_ps_wire");
+  PsSnapshotSeeds(root / "fuzz_ps_snapshot");
   return 0;
 }

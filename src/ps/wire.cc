@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "bx/ps/table_config.h"  // kMaxDim
 #include "ps/byte_io.h"
 
 namespace bx::ps {
@@ -69,6 +70,20 @@ Status CheckCounts(uint64_t key_count, uint64_t dim, const char* what) {
   return Status::Ok();
 }
 
+// A row width carried by a message: a table's dim, 1..kMaxDim. 0 would make every row empty
+// (and a row pointer null); a larger one names no table and only inflates what a reader sizes.
+bool DimInRange(uint64_t dim) {
+  return dim >= 1 && dim <= kMaxDim;
+}
+
+Status CheckDim(uint64_t dim, const char* what) {
+  if (!DimInRange(dim)) {
+    return DataLoss(std::string(what) + ": dim " + std::to_string(dim) + " outside 1.." +
+                    std::to_string(kMaxDim));
+  }
+  return Status::Ok();
+}
+
 Status CheckExactRemaining(const ByteReader& r, uint64_t want, const char* what) {
   if (r.remaining() != want) {
     return DataLoss(std::string(what) + ": body is " + std::to_string(r.remaining()) +
@@ -82,6 +97,10 @@ Status CheckPushShape(const PushRequest& p, const char* what) {
   if (p.keys.size() > kMaxKeysPerMessage ||
       static_cast<uint64_t>(p.keys.size()) * p.dim > kMaxValuesPerMessage) {
     return InvalidArgument(std::string(what) + ": too many keys or values");
+  }
+  if (!DimInRange(p.dim)) {
+    return InvalidArgument(std::string(what) + ": dim " + std::to_string(p.dim) + " outside 1.." +
+                           std::to_string(kMaxDim));
   }
   if (p.gradients.size() != p.keys.size() * p.dim) {
     return InvalidArgument(std::string(what) + ": " + std::to_string(p.gradients.size()) +
@@ -113,6 +132,7 @@ Status GetPushBody(ByteReader& r, PushRequest* p, const char* what) {
     return DataLoss(std::string(what) + ": truncated");
   }
   if (p->id.sequence == 0) return DataLoss(std::string(what) + ": push sequence 0");
+  BX_RETURN_IF_ERROR(CheckDim(p->dim, what));
   BX_RETURN_IF_ERROR(CheckCounts(key_count, p->dim, what));
   BX_RETURN_IF_ERROR(CheckExactRemaining(
       r, key_count * sizeof(uint64_t) + key_count * p->dim * sizeof(float), what));
@@ -183,6 +203,7 @@ size_t FetchResponseSize(size_t key_count, uint32_t dim) {
 
 Status EncodeFetchResponseHeader(uint32_t table_id, uint32_t dim, uint64_t key_count,
                                  std::span<std::byte> out) {
+  if (!DimInRange(dim)) return InvalidArgument("fetch response: dim out of range");
   if (key_count > kMaxKeysPerMessage || key_count * dim > kMaxValuesPerMessage) {
     return InvalidArgument("fetch response: too many values");
   }
@@ -210,6 +231,7 @@ Result<FetchResponseView> DecodeFetchResponse(std::span<const std::byte> bytes) 
   if (!r.Get(&v.table_id_) || !r.Get(&v.dim_) || !r.Get(&v.key_count_)) {
     return DataLoss("fetch response: truncated");
   }
+  BX_RETURN_IF_ERROR(CheckDim(v.dim_, "fetch response"));
   BX_RETURN_IF_ERROR(CheckCounts(v.key_count_, v.dim_, "fetch response"));
   BX_RETURN_IF_ERROR(
       CheckExactRemaining(r, v.key_count_ * v.dim_ * sizeof(float), "fetch response"));

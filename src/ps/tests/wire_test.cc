@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "bx/ps/table_config.h"
 #include "ps/wire.h"
 #include "ps/workload.h"
 
@@ -160,6 +161,36 @@ TEST(Wire, TruncatedAndMutatedMessagesAreRejectedSafely) {
         EXPECT_LE(decode_all(flipped), 1);
       }
     }
+  }
+}
+
+// A row width outside a table's 1..kMaxDim is refused on both sides. Dim 0 let a fetch
+// response of n keys through with no values, and its empty rows reached memcpy as a null
+// pointer in the client (fuzz_ps_wire found it); a dim of 2^28 with no keys made a reader that
+// sizes one row from it allocate a gigabyte.
+TEST(Wire, DimOutsideATablesRangeIsRefused) {
+  for (const uint32_t dim : {0u, kMaxDim + 1, 1u << 28}) {
+    SCOPED_TRACE(dim);
+    Bytes r(FetchResponseSize(0, 4));
+    ASSERT_TRUE(EncodeFetchResponseHeader(1, 4, 0, r).ok());
+    const uint64_t keys = dim == 0 ? 30 : 0;  // dim 0: any key count has 0 value bytes
+    std::memcpy(r.data() + 12, &dim, 4);
+    std::memcpy(r.data() + 16, &keys, 8);
+    EXPECT_EQ(DecodeFetchResponse(r).status().code(), StatusCode::kDataLoss);
+    EXPECT_EQ(EncodeFetchResponseHeader(1, dim, 0, r).code(), StatusCode::kInvalidArgument);
+
+    PushRequest p = SamplePush();
+    p.dim = dim;
+    p.keys.clear();
+    p.gradients.clear();
+    Bytes b(PushRequestSize(0, dim));
+    EXPECT_EQ(EncodePushRequest(p, b).code(), StatusCode::kInvalidArgument);
+    Bytes valid = EncodePush(SamplePush());
+    Bytes empty(valid.begin(), valid.begin() + PushRequestSize(0, 3));
+    const uint64_t no_keys = 0;
+    std::memcpy(empty.data() + 28, &dim, 4);
+    std::memcpy(empty.data() + 32, &no_keys, 8);
+    EXPECT_EQ(DecodePushRequest(empty).status().code(), StatusCode::kDataLoss);
   }
 }
 
