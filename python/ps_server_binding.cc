@@ -20,9 +20,10 @@ namespace {
 
 class PyPsServer {
  public:
-  explicit PyPsServer(const ps::ClusterSpec& spec) {
+  PyPsServer(const ps::ClusterSpec& spec, float max_abs_gradient) {
     ps::PsServerOptions options;
     options.auth_secret = spec.secret;
+    options.max_abs_gradient = max_abs_gradient;
     Result<std::unique_ptr<ps::PsServer>> server = ps::PsServer::Create(spec.tables, options);
     ThrowIfError(server.status());
     server_ = std::move(server).value();
@@ -122,8 +123,11 @@ py::dict SamplesToDict(const metrics::Registry& registry) {
 
 void BindPsServer(py::module_& m) {
   py::class_<PyPsServer>(m, "PsServer")
-      .def(py::init<const ps::ClusterSpec&>(), py::arg("cluster"),
-           "A backup replica holding the cluster's tables (empty), not listening yet.")
+      .def(py::init<const ps::ClusterSpec&, float>(), py::arg("cluster"),
+           py::arg("max_abs_gradient") = ps::PsServerOptions{}.max_abs_gradient,
+           "A backup replica holding the cluster's tables (empty), not listening yet. A push "
+           "with a gradient element above max_abs_gradient (0: no bound), or not finite, is "
+           "refused.")
       .def("start", &PyPsServer::Start, py::arg("urls"),
            "Listens on each url (port 0: any free port; .address says which).")
       .def("become_primary", &PyPsServer::BecomePrimary, py::arg("epoch"),

@@ -109,6 +109,12 @@ class PsClientTest(unittest.TestCase):
             self.assertEqual(caught.exception.code, "INVALID_ARGUMENT", caught.exception)
             with self.assertRaises(bexpress.InvalidArgument):
                 bexpress.PsClient(cluster.path, transport="udp")
+            # The server's gradient sanity check: NaN is refused whole, with the key named.
+            bad = np.ones((2, DIM), np.float32)
+            bad[1, 0] = np.nan
+            with self.assertRaises(bexpress.InvalidArgument) as caught:
+                client.push("emb", [5, 6], bad)
+            self.assertIn("key 6", caught.exception.message)
 
     def test_a_call_nobody_answers_ends_at_its_deadline_and_releases_the_gil(self):
         # A replica whose port accepts connections (the kernel's backlog) and never answers.

@@ -112,7 +112,7 @@ std::unique_ptr<ps::FailoverMonitor> StartMonitor(ps::PsServer* server, ps::Fail
   return std::move(started).value();
 }
 
-void Serve(const std::string& path, int shard, int replica, bool listen_any,
+void Serve(const std::string& path, int shard, int replica, bool listen_any, float max_abs_gradient,
            const FailoverFlags& failover, const MetricsFlags& metrics_flags) {
   ps::ClusterSpec spec = Load(path);
   if (shard < 0 || size_t(shard) >= spec.shards.size() || replica < 0 ||
@@ -124,6 +124,7 @@ void Serve(const std::string& path, int shard, int replica, bool listen_any,
   ps::PsServerOptions options;
   options.auth_secret = spec.secret;
   options.rpc.worker_threads = 2;
+  options.max_abs_gradient = max_abs_gradient;
   Result<std::unique_ptr<ps::PsServer>> server = ps::PsServer::Create(spec.tables, options);
   if (!server.ok()) Fail("server", server.status());
   const ps::ReplicaSpec& me = spec.shards[shard].replicas[replica];
@@ -353,6 +354,7 @@ void AddPsCommand(CLI::App* app) {
     std::string cluster;
     int shard = 0, replica = 0;
     bool listen_any = false;
+    float max_abs_gradient = ps::PsServerOptions{}.max_abs_gradient;
     FailoverFlags failover;
     MetricsFlags metrics;
   };
@@ -385,9 +387,14 @@ void AddPsCommand(CLI::App* app) {
       ->check(CLI::Range(0, 65535));
   s->add_option("--metrics-address", serve->metrics.address,
                 "Address of /metrics (default 127.0.0.1; 0.0.0.0: scrapable from other hosts)");
+  s->add_option("--max-gradient", serve->max_abs_gradient,
+                "Refuse a push holding a gradient element above this in magnitude (0: no "
+                "bound; NaN and infinities are always refused)")
+      ->check(CLI::Range(0.0f, 3.0e38f))
+      ->capture_default_str();
   s->callback([serve] {
-    Serve(serve->cluster, serve->shard, serve->replica, serve->listen_any, serve->failover,
-          serve->metrics);
+    Serve(serve->cluster, serve->shard, serve->replica, serve->listen_any, serve->max_abs_gradient,
+          serve->failover, serve->metrics);
   });
 
   struct WorkloadOptions {

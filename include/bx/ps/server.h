@@ -59,6 +59,10 @@ struct BX_EXPORT PsServerOptions {
   // may be, and how many clients are remembered.
   uint64_t dedup_window = 4096;
   size_t max_dedup_clients = 65536;
+  // Gradient sanity: a push holding an element above this in magnitude is refused whole
+  // (InvalidArgument naming the key and element) before anything is applied; 0: no bound.
+  // Non-finite elements (NaN, +-Inf) are always refused: one would poison its row for good.
+  float max_abs_gradient = 1e6f;
 };
 
 class BX_EXPORT PsServer {

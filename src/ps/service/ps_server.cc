@@ -1,3 +1,5 @@
+#include <cmath>
+#include <string>
 #include <utility>
 
 #include "ps/service/ps_service.h"
@@ -39,6 +41,24 @@ Status CheckOptions(const PsServerOptions& options) {
   }
   if (options.forward_timeout <= std::chrono::microseconds::zero()) {
     return InvalidArgument("PsServerOptions: forward_timeout must be positive");
+  }
+  if (!(options.max_abs_gradient >= 0) || !std::isfinite(options.max_abs_gradient)) {
+    return InvalidArgument("PsServerOptions: max_abs_gradient must be finite and >= 0");
+  }
+  return Status::Ok();
+}
+
+// The first gradient element a push may not carry: non-finite, or above `limit` (0: none).
+Status CheckGradients(const PushRequest& push, float limit) {
+  for (size_t i = 0; i < push.gradients.size(); ++i) {
+    const float g = push.gradients[i];
+    if (std::isfinite(g) && (limit == 0 || std::fabs(g) <= limit)) continue;
+    const size_t row = i / push.dim;
+    return InvalidArgument("push refused: gradient element " + std::to_string(i % push.dim) +
+                           " of key " + std::to_string(push.keys[row]) + " is " +
+                           std::to_string(g) +
+                           (std::isfinite(g) ? ", above max_abs_gradient " + std::to_string(limit)
+                                             : std::string(", not a finite number")));
   }
   return Status::Ok();
 }
@@ -148,6 +168,12 @@ void PsServerCore::OnFetch(rpc::ServerCall call) {
 void PsServerCore::OnPush(rpc::ServerCall call) {
   Result<PushRequest> push = DecodePushRequest(Bytes(call.request()));
   if (!push.ok()) return call.Fail(push.status());
+  // Checked where a push enters the shard, before the primary applies or forwards it: backups
+  // apply what their primary accepted, so every replica stays the same.
+  if (Status s = CheckGradients(*push, options_.max_abs_gradient); !s.ok()) {
+    push_errors_.fetch_add(1, std::memory_order_relaxed);
+    return call.Fail(s);
+  }
   // ShardReplica's callback is a std::function (copyable); ServerCall is move-only.
   auto shared = std::make_shared<rpc::ServerCall>(std::move(call));
   replica_.HandlePush(std::move(push).value(), [this, shared](Result<PushAck> ack) {

@@ -2,6 +2,7 @@
 // pushes wrote, and a push stream that loses its primary mid-run is applied exactly once.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <future>
 #include <limits>
@@ -60,6 +61,52 @@ TEST_P(PsServiceTest, FetchReturnsWhatPushesWrote) {
   // Every replica of every shard holds the same rows (the backups got every push).
   for (auto& shard : cluster.servers) {
     for (auto& server : shard) EXPECT_EQ(server->core().replica().position().lsn, 3u);
+  }
+}
+
+TEST(PsServerOptionsTest, AGradientBoundThatIsNotAFiniteNonNegativeNumberIsRefused) {
+  for (float bound :
+       {-1.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    PsServerOptions options;
+    options.max_abs_gradient = bound;
+    EXPECT_EQ(PsServer::Create({}, options).status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
+// Gradient sanity: a push with a non-finite element, or one above max_abs_gradient, is refused
+// whole with a reason before anything is applied, on the primary and so on its backup; with
+// no bound (0) a huge element passes but NaN still does not.
+TEST_P(PsServiceTest, PushesWithNonFiniteOrOversizedGradientsAreRefusedWhole) {
+  for (const float bound : {PsServerOptions{}.max_abs_gradient, 0.0f}) {
+    SCOPED_TRACE(bound);
+    Cluster cluster;
+    cluster.max_abs_gradient = bound;
+    ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 2));
+    auto client = MakeClient(cluster);
+    ASSERT_TRUE(client);
+    const std::vector<uint64_t> keys = {7, 8};
+    std::vector<float> good(2 * kDim, 1.0f);
+    ASSERT_TRUE(client->Push(kTable, kDim, keys, good, 5s).ok());
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float inf = std::numeric_limits<float>::infinity();
+    for (const float poison : {nan, inf, -inf, 2e6f, 1e30f}) {
+      std::vector<float> bad = good;
+      bad[kDim + 2] = poison;  // key 8, element 2
+      Status s = client->Push(kTable, kDim, keys, bad, 5s);
+      const bool refused = !std::isfinite(poison) || bound != 0;
+      if (!refused) {
+        EXPECT_TRUE(s.ok()) << poison << ": " << s.ToString();
+        continue;
+      }
+      ASSERT_EQ(s.code(), StatusCode::kInvalidArgument) << poison << ": " << s.ToString();
+      EXPECT_NE(s.message().find("element 2 of key 8"), std::string::npos) << s.ToString();
+    }
+    // The refused pushes left nothing: key 7 took the good push and, without a bound, the
+    // two finite poison pushes too.
+    const float expected = bound != 0 ? -1.0f : -3.0f;
+    EXPECT_EQ(FirstValue(*cluster.servers[0][0], 7), expected);
+    EXPECT_EQ(FirstValue(*cluster.servers[0][1], 7), expected);  // the backup agrees
+    EXPECT_EQ(cluster.servers[0][0]->counters().push_errors, bound != 0 ? 5u : 3u);
   }
 }
 

@@ -34,6 +34,7 @@ inline TableConfig Table() {
 struct Cluster {
   ClusterSpec spec;
   std::vector<std::vector<std::unique_ptr<PsServer>>> servers;
+  float max_abs_gradient = PsServerOptions{}.max_abs_gradient;  // set before Start
 
   // With `secret`, a cluster whose file names a secret_file (ClusterSpec::secret).
   // Without `promote`, every replica stays a backup (a leased monitor creates the epoch).
@@ -79,6 +80,7 @@ struct Cluster {
     PsServerOptions options;
     options.auth_secret = spec.secret;
     options.rpc.worker_threads = 1;
+    options.max_abs_gradient = max_abs_gradient;
     options.rpc.log = [](std::string_view) {};
     options.backup_client.log = [](std::string_view) {};
     return options;
