@@ -11,6 +11,7 @@ killed primary is replaced without losing an acknowledged push (docs/PS.md).
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -32,10 +33,32 @@ def find_bx():
     raise FileNotFoundError("no bx binary: set BX_BIN to build/bin/bx")
 
 
+_taken = set()  # ports this process handed out (a cluster file must not name one twice)
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nobody listens on now, below the kernel's ephemeral range: a port the kernel
+    assigned would be free to assign again to any process's next outgoing connection before
+    our server binds it, a race a busy machine (a parallel test suite) does lose."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_low = int(f.read().split()[0])
+    high = max(ephemeral_low - 1, 12000)
+    for _ in range(1000):
+        port = random.randrange(10000, high)
+        if port in _taken:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _taken.add(port)
+        return port
+    raise RuntimeError("no free port below the ephemeral range")
+
+
+class _PortTaken(RuntimeError):
+    """A replica could not listen: another process took its port after we chose it."""
 
 
 def _wait_for(condition, timeout, what):
@@ -61,36 +84,48 @@ class LocalCluster:
         self.lease_ms = lease_ms
         self.processes = {}  # (shard, replica) -> Popen
         self.etcd = None
-        try:
-            spec = {"version": 1, "tables": list(tables), "secret_file": "cluster.secret",
-                    "shards": [{"replicas": [{"rdma": f"rdma://127.0.0.1:{free_port()}",
-                                              "tcp": f"tcp://127.0.0.1:{free_port()}"}
-                                             for _ in range(replicas)]}
-                               for _ in range(shards)]}
-            secret = os.path.join(self.dir, "cluster.secret")
-            with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-                f.write(os.urandom(16).hex())
-            if etcd:
-                spec["config_store"] = self._start_etcd()
-            with open(self.path, "w") as f:
-                json.dump(spec, f, indent=1)
-            self.spec = spec
-            for s in range(shards):
-                for r in range(replicas):
-                    self.start(s, r)
-            for s in range(shards):
-                for r in range(replicas):
-                    self._wait_listening(s, r)
-        except BaseException:
-            self.close()
-            raise
+        for attempt in range(3):
+            try:
+                self._start(shards, replicas, tables, etcd)
+                return
+            except _PortTaken:
+                self._stop_processes()
+                if attempt == 2:
+                    self.close()
+                    raise
+            except BaseException:
+                self.close()
+                raise
+
+    def _start(self, shards, replicas, tables, etcd):
+        spec = {"version": 1, "tables": list(tables), "secret_file": "cluster.secret",
+                "shards": [{"replicas": [{"rdma": f"rdma://127.0.0.1:{free_port()}",
+                                          "tcp": f"tcp://127.0.0.1:{free_port()}"}
+                                         for _ in range(replicas)]}
+                           for _ in range(shards)]}
+        secret = os.path.join(self.dir, "cluster.secret")
+        with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(os.urandom(16).hex())
+        if etcd:
+            spec["config_store"] = self._start_etcd()
+        with open(self.path, "w") as f:
+            json.dump(spec, f, indent=1)
+        self.spec = spec
+        for s in range(shards):
+            for r in range(replicas):
+                if os.path.exists(self.log_path(s, r)):
+                    os.remove(self.log_path(s, r))  # an earlier attempt's
+                self.start(s, r)
+        for s in range(shards):
+            for r in range(replicas):
+                self._wait_listening(s, r)
 
     def _start_etcd(self):
         client, peer = free_port(), free_port()
         client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
-        log = open(os.path.join(self.dir, "etcd.log"), "w")
+        log = open(os.path.join(self.dir, f"etcd-{client}.log"), "w")
         self.etcd = subprocess.Popen(
-            ["etcd", "--name", "default", "--data-dir", os.path.join(self.dir, "etcd"),
+            ["etcd", "--name", "default", "--data-dir", os.path.join(self.dir, f"etcd-{client}"),
              "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
              "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
              "--initial-cluster", f"default={peer_url}"],
@@ -98,7 +133,10 @@ class LocalCluster:
 
         def healthy():
             if self.etcd.poll() is not None:
-                raise RuntimeError(f"etcd exited: see {log.name}")
+                with open(log.name) as f:
+                    text = f.read()
+                raise (_PortTaken if "in use" in text else RuntimeError)(
+                    f"etcd exited {self.etcd.returncode}: {text[-2000:]}")
             try:
                 with urllib.request.urlopen(client_url + "/health", timeout=1) as reply:
                     return b'"true"' in reply.read()
@@ -124,8 +162,10 @@ class LocalCluster:
         def listening():
             process = self.processes[(shard, replica)]
             if process.poll() is not None:
-                raise RuntimeError(f"bx ps serve shard {shard} replica {replica} exited "
-                                   f"{process.returncode}: {self.log(shard, replica)}")
+                log = self.log(shard, replica)
+                error = _PortTaken if "in use" in log else RuntimeError
+                raise error(f"bx ps serve shard {shard} replica {replica} exited "
+                            f"{process.returncode}: {log}")
             return "listening on" in self.log(shard, replica)
         _wait_for(listening, 60, f"shard {shard} replica {replica} listening")
 
@@ -140,6 +180,11 @@ class LocalCluster:
         process.wait()
 
     def close(self):
+        self._stop_processes()
+        if self._owned_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _stop_processes(self):
         for process in self.processes.values():
             process.send_signal(signal.SIGTERM)
         for process in self.processes.values():
@@ -153,8 +198,6 @@ class LocalCluster:
             self.etcd.kill()
             self.etcd.wait()
             self.etcd = None
-        if self._owned_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):
         return self
