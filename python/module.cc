@@ -75,6 +75,7 @@ PYBIND11_MODULE(_bexpress, m) {
       "The process's metrics (the default registry), {\"name{labels}\": value}.");
   m.def("_shutdown", &CompletionThread::Shutdown,
         "Delivers pending completions and stops their thread (registered with atexit).");
+  BindTransport(m);
   BindPsClient(m);
   BindPsServer(m);
 }

@@ -41,7 +41,9 @@ for example in echo_server echo_client; do
     $(pkg-config --cflags --libs bexpress) -Wl,-rpath,"$(pkg-config --variable=libdir bexpress)"
 done
 
-# Starts a server in the background; prints the url or address from its first line of output.
+# Starts a server in the background and sets `started` to the url or address of its first line
+# of output. Not called in $(...): the pid must reach `servers` in this shell, or cleanup would
+# leave the server running.
 start_server() {
   local log=$1
   shift
@@ -51,7 +53,7 @@ start_server() {
     [[ -s $log ]] && break
     sleep 0.1
   done
-  head -1 "$log" | awk '{print $NF}'
+  started=$(head -1 "$log" | awk '{print $NF}')
 }
 
 # BX_VERBS=sim: the simnic, found next to the installed libbexpress.so (no system RNIC here).
@@ -59,18 +61,21 @@ export BX_VERBS=sim
 for scheme in tcp rdma; do
   for build_kind in cmake-build pc-build; do
     echo "== echo over $scheme://, built by $build_kind"
-    url=$(start_server "$work/echo-$scheme-$build_kind.log" "$work/$build_kind/echo_server" "$scheme://127.0.0.1:0")
+    start_server "$work/echo-$scheme-$build_kind.log" "$work/$build_kind/echo_server" "$scheme://127.0.0.1:0"
+    url=$started
     [[ $url == "$scheme://"* ]] || { cat "$work/echo-$scheme-$build_kind.log" >&2; exit 1; }
     "$work/$build_kind/echo_client" "$url" 200 65536
   done
 done
 
 echo "== RPC over rdma:// and tcp://"
-address=$(start_server "$work/rpc.log" "$work/cmake-build/rpc_server" 127.0.0.1)
+start_server "$work/rpc.log" "$work/cmake-build/rpc_server" 127.0.0.1
+address=$started
 [[ $address == rdma://*,tcp://* ]] || { cat "$work/rpc.log" >&2; exit 1; }
 "$work/cmake-build/rpc_client" "$address" "hello, bexpress"
 echo "== RPC, TCP only (no RDMA device asked for)"
-address=$(BX_VERBS=system start_server "$work/rpc-tcp.log" "$work/cmake-build/rpc_server" 127.0.0.1 tcp)
+BX_VERBS=system start_server "$work/rpc-tcp.log" "$work/cmake-build/rpc_server" 127.0.0.1 tcp
+address=$started
 BX_VERBS=system "$work/cmake-build/rpc_client" "$address"
 
 echo "== parameter server: two shards (the installed bx, the example server), the example client"

@@ -9,6 +9,11 @@ server it exists for, from Python.
     future = client.push_async("user", ids, grads)    # concurrent.futures.Future
     rows = await client.fetch_asyncio("user", ids)    # inside an asyncio event loop
 
+    t = bexpress.Transport("rdma")                    # the socket-like interface, by URL
+    listener = t.listen("rdma://127.0.0.1:0")         # listener.url has the port
+    sock = t.connect(listener.url); sock.send(b"hi")  # copied once into registered memory
+    msg = listener.accept().receive()                 # uint8 array over the received memory
+
 Errors are exceptions carrying the status code (bexpress.errors). Every blocking call releases
 the GIL. The PyTorch layer is bexpress.torch (PsEmbedding).
 """
@@ -28,11 +33,12 @@ except ImportError as e:
         "start (" + str(e) + "). Start Python with GLIBC_TUNABLES=glibc.rtld.optional_static_tls"
         "=4096 in its environment (or with LD_PRELOAD=libjemalloc.so.2).") from e
 from ._bexpress import Cluster, FetchedRows, PsServer, devices, init, is_initialized, metrics
-from ._bexpress import shard_of_key, version
+from ._bexpress import Listener, ReceivedMessage, Socket, Transport, shard_of_key, version
 from .errors import (Aborted, DataLoss, DeadlineExceeded, Error, FailedPrecondition, Internal,
                      InvalidArgument, NotFound, ResourceExhausted, Unavailable, Unimplemented)
 
-__all__ = ["init", "is_initialized", "version", "devices", "metrics", "Cluster", "PsClient",
+__all__ = ["init", "is_initialized", "version", "devices", "metrics", "Transport", "Listener",
+           "Socket", "ReceivedMessage", "Cluster", "PsClient",
            "PsServer", "FetchedRows", "shard_of_key", "Error", "InvalidArgument", "NotFound",
            "Unavailable", "ResourceExhausted", "FailedPrecondition", "DeadlineExceeded",
            "Aborted", "DataLoss", "Internal", "Unimplemented"]
