@@ -108,7 +108,9 @@ class PyListener {
  public:
   PyListener(std::shared_ptr<Transport> transport, std::unique_ptr<Listener> listener,
              std::shared_ptr<AcceptQueue> queue)
-      : transport_(std::move(transport)), listener_(std::move(listener)), queue_(std::move(queue)) {}
+      : transport_(std::move(transport)),
+        listener_(std::move(listener)),
+        queue_(std::move(queue)) {}
   ~PyListener() { Close(); }
 
   std::unique_ptr<PySocket> Accept(double timeout) {
@@ -208,8 +210,7 @@ void BindTransport(py::module_& m) {
       .def("receive", &PySocket::Receive, py::arg("timeout") = 5.0,
            "The next message, as a uint8 array over the received memory (no copy).")
       .def("close", &PySocket::Close)
-      .def_property_readonly("scheme",
-                             [](PySocket& s) { return std::string(s.socket().scheme()); })
+      .def_property_readonly("scheme", [](PySocket& s) { return std::string(s.socket().scheme()); })
       .def_property_readonly("peer", [](PySocket& s) { return s.socket().peer(); })
       .def_property_readonly("error",
                              [](PySocket& s) -> py::object {
