@@ -26,14 +26,6 @@ namespace {
 
 using Keys = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
 
-std::chrono::microseconds Timeout(double seconds) {
-  if (!(seconds > 0) || !std::isfinite(seconds) || seconds > 86400.0 * 365) {
-    throw StatusError(InvalidArgument("timeout must be a positive number of seconds, not " +
-                                      std::to_string(seconds)));
-  }
-  return std::chrono::microseconds(static_cast<int64_t>(std::ceil(seconds * 1e6)));
-}
-
 // The rows as an (n, dim) float32 array whose base owns them: no copy.
 py::array ToArray(ps::FetchedRows rows) {
   const auto n = static_cast<py::ssize_t>(rows.rows());
@@ -80,7 +72,7 @@ class PyPsClient {
     options.transport = transport;
     options.client_id = client_id;
     options.rpc.connect_timeout =
-        std::chrono::duration_cast<std::chrono::milliseconds>(Timeout(connect_timeout));
+        std::chrono::ceil<std::chrono::milliseconds>(TimeoutFromSeconds(connect_timeout));
     Result<std::unique_ptr<ps::PsClient>> client = ps::PsClient::Create(spec, options);
     ThrowIfError(client.status());
     client_ = std::move(client).value();
@@ -107,7 +99,7 @@ class PyPsClient {
 
   py::array Fetch(const py::object& table, const Keys& keys, double timeout) {
     const uint32_t id = Table(table);
-    const auto deadline = Timeout(timeout);
+    const auto deadline = TimeoutFromSeconds(timeout);
     std::span<const uint64_t> span(keys.data(), static_cast<size_t>(keys.size()));
     ps::PsClient& c = client();
     Result<ps::FetchedRows> rows = ps::FetchedRows{};
@@ -124,7 +116,7 @@ class PyPsClient {
 
   py::object FetchAsync(const py::object& table, const Keys& keys, double timeout) {
     const uint32_t id = Table(table);
-    const auto deadline = Timeout(timeout);
+    const auto deadline = TimeoutFromSeconds(timeout);
     py::object future = NewFuture();
     std::shared_ptr<py::object> shared = Shared(future);
     std::span<const uint64_t> span(keys.data(), static_cast<size_t>(keys.size()));
@@ -150,7 +142,7 @@ class PyPsClient {
   };
   PushArgs Prepare(const py::object& table, const Keys& keys, const py::object& grads,
                    double timeout) {
-    PushArgs args{Table(table), 0, Timeout(timeout), keys,
+    PushArgs args{Table(table), 0, TimeoutFromSeconds(timeout), keys,
                   py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(grads)};
     if (!args.grads) throw py::error_already_set();
     if (args.grads.ndim() != 2 || args.grads.shape(0) != keys.size()) {

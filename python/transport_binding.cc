@@ -25,11 +25,9 @@ namespace py = pybind11;
 namespace bx::python {
 namespace {
 
+// The socket calls take milliseconds: the timeout rounded up to them.
 std::chrono::milliseconds Millis(double seconds) {
-  if (!(seconds > 0) || !std::isfinite(seconds) || seconds > 86400.0 * 365) {
-    throw StatusError(InvalidArgument("timeout must be a positive number of seconds"));
-  }
-  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1e3)));
+  return std::chrono::ceil<std::chrono::milliseconds>(TimeoutFromSeconds(seconds));
 }
 
 // A received message: owns the Buffer that a returned array views.
