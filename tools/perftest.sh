@@ -3,7 +3,7 @@
 # the simnic between two processes, each run bounded in time: the RC latency and bandwidth tests
 # at 8 B, 4 KiB, 64 KiB and 1 MiB, one with every size (-a), the shared-receive-queue programs
 # (ib_send_bw --use-srq, also over 4 QPs; ibv_srq_pingpong, 16 QPs on one SRQ), ibv_rc_pingpong
-# and ibv_devinfo -v must finish and print their figures.
+# (also with -N, the ibv_wr_* send API) and ibv_devinfo -v must finish and print their figures.
 #
 #   tools/perftest.sh build/lib/libbx_simnic.so
 set -uo pipefail
@@ -102,12 +102,15 @@ pair ib_send_bw "${common[@]}" --use-srq -q 4 -s 4096 -- "${common[@]}" --use-sr
 expect_figures "ib_send_bw --use-srq -q 4 -s 4096"
 
 # rdma-core's examples take -p for the port too.
-pair ibv_rc_pingpong -d bxsim0 -g 0 -n 200 -- -d bxsim0 -g 0 -n 200
-if ((client_rc == 0 && server_rc == 0)) && grep -q 'iters in' "$work/client.log"; then
-  report "ibv_rc_pingpong" ok "$(grep -m1 'bytes in' "$work/client.log")"
-else
-  report "ibv_rc_pingpong" FAIL "client exit $client_rc, server exit $server_rc"
-fi
+# -N posts through the extended QP's work-request API (ibv_wr_start ... ibv_wr_complete).
+for flags in "" "-N"; do
+  pair ibv_rc_pingpong -d bxsim0 -g 0 -n 200 $flags -- -d bxsim0 -g 0 -n 200 $flags
+  if ((client_rc == 0 && server_rc == 0)) && grep -q 'iters in' "$work/client.log"; then
+    report "ibv_rc_pingpong $flags" ok "$(grep -m1 'bytes in' "$work/client.log")"
+  else
+    report "ibv_rc_pingpong $flags" FAIL "client exit $client_rc, server exit $server_rc"
+  fi
+done
 pair ibv_srq_pingpong -d bxsim0 -g 0 -n 200 -- -d bxsim0 -g 0 -n 200
 if ((client_rc == 0 && server_rc == 0)) && grep -q 'iters in' "$work/client.log"; then
   report "ibv_srq_pingpong (16 QPs, one SRQ)" ok "$(grep -m1 'bytes in' "$work/client.log")"

@@ -124,7 +124,13 @@ struct CqEntry {
 };
 
 struct SimCq {
-  ibv_cq cq;
+  // ibv_cq_ex begins with ibv_cq's fields: a CQ is either, as ibv_cq_ex_to_cq() assumes.
+  union {
+    ibv_cq cq;
+    ibv_cq_ex cq_ex;
+  };
+  bool extended = false;  // created by ibv_create_cq_ex
+  uint64_t wc_flags = 0;  // what the extended CQ's readers may read (IBV_WC_EX_WITH_*)
   int capacity;
   std::vector<CqEntry> ring;
   // Producer (hardware thread only).
@@ -134,6 +140,11 @@ struct SimCq {
   std::atomic<uint64_t> head{0};
   std::atomic_flag poll_lock = ATOMIC_FLAG_INIT;
   uint32_t empty_polls = 0;  // consecutive polls that found nothing (under poll_lock)
+  // Extended polling (under poll_lock, held from a successful start_poll to end_poll): the CQE
+  // the readers see, and the head past the CQEs consumed so far.
+  const CqEntry* current = nullptr;
+  uint64_t poll_head = 0;
+  std::atomic<bool> polling{false};  // between a start_poll that found a CQE and its end_poll
   // Notification: req_notify_cq arms (1 = any, 2 = solicited only); the hardware disarms on event.
   std::atomic<int> armed{0};
   // Events ibv_get_cq_event returned and events acknowledged, for destroy_cq's wait. As in the
@@ -213,8 +224,26 @@ inline SimSrq* ToSim(ibv_srq* s) {
   return reinterpret_cast<SimSrq*>(s);
 }
 
+// One work request of an ibv_wr_start() batch, built by the ibv_wr_* calls (verbs_qp_ex.cc) and
+// checked and posted as a whole by ibv_wr_complete().
+struct StagedWr {
+  ibv_send_wr wr{};
+  ibv_sge sge[kMaxSge]{};
+  uint32_t inline_length = 0;
+  uint8_t inline_data[kMaxInlineData];  // ibv_wr_set_inline_data copies here at once
+};
+
 struct SimQp {
-  ibv_qp qp;
+  // ibv_qp_ex begins with an ibv_qp: a QP is either, as ibv_qp_to_qp_ex() assumes.
+  union {
+    ibv_qp qp;
+    ibv_qp_ex qp_ex;
+  };
+  bool extended = false;  // created by ibv_create_qp_ex with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+  // The batch between ibv_wr_start and ibv_wr_complete/abort (under send_mu, which the batch
+  // holds): its work requests, and the first error a call in it met (reported by complete).
+  std::vector<StagedWr> batch;
+  int batch_error = 0;
   Device* device;
   SimPd* protection_domain;
   ibv_td* td;

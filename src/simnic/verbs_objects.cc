@@ -258,7 +258,10 @@ ibv_context* ibv_open_device(ibv_device* device) {
   v.alloc_parent_domain = AllocParentDomainOp;
   ibv_context& ctx = v.context;
   ctx.device = device;
-  ctx.cmd_fd = -1;
+  // A kernel device gives each context a command fd (/dev/infiniband/uverbsN) that programs may
+  // dup or pass to ibv_import_device; this one is an open /dev/null, so those calls get a valid
+  // descriptor, and importing fails as the simnic says (EOPNOTSUPP), not with EBADF.
+  ctx.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
   ctx.async_fd = c->async_pipe[0];
   ctx.num_comp_vectors = 1;
   ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
@@ -273,6 +276,7 @@ int ibv_close_device(ibv_context* context) {
   c->device->RemoveContext(c);
   close(c->async_pipe[0]);
   close(c->async_pipe[1]);
+  if (context->cmd_fd >= 0) close(context->cmd_fd);
   pthread_mutex_destroy(&context->mutex);
   c->magic = 0;
   delete c;

@@ -33,12 +33,11 @@ bool SupportedOpcode(ibv_wr_opcode op) {
 
 // A bind names a type 2 window; what else it needs is checked when the hardware executes it,
 // in order with the work requests before it, and fails with a completion (memory_windows.cc).
-bool PrepareBind(const ibv_send_wr* wr, SendWqe& wqe) {
-  ibv_mw* mw = wr->bind_mw.mw;
-  if (mw == nullptr || mw->type != IBV_MW_TYPE_2) return false;
-  const ibv_mw_bind_info& info = wr->bind_mw.bind_info;
+void PrepareBind(const ibv_send_wr& wr, SendWqe& wqe) {
+  ibv_mw* mw = wr.bind_mw.mw;
+  const ibv_mw_bind_info& info = wr.bind_mw.bind_info;
   wqe.bind_mw_handle = mw->handle;
-  wqe.bind_rkey = wr->bind_mw.rkey;
+  wqe.bind_rkey = wr.bind_mw.rkey;
   wqe.bind_has_mr = info.mr != nullptr;
   wqe.bind_mr_lkey = info.mr != nullptr ? info.mr->lkey : 0;
   wqe.bind_addr = info.addr;
@@ -47,76 +46,34 @@ bool PrepareBind(const ibv_send_wr* wr, SendWqe& wqe) {
   // The application's copy of the rkey follows the bind at post time, as providers update a
   // type 1 window's in ibv_bind_mw(); on a failed bind the application restores it
   // (ibv_bind_mw(3)).
-  mw->rkey = wr->bind_mw.rkey;
-  return true;
+  mw->rkey = wr.bind_mw.rkey;
+}
+
+// Binds and local invalidates move no data: their scatter list is ignored.
+bool IsLocalOp(ibv_wr_opcode op) {
+  return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
 }
 
 int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   SimQp* qp = ToSim(ibqp);
   std::lock_guard lock(qp->send_mu);
-  int state = qp->state.load(std::memory_order_acquire);
-  // Sends are processed in RTS; a QP in error accepts them and flushes them.
-  if (state != IBV_QPS_RTS && state != IBV_QPS_ERR) {
+  if (!SendQueueAccepts(*qp)) {
     *bad_wr = wr;
     return EINVAL;
   }
   int rc = 0;
-  bool posted_any = false;
-  for (; wr != nullptr; wr = wr->next) {
-    uint64_t posted = qp->sq_posted.load(std::memory_order_relaxed);
-    if (posted - qp->sq_retired.load(std::memory_order_acquire) >= qp->max_send_wr) {
+  uint64_t posted = qp->sq_posted.load(std::memory_order_relaxed);
+  const uint64_t first = posted;
+  for (; wr != nullptr; wr = wr->next, ++posted) {
+    if (SendQueueFull(*qp, posted)) {
       rc = ENOMEM;
       break;
     }
-    if (!SupportedOpcode(wr->opcode) || wr->num_sge < 0 ||
-        uint32_t(wr->num_sge) > qp->max_send_sge) {
-      rc = EINVAL;
-      break;
-    }
-    // Binds and local invalidates move no data: their scatter list is ignored.
-    const bool local_op = wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV;
-    const int num_sge = local_op ? 0 : wr->num_sge;
-    uint64_t total = 0;
-    for (int i = 0; i < num_sge; ++i) total += wr->sg_list[i].length;
-    bool inlined =
-        (wr->send_flags & IBV_SEND_INLINE) && wr->opcode != IBV_WR_RDMA_READ && !local_op;
-    if (total > kMaxMsgSize || (inlined && total > qp->max_inline_data)) {
-      rc = EINVAL;
-      break;
-    }
-    SendWqe& wqe = qp->sq[posted % qp->sq.size()];
-    if (wr->opcode == IBV_WR_BIND_MW && !PrepareBind(wr, wqe)) {
-      rc = EINVAL;
-      break;
-    }
-    wqe.wr_id = wr->wr_id;
-    wqe.opcode = wr->opcode;
-    wqe.signaled = (wr->send_flags & IBV_SEND_SIGNALED) != 0;
-    wqe.solicited = (wr->send_flags & IBV_SEND_SOLICITED) != 0;
-    wqe.inlined = inlined;
-    wqe.imm_data = wr->imm_data;
-    wqe.remote_addr = wr->wr.rdma.remote_addr;
-    wqe.rkey = wr->wr.rdma.rkey;
-    wqe.length = uint32_t(total);
-    wqe.num_sge = num_sge;
-    if (inlined) {
-      // The NIC's WQE holds inline data: the buffer may be reused as soon as post returns.
-      size_t off = 0;
-      for (int i = 0; i < num_sge; ++i) {
-        std::memcpy(wqe.inline_data + off,
-                    reinterpret_cast<const void*>(uintptr_t(wr->sg_list[i].addr)),
-                    wr->sg_list[i].length);
-        off += wr->sg_list[i].length;
-      }
-    } else {
-      // A request with no scatter list may pass a null sg_list.
-      if (num_sge > 0) std::memcpy(wqe.sge, wr->sg_list, sizeof(ibv_sge) * size_t(num_sge));
-    }
-    qp->sq_posted.store(posted + 1, std::memory_order_seq_cst);
-    posted_any = true;
+    if ((rc = CheckSendWr(*qp, *wr)) != 0) break;
+    WriteSendWqe(qp, posted, *wr);
   }
   if (rc != 0) *bad_wr = wr;
-  if (posted_any) Fabric::Get().Doorbell(qp);
+  if (posted != first) PublishSendWqes(qp, posted);
   return rc;
 }
 
@@ -158,40 +115,18 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   SimCq* cq = ToSim(ibcq);
   if (cq->broken.load(std::memory_order_acquire)) return -1;
-  while (cq->poll_lock.test_and_set(std::memory_order_acquire)) CpuRelax();
+  LockPoll(cq);
   uint64_t head = cq->head.load(std::memory_order_relaxed);
   int got = 0;
-  const uint64_t mask = cq->ring.size() - 1;
   while (got < num_entries) {
-    CqEntry& e = cq->ring[head & mask];
-    // seq_cst: pairs with ReqNotifyCq's store (see Fabric::PushCompletion); a plain load on x86.
-    if (e.sequence.load(std::memory_order_seq_cst) != head + 1) break;
+    const CqEntry* e = NextCqe(cq, head);
+    if (e == nullptr) break;
+    wc[got++] = e->wc;
+    RetireCqe(*e);
     ++head;
-    if (e.qp == nullptr) continue;  // its QP was destroyed or reset
-    wc[got++] = e.wc;
-    // Polling a completion frees the work-queue slots it covers, as in the provider drivers.
-    if (e.is_send) {
-      e.qp->sq_retired.store(e.retire_up_to, std::memory_order_release);
-    } else if (e.qp->srq != nullptr) {
-      e.qp->srq->used.fetch_sub(1, std::memory_order_acq_rel);  // one SRQ WQE per receive CQE
-    } else {
-      e.qp->rq_retired.store(e.retire_up_to, std::memory_order_release);
-    }
   }
   cq->head.store(head, std::memory_order_release);
-  // This NIC's "hardware" runs on the host's cores. An application spinning on an empty CQ
-  // would hold the very core the hardware thread needs to produce the completion it waits for,
-  // so after a run of empty polls the poller yields (a few ns per poll, amortised; a real NIC
-  // needs no host core, so nothing is lost that hardware would have had).
-  bool yield = false;
-  if (got == 0 && ++cq->empty_polls >= kEmptyPollsBeforeYield) {
-    cq->empty_polls = 0;
-    yield = true;
-  } else if (got > 0) {
-    cq->empty_polls = 0;
-  }
-  cq->poll_lock.clear(std::memory_order_release);
-  if (yield) sched_yield();
+  UnlockPoll(cq, got > 0);
   return got;
 }
 
@@ -240,6 +175,108 @@ void ResetQueues(SimQp* qp) {
 
 }  // namespace
 
+void LockPoll(SimCq* cq) {
+  while (cq->poll_lock.test_and_set(std::memory_order_acquire)) CpuRelax();
+}
+
+void UnlockPoll(SimCq* cq, bool found) {
+  // This NIC's "hardware" runs on the host's cores. An application spinning on an empty CQ
+  // would hold the very core the hardware thread needs to produce the completion it waits for,
+  // so after a run of empty polls the poller yields (a few ns per poll, amortised; a real NIC
+  // needs no host core, so nothing is lost that hardware would have had).
+  bool yield = false;
+  if (!found && ++cq->empty_polls >= kEmptyPollsBeforeYield) {
+    cq->empty_polls = 0;
+    yield = true;
+  } else if (found) {
+    cq->empty_polls = 0;
+  }
+  cq->poll_lock.clear(std::memory_order_release);
+  if (yield) sched_yield();
+}
+
+const CqEntry* NextCqe(SimCq* cq, uint64_t& head) {
+  const uint64_t mask = cq->ring.size() - 1;
+  for (;;) {
+    const CqEntry& e = cq->ring[head & mask];
+    // seq_cst: pairs with ReqNotifyCq's store (see Fabric::PushCompletion); a plain load on x86.
+    if (e.sequence.load(std::memory_order_seq_cst) != head + 1) return nullptr;
+    if (e.qp != nullptr) return &e;
+    ++head;  // its QP was destroyed or reset
+  }
+}
+
+void RetireCqe(const CqEntry& e) {
+  // Polling a completion frees the work-queue slots it covers, as in the provider drivers.
+  if (e.is_send) {
+    e.qp->sq_retired.store(e.retire_up_to, std::memory_order_release);
+  } else if (e.qp->srq != nullptr) {
+    e.qp->srq->used.fetch_sub(1, std::memory_order_acq_rel);  // one SRQ WQE per receive CQE
+  } else {
+    e.qp->rq_retired.store(e.retire_up_to, std::memory_order_release);
+  }
+}
+
+bool SendQueueAccepts(const SimQp& qp) {
+  // Sends are processed in RTS; a QP in error accepts them and flushes them.
+  int state = qp.state.load(std::memory_order_acquire);
+  return state == IBV_QPS_RTS || state == IBV_QPS_ERR;
+}
+
+bool SendQueueFull(const SimQp& qp, uint64_t index) {
+  return index - qp.sq_retired.load(std::memory_order_acquire) >= qp.max_send_wr;
+}
+
+int CheckSendWr(const SimQp& qp, const ibv_send_wr& wr) {
+  if (!SupportedOpcode(wr.opcode) || wr.num_sge < 0 || uint32_t(wr.num_sge) > qp.max_send_sge)
+    return EINVAL;
+  const bool local_op = IsLocalOp(wr.opcode);
+  uint64_t total = 0;
+  for (int i = 0; !local_op && i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+  const bool inlined = (wr.send_flags & IBV_SEND_INLINE) && wr.opcode != IBV_WR_RDMA_READ;
+  if (total > kMaxMsgSize || (inlined && !local_op && total > qp.max_inline_data)) return EINVAL;
+  if (wr.opcode == IBV_WR_BIND_MW &&
+      (wr.bind_mw.mw == nullptr || wr.bind_mw.mw->type != IBV_MW_TYPE_2))
+    return EINVAL;
+  return 0;
+}
+
+void WriteSendWqe(SimQp* qp, uint64_t index, const ibv_send_wr& wr) {
+  const bool local_op = IsLocalOp(wr.opcode);
+  const int num_sge = local_op ? 0 : wr.num_sge;
+  uint64_t total = 0;
+  for (int i = 0; i < num_sge; ++i) total += wr.sg_list[i].length;
+  SendWqe& wqe = qp->sq[index % qp->sq.size()];
+  if (wr.opcode == IBV_WR_BIND_MW) PrepareBind(wr, wqe);
+  wqe.wr_id = wr.wr_id;
+  wqe.opcode = wr.opcode;
+  wqe.signaled = (wr.send_flags & IBV_SEND_SIGNALED) != 0;
+  wqe.solicited = (wr.send_flags & IBV_SEND_SOLICITED) != 0;
+  wqe.inlined = (wr.send_flags & IBV_SEND_INLINE) && wr.opcode != IBV_WR_RDMA_READ && !local_op;
+  wqe.imm_data = wr.imm_data;
+  wqe.remote_addr = wr.wr.rdma.remote_addr;
+  wqe.rkey = wr.wr.rdma.rkey;
+  wqe.length = uint32_t(total);
+  wqe.num_sge = num_sge;
+  if (wqe.inlined) {
+    // The NIC's WQE holds inline data: the buffer may be reused as soon as post returns.
+    size_t off = 0;
+    for (int i = 0; i < num_sge; ++i) {
+      std::memcpy(wqe.inline_data + off,
+                  reinterpret_cast<const void*>(uintptr_t(wr.sg_list[i].addr)),
+                  wr.sg_list[i].length);
+      off += wr.sg_list[i].length;
+    }
+  } else if (num_sge > 0) {  // a request with no scatter list may pass a null sg_list
+    std::memcpy(wqe.sge, wr.sg_list, sizeof(ibv_sge) * size_t(num_sge));
+  }
+}
+
+void PublishSendWqes(SimQp* qp, uint64_t posted) {
+  qp->sq_posted.store(posted, std::memory_order_seq_cst);
+  Fabric::Get().Doorbell(qp);
+}
+
 void InitContextOps(SimContext* c) {
   ibv_context_ops& ops = c->vctx.context.ops;
   ops.post_send = PostSend;
@@ -248,6 +285,8 @@ void InitContextOps(SimContext* c) {
   ops.req_notify_cq = ReqNotifyCq;
   InitMemoryWindowOps(c);
   InitSrqOps(c);
+  InitCqExOps(c);
+  InitQpExOps(c);
 }
 
 namespace {
@@ -327,10 +366,10 @@ void ApplyAddressVector(const Device& device, uint32_t port, const ibv_ah_attr& 
 
 }  // namespace
 
-extern "C" {
+namespace bx::simnic {
 
-ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
-                      int comp_vector) {
+SimCq* CreateCq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                int comp_vector) {
   if (cqe < 1 || cqe > kMaxCqe || comp_vector < 0 || comp_vector >= context->num_comp_vectors) {
     errno = EINVAL;
     return nullptr;
@@ -346,31 +385,10 @@ ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_
   pthread_mutex_init(&cq->cq.mutex, nullptr);
   pthread_cond_init(&cq->cq.cond, nullptr);
   if (channel != nullptr) ++channel->refcnt;
-  return &cq->cq;
+  return cq;
 }
 
-int ibv_destroy_cq(ibv_cq* ibcq) {
-  SimCq* cq = ToSim(ibcq);
-  if (cq->users.load() > 0) return EBUSY;
-  // Events still unread in the channel are dropped (ibv_get_cq_event skips them from now on);
-  // as libibverbs does, wait until every event the application took is acknowledged.
-  RetireEventSource(cq->serial);
-  {
-    std::unique_lock lock(cq->events_mu);
-    cq->events_cv.wait(lock, [cq] { return cq->events_acked >= cq->events_taken; });
-  }
-  if (ibcq->channel != nullptr) --ibcq->channel->refcnt;
-  pthread_mutex_destroy(&ibcq->mutex);
-  pthread_cond_destroy(&ibcq->cond);
-  delete cq;
-  return 0;
-}
-
-int ibv_resize_cq(ibv_cq*, int) {
-  return EOPNOTSUPP;
-}
-
-ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
+ibv_qp* CreateQp(ibv_pd* pd, ibv_qp_init_attr* init, const ibv_qp_init_attr_ex* ext) {
   if (pd == nullptr || init == nullptr || init->send_cq == nullptr || init->recv_cq == nullptr) {
     errno = EINVAL;
     return nullptr;
@@ -424,8 +442,48 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   if (qp->srq != nullptr) qp->srq->users.fetch_add(1);
   ToSim(init->send_cq)->users.fetch_add(1);
   ToSim(init->recv_cq)->users.fetch_add(1);
+  if (ext != nullptr && (ext->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
+    qp->extended = true;
+    FillWrOps(&qp->qp_ex);
+  }
   return &q;
 }
+
+}  // namespace bx::simnic
+
+extern "C" {
+
+ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                      int comp_vector) {
+  SimCq* cq = CreateCq(context, cqe, cq_context, channel, comp_vector);
+  return cq != nullptr ? &cq->cq : nullptr;
+}
+
+int ibv_destroy_cq(ibv_cq* ibcq) {
+  SimCq* cq = ToSim(ibcq);
+  if (cq->users.load() > 0) return EBUSY;
+  // Events still unread in the channel are dropped (ibv_get_cq_event skips them from now on);
+  // as libibverbs does, wait until every event the application took is acknowledged.
+  RetireEventSource(cq->serial);
+  {
+    std::unique_lock lock(cq->events_mu);
+    cq->events_cv.wait(lock, [cq] { return cq->events_acked >= cq->events_taken; });
+  }
+  if (ibcq->channel != nullptr) --ibcq->channel->refcnt;
+  pthread_mutex_destroy(&ibcq->mutex);
+  pthread_cond_destroy(&ibcq->cond);
+  delete cq;
+  return 0;
+}
+
+int ibv_resize_cq(ibv_cq*, int) {
+  return EOPNOTSUPP;
+}
+
+ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
+  return CreateQp(pd, init, nullptr);
+}
+
 
 int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   SimQp* qp = ToSim(ibqp);

@@ -47,12 +47,6 @@ ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
   return nullptr;
 }
 
-// QPs come from ibv_create_qp only (ibv_create_qp_ex fails with EOPNOTSUPP): none is extended.
-ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) {
-  errno = EOPNOTSUPP;
-  return nullptr;
-}
-
 int ibv_set_ece(ibv_qp*, ibv_ece*) {
   return EOPNOTSUPP;
 }

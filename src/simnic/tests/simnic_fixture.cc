@@ -30,11 +30,26 @@ void CreateQp(Endpoint& ep, const QpOptions& o) {
     ep.qp_pd = ibv_alloc_parent_domain(ep.ctx, &pd_attr);
     ASSERT_NE(ep.qp_pd, nullptr);
   }
-  ep.send_cq = ibv_create_cq(ep.ctx, o.cqe, nullptr, o.send_channel, 0);
-  ep.recv_cq = ibv_create_cq(ep.ctx, o.cqe, nullptr, nullptr, 0);
+  const bool extended = o.extended_send_ops != 0;
+  if (extended) {
+    ibv_cq_init_attr_ex cq_attr{};
+    cq_attr.cqe = uint32_t(o.cqe);
+    cq_attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+    cq_attr.channel = o.send_channel;
+    ibv_cq_ex* send_cq = ibv_create_cq_ex(ep.ctx, &cq_attr);
+    cq_attr.channel = nullptr;
+    ibv_cq_ex* recv_cq = ibv_create_cq_ex(ep.ctx, &cq_attr);
+    ASSERT_NE(send_cq, nullptr) << strerror(errno);
+    ASSERT_NE(recv_cq, nullptr) << strerror(errno);
+    ep.send_cq = ibv_cq_ex_to_cq(send_cq);
+    ep.recv_cq = ibv_cq_ex_to_cq(recv_cq);
+  } else {
+    ep.send_cq = ibv_create_cq(ep.ctx, o.cqe, nullptr, o.send_channel, 0);
+    ep.recv_cq = ibv_create_cq(ep.ctx, o.cqe, nullptr, nullptr, 0);
+  }
   ASSERT_NE(ep.send_cq, nullptr);
   ASSERT_NE(ep.recv_cq, nullptr);
-  ibv_qp_init_attr init{};
+  ibv_qp_init_attr_ex init{};
   init.send_cq = ep.send_cq;
   init.recv_cq = ep.recv_cq;
   init.qp_type = IBV_QPT_RC;
@@ -44,7 +59,13 @@ void CreateQp(Endpoint& ep, const QpOptions& o) {
   init.cap.max_send_sge = o.max_sge;
   init.cap.max_recv_sge = o.max_sge;
   init.cap.max_inline_data = o.max_inline;
-  ep.qp = ibv_create_qp(ep.qp_pd, &init);
+  init.comp_mask = IBV_QP_INIT_ATTR_PD;
+  init.pd = ep.qp_pd;
+  if (extended) {
+    init.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    init.send_ops_flags = o.extended_send_ops;
+  }
+  ep.qp = ibv_create_qp_ex(ep.ctx, &init);
   ASSERT_NE(ep.qp, nullptr) << strerror(errno);
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;

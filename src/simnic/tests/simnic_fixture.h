@@ -28,6 +28,9 @@ struct QpOptions {
   int cqe = 1024;
   bool use_parent_domain = false;
   ibv_comp_channel* send_channel = nullptr;  // the send CQ's completion channel, if any
+  // Created through ibv_create_cq_ex (standard wc_flags) and ibv_create_qp_ex with these send
+  // ops (0: the legacy verbs).
+  uint64_t extended_send_ops = 0;
 };
 
 struct Endpoint {
