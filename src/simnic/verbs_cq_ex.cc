@@ -143,8 +143,8 @@ ibv_cq_ex* CreateCqExOp(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  SimCq* cq = CreateCq(context, int(attr->cqe), attr->cq_context, attr->channel,
-                       int(attr->comp_vector));
+  SimCq* cq =
+      CreateCq(context, int(attr->cqe), attr->cq_context, attr->channel, int(attr->comp_vector));
   if (cq == nullptr) return nullptr;
   cq->extended = true;
   cq->wc_flags = attr->wc_flags;

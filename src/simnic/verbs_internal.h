@@ -20,11 +20,10 @@ bool TakeSrqReceive(SimSrq* srq, RecvWqe* out, bool* limit_reached);
 // Gives back a receive taken for a request that then failed before consuming it.
 void ReturnSrqReceive(SimSrq* srq, const RecvWqe& wqe);
 
-
 // The send path that ibv_post_send and the ibv_wr_* batches share (verbs_queues.cc), called under
 // the QP's send_mu. A WQE is written at its ring index, then published with the ones before it.
-bool SendQueueAccepts(const SimQp& qp);               // the QP's state takes sends
-bool SendQueueFull(const SimQp& qp, uint64_t index);  // no free slot for WQE `index`
+bool SendQueueAccepts(const SimQp& qp);                   // the QP's state takes sends
+bool SendQueueFull(const SimQp& qp, uint64_t index);      // no free slot for WQE `index`
 int CheckSendWr(const SimQp& qp, const ibv_send_wr& wr);  // 0, or why the WR is refused
 void WriteSendWqe(SimQp* qp, uint64_t index, const ibv_send_wr& wr);
 void PublishSendWqes(SimQp* qp, uint64_t posted);  // hands WQEs up to `posted` to the hardware

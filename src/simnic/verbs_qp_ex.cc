@@ -17,10 +17,10 @@ constexpr uint64_t kSupportedSendOps =
     IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_LOCAL_INV |
     IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV;
-constexpr uint32_t kKnownCompMask =
-    IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
-    IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH |
-    IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+constexpr uint32_t kKnownCompMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
+                                    IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                                    IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE |
+                                    IBV_QP_INIT_ATTR_RX_HASH | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 constexpr uint32_t kUnsupportedCompMask =
     IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH;
 
@@ -161,7 +161,8 @@ void SetInlineDataList(ibv_qp_ex* q, size_t num_buf, const ibv_data_buf* buf_lis
   }
   size_t off = 0;
   for (size_t i = 0; i < num_buf; ++i) {
-    if (buf_list[i].length > 0) std::memcpy(s->inline_data + off, buf_list[i].addr, buf_list[i].length);
+    if (buf_list[i].length > 0)
+      std::memcpy(s->inline_data + off, buf_list[i].addr, buf_list[i].length);
     off += buf_list[i].length;
   }
   s->inline_length = uint32_t(total);

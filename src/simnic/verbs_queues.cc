@@ -484,7 +484,6 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   return CreateQp(pd, init, nullptr);
 }
 
-
 int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   SimQp* qp = ToSim(ibqp);
   Fabric& fabric = Fabric::Get();
