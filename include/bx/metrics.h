@@ -206,7 +206,9 @@ class BX_EXPORT Registry {
 struct BX_EXPORT HttpServerOptions {
   uint16_t port = 0;                  // 0: the kernel picks one; see MetricsServer::port()
   std::string address = "127.0.0.1";  // "0.0.0.0" to let other hosts scrape
-  int request_timeout_ms = 2000;
+  int request_timeout_ms = 2000;      // to send the request head, and again to take the answer
+  // Scrapers served at once; past it the oldest connection is dropped for the newest.
+  int max_connections = 64;
 };
 
 class BX_EXPORT MetricsServer {

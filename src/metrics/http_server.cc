@@ -1,20 +1,27 @@
-// The embedded /metrics endpoint (bx/metrics.h): one thread, one connection at a time.
+// The embedded /metrics endpoint (bx/metrics.h): one thread serving up to max_connections
+// connections at once with non-blocking sockets and poll(), so a slow or silent scraper holds a
+// descriptor, not the endpoint. Past the bound the oldest connection is dropped for the new one.
 //
 // Why not a library: Debian 12's libcpp-httplib-dev is not header-only (it pulls a shared
 // library, OpenSSL, brotli and zlib headers) for what is one GET. What this server accepts is
 // small: a request head of at most kMaxRequestHeadBytes, read within a deadline; it never reads
-// a body and always closes the connection after answering.
+// a body and always closes the connection after answering, which must also be taken within a
+// deadline.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <thread>
+#include <vector>
 
 #include "bx/metrics.h"
 #include "metrics/http_request.h"
@@ -24,20 +31,42 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// One scraper: its request head as it arrives, then the answer as it leaves.
+struct Connection {
+  int fd;
+  Clock::time_point deadline;  // for the head, then (renewed) for the answer
+  std::string head;
+  std::string answer;
+  size_t sent = 0;
+  bool answering() const { return !answer.empty(); }
+};
+
+std::string Answer(const std::string& status, const std::string& body,
+                   const char* content_type = "text/plain; charset=utf-8", bool head_only = false) {
+  std::string out = "HTTP/1.1 " + status + "\r\nContent-Type: " + content_type +
+                    "\r\nContent-Length: " + std::to_string(body.size()) +
+                    "\r\nConnection: close\r\n\r\n";
+  if (!head_only) out += body;
+  return out;
+}
+
 class HttpServer : public MetricsServer {
  public:
-  HttpServer(Registry& registry, int listen_fd, int wake_fd, uint16_t port, int timeout_ms)
+  HttpServer(Registry& registry, int listen_fd, int wake_fd, uint16_t port, int timeout_ms,
+             size_t max_connections)
       : registry_(registry),
         listen_fd_(listen_fd),
         wake_fd_(wake_fd),
         port_(port),
-        timeout_ms_(timeout_ms),
+        timeout_(timeout_ms),
+        max_connections_(max_connections),
         thread_([this] { Run(); }) {}
 
   ~HttpServer() override {
     uint64_t one = 1;
     (void)!write(wake_fd_, &one, sizeof(one));
     thread_.join();
+    for (Connection& c : connections_) close(c.fd);
     close(listen_fd_);
     close(wake_fd_);
   }
@@ -46,89 +75,114 @@ class HttpServer : public MetricsServer {
 
  private:
   void Run() {
+    std::vector<pollfd> fds;
     while (true) {
-      pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-      if (poll(p, 2, -1) < 0) {
+      fds.clear();
+      fds.push_back({listen_fd_, POLLIN, 0});
+      fds.push_back({wake_fd_, POLLIN, 0});
+      for (const Connection& c : connections_)
+        fds.push_back({c.fd, short(c.answering() ? POLLOUT : POLLIN), 0});
+      if (poll(fds.data(), fds.size(), WaitMs()) < 0) {
         if (errno == EINTR) continue;
         return;
       }
-      if (p[1].revents != 0) return;
-      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;  // the client went away, or out of descriptors: try again later
-      Serve(fd);
-      close(fd);
-    }
-  }
-
-  // Reads the request head within the deadline; false on timeout, EOF, error or stop.
-  bool ReadHead(int fd, Clock::time_point deadline, std::string* head, bool* too_large) {
-    char buf[1024];
-    while (head->find("\r\n\r\n") == std::string::npos) {
-      if (head->size() >= kMaxRequestHeadBytes) {
-        *too_large = true;
-        return false;
+      if (fds[1].revents != 0) return;
+      // Connections first (their pollfds follow the listener's and the wake fd's, in order),
+      // then accepts, which may drop the oldest.
+      for (size_t i = connections_.size(); i-- > 0;) {
+        if (fds[i + 2].revents != 0 && !Progress(connections_[i])) Drop(i);
       }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) return false;
-      pollfd p[2] = {{fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-      int r = poll(p, 2, int(left.count()));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0 || p[1].revents != 0) return false;
-      size_t room = std::min(sizeof(buf), kMaxRequestHeadBytes - head->size());
-      ssize_t n = recv(fd, buf, room, 0);
-      if (n <= 0) return false;
-      head->append(buf, size_t(n));
+      const auto now = Clock::now();
+      for (size_t i = connections_.size(); i-- > 0;) {
+        if (connections_[i].deadline <= now) Drop(i);  // a silent or stalled scraper
+      }
+      if (fds[0].revents != 0) AcceptAll();
     }
-    head->resize(head->find("\r\n\r\n"));
-    return true;
   }
 
-  void Serve(int fd) {
-    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
-    timeval tv{timeout_ms_ / 1000, (timeout_ms_ % 1000) * 1000};
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));  // bounds a reader that stalls
-    std::string head;
-    bool too_large = false;
-    if (!ReadHead(fd, deadline, &head, &too_large)) {
-      if (too_large) Answer(fd, "431 Request Header Fields Too Large", "request head too large\n");
-      return;
+  int WaitMs() const {
+    if (connections_.empty()) return -1;
+    auto next = std::min_element(connections_.begin(), connections_.end(),
+                                 [](const Connection& a, const Connection& b) {
+                                   return a.deadline < b.deadline;
+                                 })
+                    ->deadline;
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now());
+    return int(std::max<int64_t>(0, left.count()));
+  }
+
+  void AcceptAll() {
+    while (true) {
+      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        // Out of descriptors: the oldest scraper makes room for the next try.
+        if ((errno == EMFILE || errno == ENFILE) && !connections_.empty()) Drop(0);
+        return;  // EAGAIN, or a client that went away
+      }
+      if (connections_.size() >= max_connections_) Drop(0);
+      connections_.push_back(Connection{fd, Clock::now() + timeout_, {}, {}, 0});
     }
-    auto request = ParseRequestHead(head);
-    if (!request.ok()) {
-      Answer(fd, "400 Bad Request", request.status().message() + "\n");
-    } else if (request->method != "GET" && request->method != "HEAD") {
-      Answer(fd, "405 Method Not Allowed", "only GET and HEAD\n");
-    } else if (request->path == "/metrics") {
-      Answer(fd, "200 OK", registry_.ExposeText(), "text/plain; version=0.0.4; charset=utf-8",
-             request->method == "HEAD");
-    } else if (request->path == "/") {
-      Answer(fd, "200 OK", "bexpress metrics: see /metrics\n");
+  }
+
+  void Drop(size_t i) {
+    close(connections_[i].fd);
+    connections_.erase(connections_.begin() + ptrdiff_t(i));
+  }
+
+  // Reads or writes what the socket allows; false when the connection is done with.
+  bool Progress(Connection& c) {
+    if (c.answering()) return Write(c);
+    char buf[4096];
+    size_t room = std::min(sizeof(buf), kMaxRequestHeadBytes - c.head.size());
+    ssize_t n = recv(c.fd, buf, room, 0);
+    if (n < 0) return errno == EAGAIN || errno == EINTR;
+    if (n == 0) return false;  // the scraper left before finishing its request
+    c.head.append(buf, size_t(n));
+    size_t end = c.head.find("\r\n\r\n");
+    if (end != std::string::npos) {
+      c.head.resize(end);
+      c.answer = Respond(c.head);
+    } else if (c.head.size() >= kMaxRequestHeadBytes) {
+      c.answer = Answer("431 Request Header Fields Too Large", "request head too large\n");
     } else {
-      Answer(fd, "404 Not Found", "not found; metrics are at /metrics\n");
+      return true;
     }
+    c.deadline = Clock::now() + timeout_;  // a fresh deadline to take the answer
+    return Write(c);
   }
 
-  static void Answer(int fd, const std::string& status, const std::string& body,
-                     const char* content_type = "text/plain; charset=utf-8",
-                     bool head_only = false) {
-    std::string out = "HTTP/1.1 " + status + "\r\nContent-Type: " + content_type +
-                      "\r\nContent-Length: " + std::to_string(body.size()) +
-                      "\r\nConnection: close\r\n\r\n";
-    if (!head_only) out += body;
-    for (size_t sent = 0; sent < out.size();) {
-      ssize_t n = send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+  static bool Write(Connection& c) {
+    while (c.sent < c.answer.size()) {
+      ssize_t n = send(c.fd, c.answer.data() + c.sent, c.answer.size() - c.sent, MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return;  // the scraper left, or stalled past SO_SNDTIMEO
-      sent += size_t(n);
+      if (n < 0 && errno == EAGAIN) return true;  // the rest when the socket drains
+      if (n <= 0) return false;                   // the scraper left
+      c.sent += size_t(n);
     }
+    return false;  // all sent: close
+  }
+
+  std::string Respond(const std::string& head) {
+    auto request = ParseRequestHead(head);
+    if (!request.ok()) return Answer("400 Bad Request", request.status().message() + "\n");
+    if (request->method != "GET" && request->method != "HEAD")
+      return Answer("405 Method Not Allowed", "only GET and HEAD\n");
+    if (request->path == "/metrics") {
+      return Answer("200 OK", registry_.ExposeText(), "text/plain; version=0.0.4; charset=utf-8",
+                    request->method == "HEAD");
+    }
+    if (request->path == "/") return Answer("200 OK", "bexpress metrics: see /metrics\n");
+    return Answer("404 Not Found", "not found; metrics are at /metrics\n");
   }
 
   Registry& registry_;
   const int listen_fd_;
   const int wake_fd_;
   const uint16_t port_;
-  const int timeout_ms_;
-  std::thread thread_;  // last: starts after the fields it reads are set
+  const std::chrono::milliseconds timeout_;
+  const size_t max_connections_;
+  std::deque<Connection> connections_;  // oldest first (loop thread only)
+  std::thread thread_;                  // last: starts after the fields it reads are set
 };
 
 }  // namespace
@@ -155,7 +209,11 @@ Result<std::unique_ptr<MetricsServer>> StartHttpServer(const HttpServerOptions& 
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   int rc = v6 ? bind(fd, reinterpret_cast<sockaddr*>(&addr6), sizeof(addr6))
               : bind(fd, reinterpret_cast<sockaddr*>(&addr4), sizeof(addr4));
-  if (rc != 0 || listen(fd, 16) != 0) {
+  if (options.max_connections < 1) {
+    close(fd);
+    return InvalidArgument("metrics: max_connections must be at least 1");
+  }
+  if (rc != 0 || listen(fd, 64) != 0) {
     Status s = Status::FromErrno(
         errno, "metrics: listening on " + options.address + ":" + std::to_string(options.port));
     close(fd);
@@ -173,7 +231,9 @@ Result<std::unique_ptr<MetricsServer>> StartHttpServer(const HttpServerOptions& 
     return s;
   }
   int timeout_ms = options.request_timeout_ms > 0 ? options.request_timeout_ms : 2000;
-  return std::unique_ptr<MetricsServer>(new HttpServer(registry, fd, wake, port, timeout_ms));
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);  // accepts until EAGAIN
+  return std::unique_ptr<MetricsServer>(
+      new HttpServer(registry, fd, wake, port, timeout_ms, size_t(options.max_connections)));
 }
 
 }  // namespace bx::metrics

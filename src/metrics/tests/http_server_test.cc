@@ -1,12 +1,15 @@
 // The /metrics endpoint over a real TCP connection: a scrape while a counter moves sees it move;
 // what is not a well-formed GET /metrics is answered or dropped without harm.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include "bx/metrics.h"
 #include "metrics/http_request.h"
@@ -109,6 +112,71 @@ TEST(HttpServerTest, ASilentClientIsDroppedAfterTheTimeout) {
   EXPECT_TRUE(HttpGet("http://127.0.0.1:" + std::to_string(port) + "/metrics", kTimeout).ok());
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   silent.join();
+}
+
+// Opens a connection to the endpoint that sends `bytes` and then nothing. The connect waits
+// at most 2 s: a server that does not accept leaves it pending (its backlog full), which does
+// not hang the test.
+int Lurker(uint16_t port, const std::string& bytes = "") {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    pollfd p{fd, POLLOUT, 0};
+    if (poll(&p, 1, 2000) != 1) return fd;
+  }
+  if (!bytes.empty()) (void)!send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  return fd;
+}
+
+// Slow scrapers hold descriptors, not the endpoint: with 30 silent connections and 10 that sent
+// half a request, all within their (long) deadline, a scrape is answered at once. One connection
+// at a time, the first silent one held the endpoint for its whole 30 s deadline.
+TEST(HttpServerTest, SlowScrapersDoNotStallOthers) {
+  Registry registry;
+  HttpServerOptions options;
+  options.request_timeout_ms = 30000;
+  auto server = StartHttpServer(options, registry);
+  ASSERT_TRUE(server.ok());
+  uint16_t port = (*server)->port();
+  std::vector<int> lurkers;
+  for (int i = 0; i < 30; ++i) lurkers.push_back(Lurker(port));
+  for (int i = 0; i < 10; ++i) lurkers.push_back(Lurker(port, "GET /metrics HTTP/1.1\r\nHo"));
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/metrics";
+  for (int i = 0; i < 3; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    auto answer = HttpGet(url, kTimeout);
+    ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+    // Far below the lurkers' 30 s deadline, with room for a loaded machine.
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  }
+  for (int fd : lurkers) close(fd);
+}
+
+// Past max_connections the oldest connection is closed for the newest, which is served.
+TEST(HttpServerTest, BeyondTheBoundTheOldestConnectionIsDropped) {
+  Registry registry;
+  HttpServerOptions options;
+  options.request_timeout_ms = 30000;
+  options.max_connections = 4;
+  auto server = StartHttpServer(options, registry);
+  ASSERT_TRUE(server.ok());
+  uint16_t port = (*server)->port();
+  std::vector<int> lurkers;
+  for (int i = 0; i < 4; ++i) lurkers.push_back(Lurker(port));
+  auto answer = HttpGet("http://127.0.0.1:" + std::to_string(port) + "/metrics", kTimeout);
+  ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+  // The oldest lurker was closed by the server: its next read sees the end, not a timeout.
+  timeval tv{5, 0};
+  setsockopt(lurkers[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  fcntl(lurkers[0], F_SETFL, 0);  // blocking, for the timed read
+  char byte;
+  EXPECT_EQ(recv(lurkers[0], &byte, 1, 0), 0);
+  for (int fd : lurkers) close(fd);
+  options.max_connections = 0;
+  EXPECT_FALSE(StartHttpServer(options, registry).ok());
 }
 
 TEST(HttpServerTest, BadAddressIsAnError) {
