@@ -8,6 +8,8 @@
 // the background, and when it is ready new calls go to it and the TCP connection drains ("return",
 // counted and logged). A replica whose TCP connection fails, or that no transport reaches, is down;
 // it is probed every probe_interval (RDMA first) and comes back up when a connection is ready.
+#include <pthread.h>
+
 #include "rpc/client_core.h"
 
 namespace bx::rpc {
@@ -34,6 +36,7 @@ void Client::Core::QueueConnectLocked(size_t replica, std::vector<std::string> s
 }
 
 void Client::Core::ConnectorLoop() {
+  pthread_setname_np(pthread_self(), "bx-rpc-connect");
   std::unique_lock lock(mutex);
   for (;;) {
     connect_queue_changed.wait(lock, [&] { return stopping || !connect_queue.empty(); });
@@ -347,6 +350,7 @@ void Client::Core::MaintainLocked(Clock::time_point now, Actions& actions) {
 }
 
 void Client::Core::TimerLoop() {
+  pthread_setname_np(pthread_self(), "bx-rpc-timer");
   std::unique_lock lock(mutex);
   Clock::time_point next_maintenance = Clock::now();
   while (!stopping) {

@@ -1,5 +1,7 @@
 // rpc::Server: listens on rdma:// and tcp://, answers Hello with its method table, and runs
 // requests inline or on workers, dropping those whose caller has given up.
+#include <pthread.h>
+
 #include <cstdio>
 
 #include "rpc/server_impl.h"
@@ -142,6 +144,8 @@ void Server::Impl::Enqueue(ServerCall call) {
 }
 
 void Server::Impl::WorkerLoop() {
+  // Named so that per-thread CPU (top -H, bx demo's split) tells handler work from transport.
+  pthread_setname_np(pthread_self(), "bx-rpc-worker");
   for (;;) {
     std::unique_lock lock(queue_mutex);
     queue_changed.wait(lock, [&] { return stopping || !queue.empty(); });

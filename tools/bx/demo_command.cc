@@ -11,6 +11,7 @@
 // Public API only (include/bx/), except two looks inside: the synthetic workloads of the paper
 // (ps/workload.h: key and size distributions, benchmark input rather than API) and the simnic's
 // hardware-thread CPU counter (verbs/verbs.h).
+#include <sys/resource.h>
 #include <time.h>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +20,8 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -54,7 +57,9 @@ struct DemoOptions {
   int trainers = 4;
   int compute_us = 200;  // stand-in forward/backward per training step
   uint32_t dim = 64;
-  uint64_t key_space = 1 << 20;
+  // Keys the workloads draw from (Zipf). The demo loads every one of them before the clock
+  // starts, as a trained model would hold them: see LoadTable.
+  uint64_t key_space = 1 << 18;
   bool json = false;
   int metrics_port = -1;  // >= 0: serve /metrics on it (0: any free port)
 };
@@ -71,6 +76,32 @@ uint64_t ThreadCpuNs() {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
   return uint64_t(now.tv_sec) * 1000000000 + uint64_t(now.tv_nsec);
 }
+// CPU by thread name since the process started, for the split of host CPU per request: RPC
+// workers (where the parameter server's handlers run), transport I/O threads (sends, receives,
+// completions, and the client's reply handling that runs on them), and the process's time in the
+// kernel. From /proc/self/task: schedstat's run time (ns) per thread; getrusage for system time.
+struct CpuSplit {
+  uint64_t workers_ns = 0, io_ns = 0, kernel_ns = 0;
+};
+CpuSplit SampleCpuSplit() {
+  CpuSplit split;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream comm_file(task.path() / "comm");
+    std::ifstream sched_file(task.path() / "schedstat");
+    std::string comm;
+    uint64_t run_ns = 0;
+    if (!std::getline(comm_file, comm) || !(sched_file >> run_ns)) continue;  // it exited
+    if (comm.starts_with("bx-rpc-worker")) split.workers_ns += run_ns;
+    if (comm.starts_with("bx-rdma-io") || comm.starts_with("bx-tcp-io")) split.io_ns += run_ns;
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  split.kernel_ns =
+      uint64_t(usage.ru_stime.tv_sec) * 1000000000 + uint64_t(usage.ru_stime.tv_usec) * 1000;
+  return split;
+}
+
 // CPU of the simnic's hardware threads (0 on a real NIC).
 uint64_t HardwareCpuNs() {
   Result<verbs::Library*> library = verbs::Library::Get();
@@ -111,7 +142,24 @@ struct Figures {
   uint64_t requests = 0, errors = 0;
   std::map<std::string, uint64_t> engine;  // rdma engine counters (client side)
   uint64_t fallbacks = 0, rpc_retries = 0;
+  double load_s = 0;   // LoadTable, before the clock
+  double rss_mib = 0;  // the process's resident set as the run ends (its cluster still up)
+  // Host CPU per request split by where it ran (SampleCpuSplit); the rest is client threads.
+  double workers_us_per_request = 0, io_us_per_request = 0, kernel_us_per_request = 0;
 };
+
+// VmRSS from /proc/self/status, in MiB (0 if unreadable).
+double ResidentMiB() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  double kib = 0;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::sscanf(line, "VmRSS: %lf kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib / 1024.0;
+}
 
 // The cluster, the client transport and the PS client for one scheme.
 class DemoCluster {
@@ -364,9 +412,32 @@ uint64_t RunTraining(const DemoOptions& options, PsClient& client, double second
   return compute_ns.load();
 }
 
+// Materialises every row of the key space once, before the clock starts: a push of zero
+// gradients stores a key's row (its initial values) and changes no value. Without it every
+// inference fetch would generate each row again (a fetch never stores one, ps/table.cc), and the
+// demo would measure the initialiser's Box-Muller rather than the transport. Returns the
+// seconds it took.
+double LoadTable(const DemoOptions& options, PsClient& client, const std::string& scheme) {
+  constexpr uint64_t kBatch = 2048;
+  auto start = Clock::now();
+  std::vector<uint64_t> keys;
+  const std::vector<float> zeros(kBatch * options.dim, 0.0f);
+  for (uint64_t rank = 0; rank < options.key_space; rank += kBatch) {
+    keys.clear();
+    for (uint64_t r = rank; r < std::min(options.key_space, rank + kBatch); ++r)
+      keys.push_back(Mix64(r));  // ZipfKeys' key of rank r
+    Status pushed =
+        client.Push(kTable, options.dim, keys,
+                    std::span<const float>(zeros).first(keys.size() * options.dim), 30s);
+    if (!pushed.ok()) Fail(scheme + " table load", pushed);
+  }
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 Figures RunWorkload(const DemoOptions& options, const std::string& scheme, bool training,
                     double seconds) {
   DemoCluster cluster(options, scheme);
+  const double load_s = LoadTable(options, cluster.client(), scheme);
   // Connections first, so set-up is not measured.
   {
     std::vector<uint64_t> warm;
@@ -378,6 +449,7 @@ Figures RunWorkload(const DemoOptions& options, const std::string& scheme, bool 
   ps::PsClientStats before = cluster.client().stats();
   std::map<std::string, uint64_t> engine_before = cluster.EngineCounters();
   uint64_t cpu0 = ProcessCpuNs(), hw0 = HardwareCpuNs();
+  const CpuSplit split0 = SampleCpuSplit();
   auto t0 = Clock::now();
   uint64_t compute_ns = 0;
   {
@@ -390,6 +462,7 @@ Figures RunWorkload(const DemoOptions& options, const std::string& scheme, bool 
   }
   double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   uint64_t cpu = ProcessCpuNs() - cpu0, hw = HardwareCpuNs() - hw0;
+  const CpuSplit split1 = SampleCpuSplit();
   ps::PsClientStats after = cluster.client().stats();
   Figures f;
   f.requests = recorder.requests.load();
@@ -400,11 +473,17 @@ Figures RunWorkload(const DemoOptions& options, const std::string& scheme, bool 
   f.requests_per_sec = elapsed > 0 ? f.requests / elapsed : 0;
   double host_ns = double(cpu) - double(hw) - double(compute_ns);
   f.host_cpu_us_per_request = f.requests ? host_ns / 1000.0 / f.requests : 0;
+  auto per_request = [&](uint64_t ns) { return f.requests ? ns / 1000.0 / f.requests : 0.0; };
+  f.workers_us_per_request = per_request(split1.workers_ns - split0.workers_ns);
+  f.io_us_per_request = per_request(split1.io_ns - split0.io_ns);
+  f.kernel_us_per_request = per_request(split1.kernel_ns - split0.kernel_ns);
   for (const auto& [name, value] : cluster.EngineCounters()) {
     f.engine[name] = value - engine_before[name];
   }
   f.fallbacks = after.rpc.fallbacks_to_tcp - before.rpc.fallbacks_to_tcp;
   f.rpc_retries = after.rpc.retries - before.rpc.retries;
+  f.load_s = load_s;
+  f.rss_mib = ResidentMiB();
   return f;
 }
 
@@ -439,6 +518,12 @@ void PrintTable(const std::string& title, const Figures& rdma, const Figures& tc
           : "n/a");
   row("host CPU per request (us)", rdma.host_cpu_us_per_request, tcp.host_cpu_us_per_request,
       Reduction(rdma.host_cpu_us_per_request, tcp.host_cpu_us_per_request));
+  row("  on RPC workers (PS work)", rdma.workers_us_per_request, tcp.workers_us_per_request,
+      Reduction(rdma.workers_us_per_request, tcp.workers_us_per_request));
+  row("  on transport I/O threads", rdma.io_us_per_request, tcp.io_us_per_request,
+      Reduction(rdma.io_us_per_request, tcp.io_us_per_request));
+  row("  in the kernel (all threads)", rdma.kernel_us_per_request, tcp.kernel_us_per_request,
+      Reduction(rdma.kernel_us_per_request, tcp.kernel_us_per_request));
   std::printf("%-28s %12llu %12llu\n", "requests", static_cast<unsigned long long>(rdma.requests),
               static_cast<unsigned long long>(tcp.requests));
   std::printf("%-28s %12llu %12llu\n", "errors", static_cast<unsigned long long>(rdma.errors),
@@ -454,6 +539,8 @@ void PrintTable(const std::string& title, const Figures& rdma, const Figures& tc
   std::printf("%-28s %12llu %12llu\n", "fallbacks to tcp",
               static_cast<unsigned long long>(rdma.fallbacks),
               static_cast<unsigned long long>(tcp.fallbacks));
+  row("RSS at the end (MiB)", rdma.rss_mib, tcp.rss_mib, Reduction(rdma.rss_mib, tcp.rss_mib));
+  row("table load (s, unclocked)", rdma.load_s, tcp.load_s, "");
 }
 
 nlohmann::json ToJson(const Figures& f) {
@@ -465,7 +552,12 @@ nlohmann::json ToJson(const Figures& f) {
                       {"requests", f.requests},
                       {"errors", f.errors},
                       {"fallbacks", f.fallbacks},
-                      {"rpc_retries", f.rpc_retries}};
+                      {"rpc_retries", f.rpc_retries},
+                      {"rss_mib", f.rss_mib},
+                      {"workers_us_per_request", f.workers_us_per_request},
+                      {"io_us_per_request", f.io_us_per_request},
+                      {"kernel_us_per_request", f.kernel_us_per_request},
+                      {"table_load_s", f.load_s}};
   for (const char* name : {"rnr_events", "credit_stalls", "window_stalls"}) {
     auto it = f.engine.find(name);
     j[name] = it == f.engine.end() ? nlohmann::json(nullptr) : nlohmann::json(it->second);
@@ -506,11 +598,17 @@ void RunDemo(const DemoOptions& options) {
                          "mean 20 KiB P99 50 KiB (requests = fetches + pushes)",
                          options.trainers, options.compute_us),
              results["training"]["rdma"], results["training"]["tcp"], true);
-  std::printf(
+  fmt::print(
       "\nhost CPU = process CPU - simnic hardware threads - trainer compute (servers and clients "
       "both in this process). Engine counters: client-side rdma engines only (server engines are "
       "inside rpc::Server, not reachable through its API); tcp has no engine. Fallbacks: the demo "
-      "gives each run only one scheme's urls, so the RPC client has nothing to fall back to.\n");
+      "gives each run only one scheme's urls, so the RPC client has nothing to fall back to. "
+      "The split: run time of the threads named bx-rpc-worker and bx-{{rdma,tcp}}-io, and the "
+      "process's system time (the simnic's threads included). "
+      "Each run first loads the table's {} keys (zero-gradient pushes that store every row; "
+      "not clocked). RSS is the whole process's as the run ends: memory that earlier runs "
+      "freed and the allocators kept counts too.\n",
+      options.key_space);
 }
 
 }  // namespace
@@ -555,6 +653,7 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
   }
   Recorder recorder;
   uint64_t cpu0 = ProcessCpuNs(), hw0 = HardwareCpuNs();
+  const CpuSplit split0 = SampleCpuSplit();
   auto t0 = Clock::now();
   uint64_t compute_ns = 0;
   {
@@ -577,8 +676,14 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
   f.fetch_p99_us = recorder.fetch.PercentileUs(0.99);
   f.push_p99_us = recorder.push.PercentileUs(0.99);
   f.requests_per_sec = f.requests / elapsed;
+  const CpuSplit split1 = SampleCpuSplit();
+  f.rss_mib = ResidentMiB();
   double host_ns = double(ProcessCpuNs() - cpu0) - double(HardwareCpuNs() - hw0) - compute_ns;
   f.host_cpu_us_per_request = f.requests ? host_ns / 1000.0 / f.requests : 0;
+  auto per_request = [&](uint64_t ns) { return f.requests ? ns / 1000.0 / f.requests : 0.0; };
+  f.workers_us_per_request = per_request(split1.workers_ns - split0.workers_ns);
+  f.io_us_per_request = per_request(split1.io_ns - split0.io_ns);
+  f.kernel_us_per_request = per_request(split1.kernel_ns - split0.kernel_ns);
   ps::PsClientStats stats = (*client)->stats();
   f.fallbacks = stats.rpc.fallbacks_to_tcp;
   f.rpc_retries = stats.rpc.retries;
