@@ -1,6 +1,8 @@
 // What the `bx bench` commands share.
 #pragma once
 
+#include <time.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -8,6 +10,7 @@
 
 #include "bx/init.h"
 #include "bx/status.h"
+#include "verbs/verbs.h"
 
 namespace bx::tools {
 
@@ -24,6 +27,21 @@ inline double Quantile(std::vector<double>& samples, double q) {
   std::sort(samples.begin(), samples.end());
   size_t rank = std::min(samples.size() - 1, size_t(q * double(samples.size())));
   return samples[rank];
+}
+
+// CPU the whole process has used, in ns.
+inline uint64_t ProcessCpuNs() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return uint64_t(now.tv_sec) * 1000000000 + uint64_t(now.tv_nsec);
+}
+
+// CPU the simnic's hardware threads have used (0 on a real NIC or without the simnic): host CPU
+// is ProcessCpuNs() minus this, since on hardware the NIC does that work.
+inline uint64_t HardwareCpuNs() {
+  Result<verbs::Library*> library = verbs::Library::Get();
+  if (!library.ok() || (*library)->sim().hardware_cpu_ns == nullptr) return 0;
+  return (*library)->sim().hardware_cpu_ns();
 }
 
 }  // namespace bx::tools

@@ -66,19 +66,6 @@ int ThroughputMessages(const BenchMsgOptions& options, size_t size) {
       std::clamp<size_t>((size_t{2} << 30) / std::max<size_t>(size, 1), 2000, 500000));
 }
 
-uint64_t ProcessCpuNs() {
-  timespec now{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
-  return uint64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
-}
-
-// CPU spent by the simnic's hardware threads (0 on a real NIC or without the simnic).
-uint64_t HardwareCpuNs() {
-  Result<verbs::Library*> library = verbs::Library::Get();
-  if (!library.ok() || (*library)->sim().hardware_cpu_ns == nullptr) return 0;
-  return (*library)->sim().hardware_cpu_ns();
-}
-
 struct MsgResult {
   std::string transport;
   size_t size = 0;

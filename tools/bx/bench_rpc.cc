@@ -7,7 +7,15 @@
 // echo handler sends the request buffer back, no copy) with a client over rdma:// or tcp://;
 // gRPC runs its server and client as two processes (synchronous server, completion-queue client).
 // Latency is measured per call by the client, from Call() to its callback.
+//
+// With --rate R the bexpress rows are an open loop instead: calls start on a fixed schedule of R
+// per second whatever the replies do, latency counts from each call's scheduled start (so a
+// stall is not hidden by the schedule waiting for it), and the table adds the host CPU per call:
+// the process's CPU (client and server both run here) minus the simnic's hardware threads,
+// over the measured calls. At one offered load for both transports, busy polling cannot hide
+// in throughput.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_common.h"
 #include "bx/init.h"
 #include "bx/rpc.h"
 #include "commands.h"
@@ -47,6 +56,7 @@ struct BenchRpcOptions {
   bool json = false;
   int calls = 0;  // per configuration; 0: 20000 for 64 B, 10000 for 16 KB
   bool grpc = true;
+  double rate = 0;  // > 0: open loop at this many calls per second (bexpress only)
 };
 
 struct Row {
@@ -59,6 +69,8 @@ struct Row {
   double p99_us = 0;
   uint64_t errors = 0;
   std::string note;
+  double offered_rate = 0;          // open loop only
+  double host_cpu_us_per_call = 0;  // open loop only
 };
 
 const size_t kSizes[] = {64, 16384};
@@ -66,6 +78,7 @@ const int kOutstanding[] = {1, 64};
 
 int CallsFor(const BenchRpcOptions& options, size_t size) {
   if (options.calls > 0) return options.calls;
+  if (options.rate > 0) return std::max(1000, int(options.rate * 2));  // about 2 s
   return size <= 64 ? 20000 : 10000;
 }
 
@@ -131,6 +144,69 @@ Result<Row> RunBxLoop(rpc::Client& client, size_t size, int outstanding, int cal
   return row;
 }
 
+// One open loop: `calls` echo calls started at `rate` per second. At most kMaxInFlight are
+// outstanding; beyond that the schedule slips, and the achieved rate (below the offered one)
+// says so.
+Result<Row> RunBxOpenLoop(rpc::Client& client, size_t size, double rate, int calls) {
+  constexpr int kMaxInFlight = 4096;
+  struct Loop {
+    std::mutex mutex;
+    std::condition_variable changed;
+    int in_flight = 0;
+    int done = 0;
+    uint64_t errors = 0;
+    rpc::LatencyHistogram histogram;
+  };
+  auto loop = std::make_shared<Loop>();
+  // Warm-up, not measured: connections and buffers in place.
+  for (int i = 0; i < 200; ++i) {
+    Result<rpc::Message> request = rpc::Message::Allocate(size);
+    if (!request.ok()) return request.status();
+    (void)client.Call("echo", std::move(request).value(), {.timeout = 10s}).get();
+  }
+  prctl(PR_SET_TIMERSLACK, 1UL);  // sleeps end on time (the default slack is 50 us)
+  const auto period =
+      std::chrono::duration_cast<rpc::Clock::duration>(std::chrono::duration<double>(1.0 / rate));
+  const uint64_t cpu0 = ProcessCpuNs(), hardware0 = HardwareCpuNs();
+  const rpc::Clock::time_point t0 = rpc::Clock::now();
+  for (int i = 0; i < calls; ++i) {
+    const rpc::Clock::time_point scheduled = t0 + i * period;
+    if (scheduled > rpc::Clock::now()) std::this_thread::sleep_until(scheduled);
+    {
+      std::unique_lock lock(loop->mutex);
+      loop->changed.wait(lock, [&] { return loop->in_flight < kMaxInFlight; });
+      ++loop->in_flight;
+    }
+    Result<rpc::Message> request = rpc::Message::Allocate(size);
+    if (!request.ok()) return request.status();
+    client.Call("echo", std::move(request).value(), {.timeout = 10s},
+                [loop, scheduled](Result<rpc::Message> reply) {
+                  const rpc::Clock::time_point now = rpc::Clock::now();
+                  std::lock_guard lock(loop->mutex);
+                  --loop->in_flight;
+                  ++loop->done;
+                  if (!reply.ok()) ++loop->errors;
+                  loop->histogram.Record(now - scheduled);
+                  loop->changed.notify_all();
+                });
+  }
+  std::unique_lock lock(loop->mutex);
+  if (!loop->changed.wait_for(lock, 300s, [&] { return loop->done == calls; })) {
+    return Status(StatusCode::kDeadlineExceeded, "bench rpc: open loop did not finish in 300 s");
+  }
+  const double seconds = std::chrono::duration<double>(rpc::Clock::now() - t0).count();
+  const uint64_t host_ns = (ProcessCpuNs() - cpu0) - (HardwareCpuNs() - hardware0);
+  Row row;
+  row.size = size;
+  row.offered_rate = rate;
+  row.calls_per_sec = seconds > 0 ? calls / seconds : 0;
+  row.p50_us = loop->histogram.PercentileUs(0.50);
+  row.p99_us = loop->histogram.PercentileUs(0.99);
+  row.errors = loop->errors;
+  row.host_cpu_us_per_call = double(host_ns) / 1000.0 / calls;
+  return row;
+}
+
 Status RunBx(const std::string& scheme, const BenchRpcOptions& options, std::vector<Row>& rows) {
   rpc::ServerOptions server_options;
   auto server = rpc::Server::Create(server_options);
@@ -142,6 +218,7 @@ Status RunBx(const std::string& scheme, const BenchRpcOptions& options, std::vec
   BX_RETURN_IF_ERROR((*server)->Start({scheme + "://127.0.0.1:0"}));
   for (size_t size : kSizes) {
     for (int outstanding : kOutstanding) {
+      if (options.rate > 0 && outstanding != kOutstanding[0]) continue;  // one open loop a size
       rpc::ClientOptions client_options;
       client_options.log = [](std::string_view line) {
         // Connection set-up is expected; a fallback or a replica going down is worth a line.
@@ -151,7 +228,9 @@ Status RunBx(const std::string& scheme, const BenchRpcOptions& options, std::vec
       auto client = rpc::Client::Create({(*server)->address()}, client_options);
       if (!client.ok()) return client.status();
       BX_RETURN_IF_ERROR((*client)->WaitReady(5s));
-      Result<Row> row = RunBxLoop(**client, size, outstanding, CallsFor(options, size));
+      Result<Row> row = options.rate > 0
+                            ? RunBxOpenLoop(**client, size, options.rate, CallsFor(options, size))
+                            : RunBxLoop(**client, size, outstanding, CallsFor(options, size));
       if (!row.ok()) return row.status();
       row->system = "bx-rpc";
       row->transport = scheme;
@@ -255,6 +334,53 @@ Status RunGrpc(const BenchRpcOptions& options, std::vector<Row>& rows) {
   return Status::Ok();
 }
 
+void PrintOpenLoop(const std::vector<Row>& rows, bool as_json) {
+  if (as_json) {
+    json out;
+    out["benchmark"] = "rpc_open_loop";
+    out["results"] = json::array();
+    for (const Row& row : rows) {
+      out["results"].push_back({{"transport", row.transport},
+                                {"request_bytes", row.size},
+                                {"offered_calls_per_sec", row.offered_rate},
+                                {"calls_per_sec", row.calls_per_sec},
+                                {"p50_us", row.p50_us},
+                                {"p99_us", row.p99_us},
+                                {"host_cpu_us_per_call", row.host_cpu_us_per_call},
+                                {"errors", row.errors}});
+    }
+    fmt::print("{}\n", out.dump(2));
+    return;
+  }
+  fmt::print("{:<5} {:>7} {:>9} {:>9} {:>10} {:>10} {:>12} {:>6}\n", "VIA", "REQUEST", "OFFERED",
+             "ACHIEVED", "P50_US", "P99_US", "CPU_US/CALL", "ERRORS");
+  for (const Row& row : rows) {
+    fmt::print(
+        "{:<5} {:>7} {:>9.0f} {:>9.0f} {:>10.1f} {:>10.1f} {:>12.2f} {:>6}\n", row.transport,
+        row.size >= 1024 ? fmt::format("{}KB", row.size / 1024) : fmt::format("{}B", row.size),
+        row.offered_rate, row.calls_per_sec, row.p50_us, row.p99_us, row.host_cpu_us_per_call,
+        row.errors);
+  }
+  // Side by side: each transport's CPU per call over the first one's, size by size.
+  for (size_t size : kSizes) {
+    const Row* first = nullptr;
+    for (const Row& row : rows) {
+      if (row.size != size) continue;
+      if (first == nullptr) {
+        first = &row;
+      } else if (row.host_cpu_us_per_call > 0) {
+        fmt::print("{} CPU per call, {} / {}: {:.2f}\n",
+                   size >= 1024 ? fmt::format("{}KB", size / 1024) : fmt::format("{}B", size),
+                   first->transport, row.transport,
+                   first->host_cpu_us_per_call / row.host_cpu_us_per_call);
+      }
+    }
+  }
+  fmt::print(
+      "host CPU = process CPU (client and server) - simnic hardware threads; latency from "
+      "each call's scheduled start\n");
+}
+
 void RunBenchRpc(const BenchRpcOptions& options) {
   std::vector<std::string> schemes;
   if (options.transport == "all") {
@@ -274,6 +400,10 @@ void RunBenchRpc(const BenchRpcOptions& options) {
     }
   }
   std::string grpc_note;
+  if (options.rate > 0) {
+    PrintOpenLoop(rows, options.json);
+    return;
+  }
   if (options.grpc) {
     if (Status s = RunGrpc(options, rows); !s.ok()) grpc_note = s.ToString();
   }
@@ -318,6 +448,10 @@ void AddBenchRpcCommand(CLI::App* bench) {
   command->add_option("--calls", options->calls,
                       "Measured calls per configuration (default: 20000 at 64 B, 10000 at 16 KB)");
   command->add_flag("!--no-grpc", options->grpc, "Skip the gRPC peer");
+  command
+      ->add_option("--rate", options->rate,
+                   "Open loop at this many calls/s, with host CPU per call (bexpress only)")
+      ->check(CLI::PositiveNumber);
   command->add_flag("--json", options->json, "Print JSON instead of the table");
   command->callback([options] { bx::tools::RunBenchRpc(*options); });
 }

@@ -43,6 +43,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_common.h"
 #include "bx/status.h"
 #include "commands.h"
 #include "verbs/rc_connect.h"
@@ -97,12 +98,6 @@ int BandwidthMessages(const BenchVerbsOptions& options, size_t size) {
 // hardware thread out of its sleep.
 int WarmupIterations(int iterations) {
   return std::clamp(iterations / 10, 10, 1000);
-}
-
-uint64_t ProcessCpuNs() {
-  timespec now{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
-  return uint64_t(now.tv_sec) * 1000000000 + uint64_t(now.tv_nsec);
 }
 
 struct VerbsResult {

@@ -32,6 +32,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_common.h"
 #include "bx/init.h"
 #include "bx/metrics.h"
 #include "bx/observe.h"
@@ -66,11 +67,6 @@ struct DemoOptions {
 
 constexpr uint32_t kTable = 1;
 
-uint64_t ProcessCpuNs() {
-  timespec now{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
-  return uint64_t(now.tv_sec) * 1000000000 + uint64_t(now.tv_nsec);
-}
 uint64_t ThreadCpuNs() {
   timespec now{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
@@ -100,13 +96,6 @@ CpuSplit SampleCpuSplit() {
   split.kernel_ns =
       uint64_t(usage.ru_stime.tv_sec) * 1000000000 + uint64_t(usage.ru_stime.tv_usec) * 1000;
   return split;
-}
-
-// CPU of the simnic's hardware threads (0 on a real NIC).
-uint64_t HardwareCpuNs() {
-  Result<verbs::Library*> library = verbs::Library::Get();
-  if (!library.ok() || (*library)->sim().hardware_cpu_ns == nullptr) return 0;
-  return (*library)->sim().hardware_cpu_ns();
 }
 
 [[noreturn]] void Fail(const std::string& what, const Status& status) {
