@@ -26,15 +26,27 @@ double ValueOf(const std::string& text, const std::string& name) {
   return -1;
 }
 
-// Sends `request` raw and returns everything the server answers before it closes.
-std::string RawExchange(uint16_t port, const std::string& request) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+// Opens a connection to the endpoint that sends `bytes` and then nothing. The connect waits
+// at most 2 s: a server that does not accept leaves it pending (its backlog full), which does
+// not hang the test.
+int Lurker(uint16_t port, const std::string& bytes = "") {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  if (!request.empty()) (void)!send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    pollfd p{fd, POLLOUT, 0};
+    if (poll(&p, 1, 2000) != 1) return fd;
+  }
+  if (!bytes.empty()) (void)!send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  return fd;
+}
+
+// Sends `request` raw and returns everything the server answers before it closes.
+std::string RawExchange(uint16_t port, const std::string& request) {
+  int fd = Lurker(port, request);
+  fcntl(fd, F_SETFL, 0);  // blocking: read to the end
   std::string answer;
   char buf[4096];
   ssize_t n;
@@ -42,6 +54,22 @@ std::string RawExchange(uint16_t port, const std::string& request) {
   close(fd);
   return answer;
 }
+
+// An endpoint on a registry of its own, at any free port.
+class Endpoint {
+ public:
+  explicit Endpoint(const HttpServerOptions& options) {
+    auto started = StartHttpServer(options, registry_);
+    EXPECT_TRUE(started.ok()) << started.status().ToString();
+    if (started.ok()) server_ = std::move(started).value();
+  }
+  uint16_t port() const { return server_ ? server_->port() : 0; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port()) + "/metrics"; }
+
+ private:
+  Registry registry_;
+  std::unique_ptr<MetricsServer> server_;
+};
 
 TEST(HttpServerTest, ScrapeSeesACounterMove) {
   Registry registry;
@@ -100,54 +128,28 @@ TEST(HttpServerTest, RefusesWhatIsNotAGetOfMetrics) {
 }
 
 TEST(HttpServerTest, ASilentClientIsDroppedAfterTheTimeout) {
-  Registry registry;
-  HttpServerOptions options;
-  options.request_timeout_ms = 100;
-  auto server = StartHttpServer(options, registry);
-  ASSERT_TRUE(server.ok());
-  uint16_t port = (*server)->port();
+  Endpoint endpoint(HttpServerOptions{.request_timeout_ms = 100});
+  const uint16_t port = endpoint.port();
   std::thread silent([port] { EXPECT_EQ(RawExchange(port, ""), ""); });  // sends nothing
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   auto start = std::chrono::steady_clock::now();
-  EXPECT_TRUE(HttpGet("http://127.0.0.1:" + std::to_string(port) + "/metrics", kTimeout).ok());
+  EXPECT_TRUE(HttpGet(endpoint.url(), kTimeout).ok());
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   silent.join();
-}
-
-// Opens a connection to the endpoint that sends `bytes` and then nothing. The connect waits
-// at most 2 s: a server that does not accept leaves it pending (its backlog full), which does
-// not hang the test.
-int Lurker(uint16_t port, const std::string& bytes = "") {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    pollfd p{fd, POLLOUT, 0};
-    if (poll(&p, 1, 2000) != 1) return fd;
-  }
-  if (!bytes.empty()) (void)!send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-  return fd;
 }
 
 // Slow scrapers hold descriptors, not the endpoint: with 30 silent connections and 10 that sent
 // half a request, all within their (long) deadline, a scrape is answered at once. One connection
 // at a time, the first silent one held the endpoint for its whole 30 s deadline.
 TEST(HttpServerTest, SlowScrapersDoNotStallOthers) {
-  Registry registry;
-  HttpServerOptions options;
-  options.request_timeout_ms = 30000;
-  auto server = StartHttpServer(options, registry);
-  ASSERT_TRUE(server.ok());
-  uint16_t port = (*server)->port();
+  Endpoint endpoint(HttpServerOptions{.request_timeout_ms = 30000});
+  const uint16_t port = endpoint.port();
   std::vector<int> lurkers;
   for (int i = 0; i < 30; ++i) lurkers.push_back(Lurker(port));
   for (int i = 0; i < 10; ++i) lurkers.push_back(Lurker(port, "GET /metrics HTTP/1.1\r\nHo"));
-  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/metrics";
   for (int i = 0; i < 3; ++i) {
     auto start = std::chrono::steady_clock::now();
-    auto answer = HttpGet(url, kTimeout);
+    auto answer = HttpGet(endpoint.url(), kTimeout);
     ASSERT_TRUE(answer.ok()) << answer.status().ToString();
     // Far below the lurkers' 30 s deadline, with room for a loaded machine.
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
@@ -157,16 +159,10 @@ TEST(HttpServerTest, SlowScrapersDoNotStallOthers) {
 
 // Past max_connections the oldest connection is closed for the newest, which is served.
 TEST(HttpServerTest, BeyondTheBoundTheOldestConnectionIsDropped) {
-  Registry registry;
-  HttpServerOptions options;
-  options.request_timeout_ms = 30000;
-  options.max_connections = 4;
-  auto server = StartHttpServer(options, registry);
-  ASSERT_TRUE(server.ok());
-  uint16_t port = (*server)->port();
+  Endpoint endpoint(HttpServerOptions{.request_timeout_ms = 30000, .max_connections = 4});
   std::vector<int> lurkers;
-  for (int i = 0; i < 4; ++i) lurkers.push_back(Lurker(port));
-  auto answer = HttpGet("http://127.0.0.1:" + std::to_string(port) + "/metrics", kTimeout);
+  for (int i = 0; i < 4; ++i) lurkers.push_back(Lurker(endpoint.port()));
+  auto answer = HttpGet(endpoint.url(), kTimeout);
   ASSERT_TRUE(answer.ok()) << answer.status().ToString();
   // The oldest lurker was closed by the server: its next read sees the end, not a timeout.
   timeval tv{5, 0};
@@ -175,8 +171,8 @@ TEST(HttpServerTest, BeyondTheBoundTheOldestConnectionIsDropped) {
   char byte;
   EXPECT_EQ(recv(lurkers[0], &byte, 1, 0), 0);
   for (int fd : lurkers) close(fd);
-  options.max_connections = 0;
-  EXPECT_FALSE(StartHttpServer(options, registry).ok());
+  Registry registry;
+  EXPECT_FALSE(StartHttpServer(HttpServerOptions{.max_connections = 0}, registry).ok());
 }
 
 TEST(HttpServerTest, BadAddressIsAnError) {
