@@ -16,6 +16,7 @@
 #include "ps/shard_state.h"
 #include "ps/wire.h"
 #include "rpc/frame.h"
+#include "simnic/ipc_frame.h"
 #include "transport/rdma/bootstrap.h"
 #include "transport/tcp/frame.h"
 
@@ -236,6 +237,30 @@ void PsSnapshotSeeds(const fs::path& dir) {
   Write(dir, "empty", Bytes(empty_body, empty_body + nothing->size() - 32));
 }
 
+// Fabric streams (the cut-seed byte, then frames from pid 4242, simnic_frame_fuzz.cc's peer): a
+// request with a payload followed by a reply without one, and a header announcing 2 GiB.
+void SimnicFrameSeeds(const fs::path& dir) {
+  auto frame = [](uint8_t kind, uint32_t payload_length) {
+    bx::simnic::IpcHeader h{};
+    h.magic = bx::simnic::kIpcMagic;
+    h.kind = kind;
+    h.src_pid = 4242;
+    h.length = h.payload_length = payload_length;
+    const auto* p = reinterpret_cast<const uint8_t*>(&h);
+    Bytes out(p, p + sizeof(h));
+    for (uint32_t i = 0; i < payload_length && i < 64; ++i) out.push_back(uint8_t(i));
+    return out;
+  };
+  Bytes two{7};
+  for (const Bytes& f : {frame(bx::simnic::kIpcRequest, 16), frame(bx::simnic::kIpcReply, 0)})
+    two.insert(two.end(), f.begin(), f.end());
+  Write(dir, "request_then_reply", two);
+  Bytes huge{3};
+  Bytes announced = frame(bx::simnic::kIpcRequest, bx::simnic::kIpcMaxPayload);
+  huge.insert(huge.end(), announced.begin(), announced.end());
+  Write(dir, "announces_2gib", huge);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -251,5 +276,6 @@ int main(int argc, char** argv) {
   RpcSeeds(root / "fuzz_rpc_frame");
   PsWireSeeds(root / "fuzz_ps_wire");
   PsSnapshotSeeds(root / "fuzz_ps_snapshot");
+  SimnicFrameSeeds(root / "fuzz_simnic_frame");
   return 0;
 }

@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "simnic/sim_objects.h"
 
@@ -41,22 +43,6 @@ std::string Describe(const sockaddr_un& addr) {
   std::snprintf(text, sizeof(text), "%s%s", abstract ? "@" : "",
                 abstract ? addr.sun_path + 1 : addr.sun_path);
   return text;
-}
-
-bool ReadFull(int fd, void* buf, size_t n) {
-  auto* p = static_cast<uint8_t*>(buf);
-  while (n > 0) {
-    ssize_t r = recv(fd, p, n, MSG_WAITALL);
-    if (r > 0) {
-      p += r;
-      n -= size_t(r);
-    } else if (r < 0 && errno == EINTR) {
-      continue;
-    } else {
-      return false;
-    }
-  }
-  return true;
 }
 
 // Socket buffers large enough that a stream of MTU-to-megabyte frames keeps moving.
@@ -173,6 +159,42 @@ bool IpcLink::HasInbound() const {
   return has_inbound_.load(std::memory_order_acquire);
 }
 
+void IpcLink::ReadFrom(int fd, IpcFrameParser& parser) {
+  // What the socket has now, up to 4 MiB a turn (epoll comes back for the rest, after the other
+  // peers): a peer that sent half a frame holds its own connection, not the reader.
+  constexpr size_t kTurnBytes = size_t{4} << 20;
+  std::vector<IpcFrame> frames;
+  bool open = true;
+  for (size_t taken = 0; taken < kTurnBytes;) {
+    std::span<uint8_t> into = parser.Next();
+    ssize_t r = into.empty() ? 0 : recv(fd, into.data(), into.size(), 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (r <= 0 || !parser.Commit(size_t(r), &frames)) {
+      open = false;  // closed, failed, or refused by the parser
+      break;
+    }
+    taken += size_t(r);
+  }
+  uint32_t lost = 0;
+  if (!open) {
+    // A peer that went away, or broke the framing, is lost to its QPs; a frame forged in
+    // another process's name says nothing about that process.
+    if (!parser.forged()) lost = parser.peer_pid();
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    close(fd);
+    incoming_.erase(fd);  // `parser` is gone from here on
+  }
+  if (frames.empty() && lost == 0) return;
+  {
+    std::lock_guard lock(inbound_mu_);
+    for (IpcFrame& frame : frames) inbound_.push_back(std::move(frame));
+    if (lost != 0) lost_.push_back(lost);
+    has_inbound_.store(true, std::memory_order_release);
+  }
+  wake_();
+}
+
 void IpcLink::ReadLoop() {
   pthread_setname_np(pthread_self(), "bxsim-ipc");
   reader_cpu_clock_.CaptureCurrentThread();
@@ -183,10 +205,10 @@ void IpcLink::ReadLoop() {
     for (int i = 0; i < n; ++i) {
       int fd = events[i].data.fd;
       if (fd == listen_fd_) {
-        int conn = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        int conn = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (conn < 0) continue;
         // Only this user's processes are on our fabric: abstract sockets have no permissions,
-        // and the reader trusts a peer's frames (a partial one stalls it; a length allocates).
+        // and the hardware thread trusts the frames of a peer it accepted.
         ucred peer{};
         socklen_t peer_length = sizeof(peer);
         if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &peer_length) != 0 ||
@@ -197,38 +219,15 @@ void IpcLink::ReadLoop() {
         }
         int size = kSocketBufferBytes;
         setsockopt(conn, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-        incoming_[conn] = uint32_t(peer.pid);
+        incoming_.emplace(conn, IpcFrameParser(uint32_t(peer.pid)));
         epoll_event ev{};
         ev.events = EPOLLIN;
         ev.data.fd = conn;
         epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, conn, &ev);
         continue;
       }
-      IpcFrame frame;
-      bool ok =
-          ReadFull(fd, &frame.header, sizeof(frame.header)) && frame.header.magic == kIpcMagic;
-      // A frame names its sender; the kernel told us who connected. One that claims another
-      // process, or a payload above the largest message, ends the connection before allocating.
-      ok =
-          ok && frame.header.src_pid == incoming_[fd] && frame.header.payload_length <= kMaxMsgSize;
-      if (ok && frame.header.payload_length > 0) {
-        frame.payload.resize(frame.header.payload_length);
-        ok = ReadFull(fd, frame.payload.data(), frame.payload.size());
-      }
-      if (!ok) {
-        uint32_t peer = incoming_[fd];
-        if (frame.header.magic == kIpcMagic && frame.header.src_pid != peer) peer = 0;
-        epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-        close(fd);
-        incoming_.erase(fd);
-        std::lock_guard lock(inbound_mu_);
-        if (peer != 0) lost_.push_back(peer);
-        has_inbound_.store(true, std::memory_order_release);
-      } else {
-        std::lock_guard lock(inbound_mu_);
-        inbound_.push_back(std::move(frame));
-        has_inbound_.store(true, std::memory_order_release);
-      }
+      auto it = incoming_.find(fd);
+      if (it != incoming_.end()) ReadFrom(fd, it->second);
       wake_();
     }
   }

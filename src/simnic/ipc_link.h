@@ -25,38 +25,9 @@
 #include <vector>
 
 #include "base/thread_cpu_clock.h"
+#include "simnic/ipc_frame.h"
 
 namespace bx::simnic {
-
-struct IpcHeader {
-  uint32_t magic;
-  uint8_t kind;  // kRequest or kReply
-  uint8_t opcode;
-  uint8_t reply;
-  uint8_t rnr_timer;
-  uint32_t src_pid;
-  uint32_t dest_device;
-  uint32_t dest_qpn;
-  uint32_t src_device;
-  uint32_t src_qpn;
-  uint32_t psn;
-  uint32_t imm_data;
-  uint32_t rkey;
-  uint32_t solicited;
-  uint64_t remote_addr;
-  uint32_t length;
-  uint32_t payload_length;
-  uint8_t src_gid[16];
-};
-
-inline constexpr uint32_t kIpcMagic = 0xb5e1c0de;
-inline constexpr uint8_t kIpcRequest = 1;
-inline constexpr uint8_t kIpcReply = 2;
-
-struct IpcFrame {
-  IpcHeader header;
-  std::vector<uint8_t> payload;
-};
 
 class IpcLink {
  public:
@@ -78,6 +49,8 @@ class IpcLink {
 
  private:
   void ReadLoop();
+  // Reads what connection `fd` has (without waiting for the rest of a frame) into its parser.
+  void ReadFrom(int fd, IpcFrameParser& parser);
   int ConnectTo(uint32_t pid);
   // A connection from another user: closed; the first is logged, all are counted.
   void RefusePeer(pid_t pid, uid_t uid);
@@ -91,7 +64,8 @@ class IpcLink {
   ThreadCpuClock reader_cpu_clock_;
 
   std::unordered_map<uint32_t, int> outgoing_;  // hardware thread only
-  std::unordered_map<int, uint32_t> incoming_;  // reader thread only: fd -> peer pid
+  // Reader thread only: each incoming connection's framing (its peer's pid inside).
+  std::unordered_map<int, IpcFrameParser> incoming_;
 
   mutable std::mutex inbound_mu_;
   std::deque<IpcFrame> inbound_;

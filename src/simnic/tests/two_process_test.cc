@@ -82,12 +82,9 @@ TEST(TwoProcessTest, RcWriteWithImmAcrossProcesses) {
   EXPECT_EQ(WaitExit(server, std::chrono::seconds(60)), 0);
 }
 
-// Issue 19: the fabric's socket (@bxsim.<pid>, abstract, so without permissions) took anyone on
-// the host, and 20 bytes of a frame header stalled its reader and with it all of the process's
-// inter-process RDMA. A process of another user is now refused at accept: while one holds a
-// half-sent header on the server's fabric socket, the transfer between server and client runs.
-TEST(TwoProcessTest, AnotherUsersProcessCannotStallTheFabric) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to run the intruder as another user (CI is root)";
+// Runs the rc_peer transfer while an intruder (as `intruder_uid`, or as this user when -1) holds
+// half a frame header on the server's fabric socket; the transfer must still complete.
+void TransferBesideAnIntruder(int intruder_uid) {
   int fds[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
   pid_t server = Spawn({BX_RC_PEER, "server", std::to_string(fds[0])}, fds[0]);
@@ -109,7 +106,8 @@ TEST(TwoProcessTest, AnotherUsersProcessCannotStallTheFabric) {
   intruder = fork();
   if (intruder == 0) {  // as nobody: connect to the server's fabric, send half a header, hold
     close(ready[0]);
-    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+    if (intruder_uid >= 0 && (setgid(gid_t(intruder_uid)) != 0 || setuid(uid_t(intruder_uid)) != 0))
+      _exit(2);
     sockaddr_un address{};
     address.sun_family = AF_UNIX;
     int n = std::snprintf(address.sun_path + 1, sizeof(address.sun_path) - 1, "bxsim.%d", server);
@@ -138,6 +136,21 @@ TEST(TwoProcessTest, AnotherUsersProcessCannotStallTheFabric) {
   close(fds[1]);
   EXPECT_EQ(WaitExit(client, std::chrono::seconds(60)), 0);
   EXPECT_EQ(WaitExit(server, std::chrono::seconds(60)), 0);
+}
+
+// Issue 19: the fabric's socket (@bxsim.<pid>, abstract, so without permissions) took anyone on
+// the host, and 20 bytes of a frame header stalled its reader and with it all of the process's
+// inter-process RDMA. A process of another user is now refused at accept.
+TEST(TwoProcessTest, AnotherUsersProcessCannotStallTheFabric) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run the intruder as another user (CI is root)";
+  TransferBesideAnIntruder(65534);  // nobody
+}
+
+// A process of the same user is accepted, but the reader no longer waits for the rest of a
+// frame (ipc_frame.h): half a header holds the intruder's own connection, not the fabric. The
+// blocking reader it replaced timed out this transfer.
+TEST(TwoProcessTest, HalfAFrameStallsOnlyItsOwnConnection) {
+  TransferBesideAnIntruder(-1);
 }
 
 // Copies bytes both ways between two sockets until both are closed.
