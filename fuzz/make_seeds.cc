@@ -237,8 +237,9 @@ void PsSnapshotSeeds(const fs::path& dir) {
   Write(dir, "empty", Bytes(empty_body, empty_body + nothing->size() - 32));
 }
 
-// Fabric streams (the cut-seed byte, then frames from pid 4242, simnic_frame_fuzz.cc's peer): a
-// request with a payload followed by a reply without one, and a header announcing 2 GiB.
+// Fabric streams (the cut-seed byte, the all-zero cookie, then frames from pid 4242,
+// simnic_frame_fuzz.cc's peer): a request with a payload followed by a reply without one, and a
+// header announcing 2 GiB.
 void SimnicFrameSeeds(const fs::path& dir) {
   auto frame = [](uint8_t kind, uint32_t payload_length) {
     bx::simnic::IpcHeader h{};
@@ -251,11 +252,14 @@ void SimnicFrameSeeds(const fs::path& dir) {
     for (uint32_t i = 0; i < payload_length && i < 64; ++i) out.push_back(uint8_t(i));
     return out;
   };
+  const Bytes cookie(bx::simnic::kIpcCookieBytes, 0);  // BX_SIM_FABRIC_COOKIE unset
   Bytes two{7};
+  two.insert(two.end(), cookie.begin(), cookie.end());
   for (const Bytes& f : {frame(bx::simnic::kIpcRequest, 16), frame(bx::simnic::kIpcReply, 0)})
     two.insert(two.end(), f.begin(), f.end());
   Write(dir, "request_then_reply", two);
   Bytes huge{3};
+  huge.insert(huge.end(), cookie.begin(), cookie.end());
   Bytes announced = frame(bx::simnic::kIpcRequest, bx::simnic::kIpcMaxPayload);
   huge.insert(huge.end(), announced.begin(), announced.end());
   Write(dir, "announces_2gib", huge);

@@ -1,6 +1,7 @@
 // Fuzzes the framing of the simnic's fabric links (src/simnic/ipc_frame.cc) as a peer process
 // sends it: the input (after its first byte) is the byte stream, and the first byte seeds the
-// sizes of the reads it arrives in. Properties beyond "no crash, leak or sanitizer report":
+// sizes of the reads it arrives in (the stream opens with the fabric cookie). Properties beyond "no
+// crash, leak or sanitizer report":
 //   - every frame delivered is a header CheckIpcHeader accepts followed by exactly its
 //     payload_length bytes, and the frames are consecutive slices of the stream;
 //   - what the parser holds for a frame never exceeds 1 MiB or four times what has arrived, so a
@@ -33,7 +34,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t* stream = data + 1;
   const size_t length = size - 1;
 
-  IpcFrameParser parser(kPeer);
+  // The cookie is all zeros (BX_SIM_FABRIC_COOKIE unset): make_seeds' streams open with it.
+  const bx::simnic::IpcCookie cookie{};
+  IpcFrameParser parser(kPeer, cookie);
   std::vector<IpcFrame> frames;
   size_t taken = 0;
   while (taken < length) {
@@ -52,7 +55,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(parser.held_bytes() <= std::max<size_t>(size_t{1} << 20, 4 * taken));
   }
 
-  size_t at = 0;
+  size_t at = bx::simnic::kIpcCookieBytes;
+  if (!frames.empty()) Check(std::memcmp(stream, cookie.data(), cookie.size()) == 0);
   for (const IpcFrame& frame : frames) {
     Check(at + sizeof(IpcHeader) <= taken);
     Check(std::memcmp(&frame.header, stream + at, sizeof(IpcHeader)) == 0);

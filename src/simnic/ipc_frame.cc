@@ -10,6 +10,12 @@ constexpr size_t kFirstPayloadChunk = size_t{1} << 20;
 
 }  // namespace
 
+IpcCookie MakeIpcCookie(std::string_view text) {
+  IpcCookie cookie{};
+  std::memcpy(cookie.data(), text.data(), std::min(text.size(), cookie.size()));
+  return cookie;
+}
+
 std::string_view CheckIpcHeader(const IpcHeader& header, uint32_t peer_pid) {
   if (header.magic != kIpcMagic) return "bad magic";
   if (header.src_pid != peer_pid) return "the frame names another process as its sender";
@@ -20,6 +26,8 @@ std::string_view CheckIpcHeader(const IpcHeader& header, uint32_t peer_pid) {
 
 std::span<uint8_t> IpcFrameParser::Next() {
   if (!error_.empty()) return {};
+  if (cookie_have_ < kIpcCookieBytes)
+    return {cookie_seen_.data() + cookie_have_, kIpcCookieBytes - cookie_have_};
   if (header_have_ < sizeof(IpcHeader)) {
     auto* header = reinterpret_cast<uint8_t*>(&frame_.header);
     return {header + header_have_, sizeof(IpcHeader) - header_have_};
@@ -36,12 +44,21 @@ std::span<uint8_t> IpcFrameParser::Next() {
 
 bool IpcFrameParser::Commit(size_t n, std::vector<IpcFrame>* frames) {
   if (!error_.empty()) return false;
+  if (cookie_have_ < kIpcCookieBytes) {
+    cookie_have_ += n;
+    if (cookie_have_ == kIpcCookieBytes && cookie_seen_ != cookie_) {
+      error_ = "wrong fabric cookie";
+      impostor_ = true;
+      return false;
+    }
+    return true;
+  }
   if (header_have_ < sizeof(IpcHeader)) {
     header_have_ += n;
     if (header_have_ < sizeof(IpcHeader)) return true;
     error_ = CheckIpcHeader(frame_.header, peer_pid_);
     if (!error_.empty()) {
-      forged_ = frame_.header.magic == kIpcMagic && frame_.header.src_pid != peer_pid_;
+      impostor_ = frame_.header.magic == kIpcMagic && frame_.header.src_pid != peer_pid_;
       return false;
     }
   } else {

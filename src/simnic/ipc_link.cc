@@ -50,7 +50,13 @@ constexpr int kSocketBufferBytes = 4 << 20;
 
 }  // namespace
 
-IpcLink::IpcLink(uint32_t pid, std::function<void()> wake) : pid_(pid), wake_(std::move(wake)) {
+IpcCookie FabricCookie() {
+  const char* text = std::getenv("BX_SIM_FABRIC_COOKIE");
+  return MakeIpcCookie(text != nullptr ? text : "");
+}
+
+IpcLink::IpcLink(uint32_t pid, std::function<void()> wake)
+    : pid_(pid), cookie_(FabricCookie()), wake_(std::move(wake)) {
   listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr;
   socklen_t len = FabricAddress(pid_, &addr);
@@ -103,9 +109,33 @@ int IpcLink::ConnectTo(uint32_t pid) {
   }
   int size = kSocketBufferBytes;
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-  // The first frame on a connection tells the peer who we are even before any request.
+  // The cookie first: the peer reads nothing else from a connection until it has matched.
+  if (send(fd, cookie_.data(), cookie_.size(), MSG_NOSIGNAL) != ssize_t(cookie_.size())) {
+    close(fd);
+    return -1;
+  }
   outgoing_[pid] = fd;
+  // Watched by the reader: the peer closing our outgoing connection (it refused us, or died
+  // before ever connecting back) is the peer lost, so that requests it will never answer retry
+  // and fail as on a fabric where the far end went silent.
+  {
+    std::lock_guard lock(watch_mu_);
+    outgoing_watch_[fd] = pid;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLRDHUP;
+  ev.data.fd = fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
   return fd;
+}
+
+void IpcLink::CloseOutgoing(uint32_t pid, int fd) {
+  {
+    std::lock_guard lock(watch_mu_);
+    outgoing_watch_.erase(fd);
+  }
+  close(fd);  // also leaves the epoll set
+  outgoing_.erase(pid);
 }
 
 bool IpcLink::Send(uint32_t pid, const IpcHeader& header, const iovec* payload, int count) {
@@ -123,8 +153,7 @@ bool IpcLink::Send(uint32_t pid, const IpcHeader& header, const iovec* payload, 
     ssize_t w = sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR) continue;
-      close(fd);
-      outgoing_.erase(pid);
+      CloseOutgoing(pid, fd);
       return false;
     }
     // Advance past what was written.
@@ -178,9 +207,9 @@ void IpcLink::ReadFrom(int fd, IpcFrameParser& parser) {
   }
   uint32_t lost = 0;
   if (!open) {
-    // A peer that went away, or broke the framing, is lost to its QPs; a frame forged in
-    // another process's name says nothing about that process.
-    if (!parser.forged()) lost = parser.peer_pid();
+    // A peer that went away, or broke the framing, is lost to its QPs; a stranger without the
+    // cookie, or a frame forged in another process's name, says nothing about a peer.
+    if (!parser.impostor()) lost = parser.peer_pid();
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
     close(fd);
     incoming_.erase(fd);  // `parser` is gone from here on
@@ -190,6 +219,24 @@ void IpcLink::ReadFrom(int fd, IpcFrameParser& parser) {
     std::lock_guard lock(inbound_mu_);
     for (IpcFrame& frame : frames) inbound_.push_back(std::move(frame));
     if (lost != 0) lost_.push_back(lost);
+    has_inbound_.store(true, std::memory_order_release);
+  }
+  wake_();
+}
+
+void IpcLink::OutgoingClosed(int fd) {
+  uint32_t pid = 0;
+  {
+    std::lock_guard lock(watch_mu_);
+    auto it = outgoing_watch_.find(fd);
+    if (it == outgoing_watch_.end()) return;  // closed by the hardware thread meanwhile
+    pid = it->second;
+    outgoing_watch_.erase(it);
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);  // the hardware thread closes it
+  }
+  {
+    std::lock_guard lock(inbound_mu_);
+    lost_.push_back(pid);
     has_inbound_.store(true, std::memory_order_release);
   }
   wake_();
@@ -219,7 +266,7 @@ void IpcLink::ReadLoop() {
         }
         int size = kSocketBufferBytes;
         setsockopt(conn, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-        incoming_.emplace(conn, IpcFrameParser(uint32_t(peer.pid)));
+        incoming_.emplace(conn, IpcFrameParser(uint32_t(peer.pid), cookie_));
         epoll_event ev{};
         ev.events = EPOLLIN;
         ev.data.fd = conn;
@@ -227,7 +274,11 @@ void IpcLink::ReadLoop() {
         continue;
       }
       auto it = incoming_.find(fd);
-      if (it != incoming_.end()) ReadFrom(fd, it->second);
+      if (it != incoming_.end()) {
+        ReadFrom(fd, it->second);
+      } else {
+        OutgoingClosed(fd);
+      }
       wake_();
     }
   }

@@ -52,11 +52,16 @@ class IpcLink {
   // Reads what connection `fd` has (without waiting for the rest of a frame) into its parser.
   void ReadFrom(int fd, IpcFrameParser& parser);
   int ConnectTo(uint32_t pid);
+  // Hardware thread: closes the outgoing connection to `pid`.
+  void CloseOutgoing(uint32_t pid, int fd);
+  // Reader thread: an outgoing connection the peer closed (EPOLLRDHUP): the peer is lost.
+  void OutgoingClosed(int fd);
   // A connection from another user: closed; the first is logged, all are counted.
   void RefusePeer(pid_t pid, uid_t uid);
 
   uint32_t pid_;
-  std::string path_;  // the socket file with BX_SIM_FABRIC_DIR (removed at exit), else empty
+  const IpcCookie cookie_;  // BX_SIM_FABRIC_COOKIE: sent first on every connection, and expected
+  std::string path_;        // the socket file with BX_SIM_FABRIC_DIR (removed at exit), else empty
   std::function<void()> wake_;
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
@@ -64,6 +69,8 @@ class IpcLink {
   ThreadCpuClock reader_cpu_clock_;
 
   std::unordered_map<uint32_t, int> outgoing_;  // hardware thread only
+  std::mutex watch_mu_;
+  std::unordered_map<int, uint32_t> outgoing_watch_;  // fd -> pid, for the reader (watch_mu_)
   // Reader thread only: each incoming connection's framing (its peer's pid inside).
   std::unordered_map<int, IpcFrameParser> incoming_;
 

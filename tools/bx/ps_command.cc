@@ -113,7 +113,8 @@ std::unique_ptr<ps::FailoverMonitor> StartMonitor(ps::PsServer* server, ps::Fail
 }
 
 void Serve(const std::string& path, int shard, int replica, bool listen_any, float max_abs_gradient,
-           const FailoverFlags& failover, const MetricsFlags& metrics_flags) {
+           int max_connections_per_peer, const FailoverFlags& failover,
+           const MetricsFlags& metrics_flags) {
   ps::ClusterSpec spec = Load(path);
   if (shard < 0 || size_t(shard) >= spec.shards.size() || replica < 0 ||
       size_t(replica) >= spec.shards[shard].replicas.size()) {
@@ -125,6 +126,7 @@ void Serve(const std::string& path, int shard, int replica, bool listen_any, flo
   options.auth_secret = spec.secret;
   options.rpc.worker_threads = 2;
   options.max_abs_gradient = max_abs_gradient;
+  options.rpc.transport.max_connections_per_peer = max_connections_per_peer;
   Result<std::unique_ptr<ps::PsServer>> server = ps::PsServer::Create(spec.tables, options);
   if (!server.ok()) Fail("server", server.status());
   const ps::ReplicaSpec& me = spec.shards[shard].replicas[replica];
@@ -355,6 +357,9 @@ void AddPsCommand(CLI::App* app) {
     int shard = 0, replica = 0;
     bool listen_any = false;
     float max_abs_gradient = ps::PsServerOptions{}.max_abs_gradient;
+    // Per remote address and transport: far above what one host's trainers, rankers and peer
+    // replicas open, far below the descriptor limit a connection flood would reach.
+    int max_connections_per_peer = 256;
     FailoverFlags failover;
     MetricsFlags metrics;
   };
@@ -392,9 +397,14 @@ void AddPsCommand(CLI::App* app) {
                 "bound; NaN and infinities are always refused)")
       ->check(CLI::Range(0.0f, 3.0e38f))
       ->capture_default_str();
+  s->add_option("--max-connections-per-peer", serve->max_connections_per_peer,
+                "Connections held per remote IP address and transport; one more is refused "
+                "(ResourceExhausted at its Connect). 0: no limit")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   s->callback([serve] {
     Serve(serve->cluster, serve->shard, serve->replica, serve->listen_any, serve->max_abs_gradient,
-          serve->failover, serve->metrics);
+          serve->max_connections_per_peer, serve->failover, serve->metrics);
   });
 
   struct WorkloadOptions {

@@ -27,8 +27,8 @@ extern char** environ;
 
 namespace {
 
-pid_t Spawn(const std::vector<std::string>& args, int keep_fd,
-            const std::string& stderr_path = {}) {
+pid_t Spawn(const std::vector<std::string>& args, int keep_fd, const std::string& stderr_path = {},
+            const std::string& extra_env = {}) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -40,6 +40,7 @@ pid_t Spawn(const std::vector<std::string>& args, int keep_fd,
   // In a sanitizer build the preloaded simnic comes before libasan, which ASan would refuse;
   // the order is harmless here (the simnic allocates through the same interposed malloc).
   env_storage.push_back("ASAN_OPTIONS=verify_asan_link_order=0");
+  if (!extra_env.empty()) env_storage.push_back(extra_env);
   std::vector<char*> envp;
   for (auto& e : env_storage) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -151,6 +152,33 @@ TEST(TwoProcessTest, AnotherUsersProcessCannotStallTheFabric) {
 // blocking reader it replaced timed out this transfer.
 TEST(TwoProcessTest, HalfAFrameStallsOnlyItsOwnConnection) {
   TransferBesideAnIntruder(-1);
+}
+
+// Issue 19: only processes given the same BX_SIM_FABRIC_COOKIE share a fabric. With the same
+// cookie the transfer runs; a client with another one is refused at its connection's first
+// bytes, its requests go unanswered and it fails with a completion error (transport retries
+// exceeded), as another program of the same user that does not know the cookie would.
+TEST(TwoProcessTest, OnlyProcessesWithTheFabricCookieShareIt) {
+  auto run = [](const std::string& client_cookie, bool expect_success) {
+    int fds[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    pid_t server = Spawn({BX_RC_PEER, "server", std::to_string(fds[0])}, fds[0], {},
+                         "BX_SIM_FABRIC_COOKIE=tea");
+    pid_t client = Spawn({BX_RC_PEER, "client", std::to_string(fds[1])}, fds[1], "/dev/null",
+                         "BX_SIM_FABRIC_COOKIE=" + client_cookie);
+    close(fds[0]);
+    close(fds[1]);
+    int client_status = WaitExit(client, std::chrono::seconds(60));
+    if (expect_success) {
+      EXPECT_EQ(client_status, 0);
+      EXPECT_EQ(WaitExit(server, std::chrono::seconds(60)), 0);
+    } else {
+      EXPECT_EQ(client_status, 1) << "the client should fail with a completion error";
+      WaitExit(server, std::chrono::seconds(0));  // its peer never came: stopped
+    }
+  };
+  run("tea", true);
+  run("coffee", false);
 }
 
 // Copies bytes both ways between two sockets until both are closed.
