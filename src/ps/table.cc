@@ -1,9 +1,11 @@
 #include "ps/table.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "bx/ps/cluster.h"  // Mix64
 #include "ps/initializer.h"
@@ -61,11 +63,14 @@ Table::Table(const TableConfig& config) : config_(config), stride_(RowStride(con
 
 // The stripe uses the low bits of the mixed key; the shard router uses the high bits
 // (multiply-shift), so keys of one shard still spread over all stripes.
+size_t Table::StripeIndex(uint64_t key) {
+  return Mix64(key) % kStripes;
+}
 Table::Stripe& Table::StripeOf(uint64_t key) {
-  return stripes_[Mix64(key) % kStripes];
+  return stripes_[StripeIndex(key)];
 }
 const Table::Stripe& Table::StripeOf(uint64_t key) const {
-  return stripes_[Mix64(key) % kStripes];
+  return stripes_[StripeIndex(key)];
 }
 
 Status Table::ValidateKeys(std::span<const uint64_t> keys) const {
@@ -118,21 +123,58 @@ Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradie
                            std::to_string(keys.size()) + " keys of dim " + std::to_string(dim));
   }
   BX_RETURN_IF_ERROR(ValidateKeys(keys));
+  // Every row the push touches is updated aside and checked, then stored, so a push whose step
+  // would leave a value or an accumulator non-finite (an SGD step with a large learning rate
+  // overflows float) changes nothing and is refused whole. The stripes it touches are held, in
+  // stripe order, from the first read to the last write: concurrent pushes stay atomic with
+  // each other, and a fetch sees each row whole.
+  std::array<bool, kStripes> touched{};
+  for (uint64_t key : keys) touched[StripeIndex(key)] = true;
+  std::vector<std::unique_lock<std::shared_mutex>> locks;
+  for (size_t i = 0; i < kStripes; ++i) {
+    if (touched[i]) locks.emplace_back(stripes_[i].mu);
+  }
+  std::vector<float> updated;
+  updated.reserve(keys.size() * stride_);
+  std::unordered_map<uint64_t, size_t> staged;  // key -> its row in `updated` (keys may repeat)
+  staged.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
-    Stripe& stripe = StripeOf(keys[i]);
-    std::unique_lock lock(stripe.mu);
-    auto [it, inserted] = stripe.index.try_emplace(keys[i], stripe.rows.size() / stride_);
-    if (inserted) {
-      stripe.rows.resize(stripe.rows.size() + stride_);
-      std::span<float> row(stripe.rows.data() + it->second * stride_, stride_);
-      InitializeRow(config_.init, keys[i], row.first(dim));
-      InitializeOptimizerState(config_.optimizer, config_.dim, row);
+    auto [slot, first] = staged.try_emplace(keys[i], updated.size() / stride_);
+    if (first) {
+      updated.resize(updated.size() + stride_);
+      std::span<float> row(updated.data() + slot->second * stride_, stride_);
+      if (!ReadRowLocked(keys[i], row)) {
+        InitializeRow(config_.init, keys[i], row.first(dim));
+        InitializeOptimizerState(config_.optimizer, config_.dim, row);
+      }
     }
-    ApplyGradient(config_.optimizer, config_.dim,
-                  std::span<float>(stripe.rows.data() + it->second * stride_, stride_),
-                  gradients.subspan(i * dim, dim));
+    std::span<float> row(updated.data() + slot->second * stride_, stride_);
+    ApplyGradient(config_.optimizer, config_.dim, row, gradients.subspan(i * dim, dim));
+    for (size_t j = 0; j < stride_; ++j) {
+      if (!std::isfinite(row[j])) {
+        return InvalidArgument("push to table " + std::to_string(config_.id) + ": key " +
+                               std::to_string(keys[i]) + ": the update leaves element " +
+                               std::to_string(j) + " of its row non-finite (learning rate " +
+                               "times gradient overflows); nothing applied");
+      }
+    }
+  }
+  for (const auto& [key, index] : staged) {
+    Stripe& stripe = StripeOf(key);  // held above
+    auto [it, inserted] = stripe.index.try_emplace(key, stripe.rows.size() / stride_);
+    if (inserted) stripe.rows.resize(stripe.rows.size() + stride_);
+    std::memcpy(stripe.rows.data() + it->second * stride_, updated.data() + index * stride_,
+                stride_ * sizeof(float));
   }
   return Status::Ok();
+}
+
+bool Table::ReadRowLocked(uint64_t key, std::span<float> out) const {
+  const Stripe& stripe = StripeOf(key);
+  auto it = stripe.index.find(key);
+  if (it == stripe.index.end()) return false;
+  std::memcpy(out.data(), stripe.rows.data() + it->second * stride_, stride_ * sizeof(float));
+  return true;
 }
 
 size_t Table::row_count() const {

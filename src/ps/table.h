@@ -45,8 +45,10 @@ class Table {
   Status Fetch(std::span<const uint64_t> keys, std::span<std::byte> out) const;
   Status Fetch(std::span<const uint64_t> keys, std::span<float> out) const;
 
-  // Applies gradients[i*dim, (i+1)*dim) to keys[i], in order. Validates everything first:
-  // on error nothing is applied.
+  // Applies gradients[i*dim, (i+1)*dim) to keys[i], in order. Validates everything first, and
+  // refuses (InvalidArgument) a push whose update would leave any value or optimiser state
+  // non-finite: on error nothing is applied. Concurrent pushes are atomic with each other; a
+  // concurrent fetch sees each row whole, before or after.
   Status Push(std::span<const uint64_t> keys, std::span<const float> gradients);
 
   // Rows stored (pushed at least once).
@@ -73,8 +75,12 @@ class Table {
   };
 
   explicit Table(const TableConfig& config);
+  static size_t StripeIndex(uint64_t key);
   Stripe& StripeOf(uint64_t key);
   const Stripe& StripeOf(uint64_t key) const;
+  // Copies `key`'s stored state (stride floats) into `out`, its stripe held by the caller; false
+  // when it has none.
+  bool ReadRowLocked(uint64_t key, std::span<float> out) const;
 
   const TableConfig config_;
   const uint32_t stride_;

@@ -103,6 +103,28 @@ TEST(Table, RejectsBadShapesAndDenseKeysWithoutApplyingAnything) {
   EXPECT_FALSE(Table::Create(bad).ok());
 }
 
+// A push whose update would leave a row non-finite (SGD with a huge learning rate: 1e30 x 1e10
+// overflows float) is refused whole: the key before it in the same push is not changed either.
+// A key that repeats in one push gets both of its gradients, in order.
+TEST(Table, APushThatWouldOverflowARowChangesNothing) {
+  TableConfig config = Config(InitializerKind::kZeros, OptimizerKind::kSgd, 2);
+  config.optimizer.learning_rate = 1e30f;
+  auto t = Make(config);
+  const std::vector<uint64_t> keys = {1, 2};
+  const std::vector<float> grads = {1e-30f, 1e-30f, 1e10f, 0.0f};
+  Status s = t->Push(keys, grads);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("key 2"), std::string::npos) << s.ToString();
+  EXPECT_EQ(t->row_count(), 0u);
+
+  config.optimizer.learning_rate = 0.25f;
+  auto u = Make(config);
+  ASSERT_TRUE(u->Push(std::vector<uint64_t>{5, 5}, std::vector<float>{1, 1, 1, 1}).ok());
+  std::vector<float> v(2);
+  ASSERT_TRUE(u->Fetch(std::vector<uint64_t>{5}, std::span<float>(v)).ok());
+  EXPECT_EQ(v[0], -0.5f);
+}
+
 // Eight threads push +1 gradients to 64 shared keys while others fetch. With lr = 0.25 and
 // small integer counts, every intermediate value is exact in float, so the final value shows
 // whether any update was lost or doubled, and no fetch may see a torn row (elements differ).
