@@ -15,8 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "simnic/sim_objects.h"
-
 namespace bx::simnic {
 namespace {
 
@@ -48,12 +46,12 @@ std::string Describe(const sockaddr_un& addr) {
 // Socket buffers large enough that a stream of MTU-to-megabyte frames keeps moving.
 constexpr int kSocketBufferBytes = 4 << 20;
 
-}  // namespace
-
 IpcCookie FabricCookie() {
   const char* text = std::getenv("BX_SIM_FABRIC_COOKIE");
   return MakeIpcCookie(text != nullptr ? text : "");
 }
+
+}  // namespace
 
 IpcLink::IpcLink(uint32_t pid, std::function<void()> wake)
     : pid_(pid), cookie_(FabricCookie()), wake_(std::move(wake)) {
@@ -214,6 +212,10 @@ void IpcLink::ReadFrom(int fd, IpcFrameParser& parser) {
     close(fd);
     incoming_.erase(fd);  // `parser` is gone from here on
   }
+  Deliver(frames, lost);
+}
+
+void IpcLink::Deliver(std::vector<IpcFrame>& frames, uint32_t lost) {
   if (frames.empty() && lost == 0) return;
   {
     std::lock_guard lock(inbound_mu_);
@@ -234,12 +236,8 @@ void IpcLink::OutgoingClosed(int fd) {
     outgoing_watch_.erase(it);
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);  // the hardware thread closes it
   }
-  {
-    std::lock_guard lock(inbound_mu_);
-    lost_.push_back(pid);
-    has_inbound_.store(true, std::memory_order_release);
-  }
-  wake_();
+  std::vector<IpcFrame> none;
+  Deliver(none, pid);
 }
 
 void IpcLink::ReadLoop() {
@@ -279,7 +277,6 @@ void IpcLink::ReadLoop() {
       } else {
         OutgoingClosed(fd);
       }
-      wake_();
     }
   }
 }

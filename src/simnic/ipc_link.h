@@ -51,6 +51,9 @@ class IpcLink {
   void ReadLoop();
   // Reads what connection `fd` has (without waiting for the rest of a frame) into its parser.
   void ReadFrom(int fd, IpcFrameParser& parser);
+  // Reader thread: queues `frames` and a lost peer (0: none) for the hardware thread, and wakes
+  // it when there is anything.
+  void Deliver(std::vector<IpcFrame>& frames, uint32_t lost);
   int ConnectTo(uint32_t pid);
   // Hardware thread: closes the outgoing connection to `pid`.
   void CloseOutgoing(uint32_t pid, int fd);

@@ -32,11 +32,6 @@ ibv_wc_opcode SendWcOpcode(ibv_wr_opcode op) {
   }
 }
 
-// Binds and local invalidates run in the requester's own NIC: no packet, no PSN.
-bool IsLocalOp(ibv_wr_opcode op) {
-  return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
-}
-
 }  // namespace
 
 void Fabric::StageWqe(SimQp* qp, SendWqe& wqe, uint64_t now) {

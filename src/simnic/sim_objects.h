@@ -129,8 +129,6 @@ struct SimCq {
     ibv_cq cq;
     ibv_cq_ex cq_ex;
   };
-  bool extended = false;  // created by ibv_create_cq_ex
-  uint64_t wc_flags = 0;  // what the extended CQ's readers may read (IBV_WC_EX_WITH_*)
   int capacity;
   std::vector<CqEntry> ring;
   // Producer (hardware thread only).
@@ -198,6 +196,12 @@ struct SendWqe {
   uint8_t retries_left;
   uint64_t ready_at_ns;  // link model: the time the WQE has crossed the wire
 };
+
+// Binds and local invalidates run in the requester's own NIC: no packet, no PSN, no data (their
+// scatter list is ignored).
+inline bool IsLocalOp(ibv_wr_opcode op) {
+  return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
+}
 
 struct RecvWqe {
   uint64_t wr_id;

@@ -146,8 +146,6 @@ ibv_cq_ex* CreateCqExOp(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   SimCq* cq =
       CreateCq(context, int(attr->cqe), attr->cq_context, attr->channel, int(attr->comp_vector));
   if (cq == nullptr) return nullptr;
-  cq->extended = true;
-  cq->wc_flags = attr->wc_flags;
   FillPollOps(&cq->cq_ex, attr->wc_flags);
   return &cq->cq_ex;
 }

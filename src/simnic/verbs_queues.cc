@@ -49,9 +49,21 @@ void PrepareBind(const ibv_send_wr& wr, SendWqe& wqe) {
   mw->rkey = wr.bind_mw.rkey;
 }
 
-// Binds and local invalidates move no data: their scatter list is ignored.
-bool IsLocalOp(ibv_wr_opcode op) {
-  return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
+// What a work request moves, for its checks and its WQE. Inline data is copied at post time,
+// except for a read (whose scatter list is where the data lands).
+struct SendWrShape {
+  int num_sge = 0;
+  uint64_t total = 0;  // bytes
+  bool inlined = false;
+};
+
+SendWrShape ShapeOf(const ibv_send_wr& wr) {
+  const bool local_op = IsLocalOp(wr.opcode);
+  SendWrShape shape;
+  shape.num_sge = local_op ? 0 : wr.num_sge;
+  for (int i = 0; i < shape.num_sge; ++i) shape.total += wr.sg_list[i].length;
+  shape.inlined = (wr.send_flags & IBV_SEND_INLINE) && wr.opcode != IBV_WR_RDMA_READ && !local_op;
+  return shape;
 }
 
 int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
@@ -230,11 +242,9 @@ bool SendQueueFull(const SimQp& qp, uint64_t index) {
 int CheckSendWr(const SimQp& qp, const ibv_send_wr& wr) {
   if (!SupportedOpcode(wr.opcode) || wr.num_sge < 0 || uint32_t(wr.num_sge) > qp.max_send_sge)
     return EINVAL;
-  const bool local_op = IsLocalOp(wr.opcode);
-  uint64_t total = 0;
-  for (int i = 0; !local_op && i < wr.num_sge; ++i) total += wr.sg_list[i].length;
-  const bool inlined = (wr.send_flags & IBV_SEND_INLINE) && wr.opcode != IBV_WR_RDMA_READ;
-  if (total > kMaxMsgSize || (inlined && !local_op && total > qp.max_inline_data)) return EINVAL;
+  const SendWrShape shape = ShapeOf(wr);
+  if (shape.total > kMaxMsgSize || (shape.inlined && shape.total > qp.max_inline_data))
+    return EINVAL;
   if (wr.opcode == IBV_WR_BIND_MW &&
       (wr.bind_mw.mw == nullptr || wr.bind_mw.mw->type != IBV_MW_TYPE_2))
     return EINVAL;
@@ -242,33 +252,30 @@ int CheckSendWr(const SimQp& qp, const ibv_send_wr& wr) {
 }
 
 void WriteSendWqe(SimQp* qp, uint64_t index, const ibv_send_wr& wr) {
-  const bool local_op = IsLocalOp(wr.opcode);
-  const int num_sge = local_op ? 0 : wr.num_sge;
-  uint64_t total = 0;
-  for (int i = 0; i < num_sge; ++i) total += wr.sg_list[i].length;
+  const SendWrShape shape = ShapeOf(wr);
   SendWqe& wqe = qp->sq[index % qp->sq.size()];
   if (wr.opcode == IBV_WR_BIND_MW) PrepareBind(wr, wqe);
   wqe.wr_id = wr.wr_id;
   wqe.opcode = wr.opcode;
   wqe.signaled = (wr.send_flags & IBV_SEND_SIGNALED) != 0;
   wqe.solicited = (wr.send_flags & IBV_SEND_SOLICITED) != 0;
-  wqe.inlined = (wr.send_flags & IBV_SEND_INLINE) && wr.opcode != IBV_WR_RDMA_READ && !local_op;
+  wqe.inlined = shape.inlined;
   wqe.imm_data = wr.imm_data;
   wqe.remote_addr = wr.wr.rdma.remote_addr;
   wqe.rkey = wr.wr.rdma.rkey;
-  wqe.length = uint32_t(total);
-  wqe.num_sge = num_sge;
+  wqe.length = uint32_t(shape.total);
+  wqe.num_sge = shape.num_sge;
   if (wqe.inlined) {
     // The NIC's WQE holds inline data: the buffer may be reused as soon as post returns.
     size_t off = 0;
-    for (int i = 0; i < num_sge; ++i) {
+    for (int i = 0; i < shape.num_sge; ++i) {
       std::memcpy(wqe.inline_data + off,
                   reinterpret_cast<const void*>(uintptr_t(wr.sg_list[i].addr)),
                   wr.sg_list[i].length);
       off += wr.sg_list[i].length;
     }
-  } else if (num_sge > 0) {  // a request with no scatter list may pass a null sg_list
-    std::memcpy(wqe.sge, wr.sg_list, sizeof(ibv_sge) * size_t(num_sge));
+  } else if (shape.num_sge > 0) {  // a request with no scatter list may pass a null sg_list
+    std::memcpy(wqe.sge, wr.sg_list, sizeof(ibv_sge) * size_t(shape.num_sge));
   }
 }
 
