@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/connect_with_deadline.h"
+
 namespace bx::metrics {
 namespace {
 
@@ -93,37 +95,18 @@ Result<std::string> HttpGet(std::string_view url_text, std::chrono::milliseconds
   if (int rc = getaddrinfo(url->host.c_str(), url->port.c_str(), &hints, &found); rc != 0)
     return Unavailable("resolving " + url->host + ": " + gai_strerror(rc));
   int fd = -1;
-  std::string error = "no address";
+  Status error = Unavailable("no address");
   for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-    if (fd < 0) continue;
-    // Non-blocking, so that the deadline covers the connect too: a server whose accept backlog
-    // is full drops SYNs, and a blocking connect would retry them for about two minutes.
-    int rc = connect(fd, a->ai_addr, a->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      int r;
-      do r = poll(&p, 1, left_ms());
-      while (r < 0 && errno == EINTR);
-      int so_error = 0;
-      socklen_t len = sizeof(so_error);
-      if (r == 0) {
-        so_error = ETIMEDOUT;
-      } else if (r < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0) {
-        so_error = errno;
-      }
-      rc = so_error == 0 ? 0 : -1;
-      errno = so_error;
-    }
-    if (rc != 0) {
-      error = std::strerror(errno);
-      close(fd);
-      fd = -1;
+    Result<int> connected = ConnectWithDeadline(*a, deadline);
+    if (connected.ok()) {
+      fd = *connected;
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // reads wait with poll() below
+    } else {
+      error = connected.status();
     }
   }
-  if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   freeaddrinfo(found);
-  if (fd < 0) return Unavailable("connecting to " + std::string(url_text) + ": " + error);
+  if (fd < 0) return Unavailable("connecting to " + std::string(url_text) + ": " + error.message());
 
   std::string request =
       "GET " + url->path + " HTTP/1.0\r\nHost: " + url->host + "\r\nConnection: close\r\n\r\n";

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "base/connect_with_deadline.h"
+
 namespace bx::transport {
 
 Result<AddressList> Resolve(const Url& url, bool passive) {
@@ -59,31 +61,9 @@ void SetBlocking(int fd) {
 
 Result<int> ConnectOne(const addrinfo& address, std::chrono::steady_clock::time_point deadline,
                        const std::string& url) {
-  int fd = ::socket(address.ai_family, address.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    address.ai_protocol);
-  if (fd < 0) return Status::FromErrno(errno, "socket");
-  auto fail = [&](Status status) {
-    ::close(fd);
-    return status.WithContext("connect " + url);
-  };
-  if (::connect(fd, address.ai_addr, address.ai_addrlen) != 0) {
-    if (errno != EINPROGRESS) return fail(Status::FromErrno(errno, "connect"));
-    for (;;) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      pollfd waiting{fd, POLLOUT, 0};
-      int ready = ::poll(&waiting, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready < 0) return fail(Status::FromErrno(errno, "poll"));
-      if (ready == 0) return fail(Status(StatusCode::kDeadlineExceeded, "timed out"));
-      break;
-    }
-    int error = 0;
-    socklen_t length = sizeof(error);
-    getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
-    if (error != 0) return fail(Status::FromErrno(error, "connect"));
-  }
-  (void)SetNoDelay(fd);  // a failure only costs latency
+  Result<int> fd = ConnectWithDeadline(address, deadline);
+  if (!fd.ok()) return fd.status().WithContext("connect " + url);
+  (void)SetNoDelay(*fd);  // a failure only costs latency
   return fd;
 }
 
