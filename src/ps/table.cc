@@ -140,15 +140,12 @@ Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradie
   staged.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     auto [slot, first] = staged.try_emplace(keys[i], updated.size() / stride_);
-    if (first) {
-      updated.resize(updated.size() + stride_);
-      std::span<float> row(updated.data() + slot->second * stride_, stride_);
-      if (!ReadRowLocked(keys[i], row)) {
-        InitializeRow(config_.init, keys[i], row.first(dim));
-        InitializeOptimizerState(config_.optimizer, config_.dim, row);
-      }
-    }
+    if (first) updated.resize(updated.size() + stride_);
     std::span<float> row(updated.data() + slot->second * stride_, stride_);
+    if (first && !ReadRowLocked(keys[i], row)) {
+      InitializeRow(config_.init, keys[i], row.first(dim));
+      InitializeOptimizerState(config_.optimizer, config_.dim, row);
+    }
     ApplyGradient(config_.optimizer, config_.dim, row, gradients.subspan(i * dim, dim));
     for (size_t j = 0; j < stride_; ++j) {
       if (!std::isfinite(row[j])) {

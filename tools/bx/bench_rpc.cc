@@ -76,6 +76,11 @@ struct Row {
 const size_t kSizes[] = {64, 16384};
 const int kOutstanding[] = {1, 64};
 
+// "64B", "16KB": a request size as the tables show it.
+std::string SizeLabel(size_t size) {
+  return size >= 1024 ? fmt::format("{}KB", size / 1024) : fmt::format("{}B", size);
+}
+
 int CallsFor(const BenchRpcOptions& options, size_t size) {
   if (options.calls > 0) return options.calls;
   if (options.rate > 0) return std::max(1000, int(options.rate * 2));  // about 2 s
@@ -355,11 +360,9 @@ void PrintOpenLoop(const std::vector<Row>& rows, bool as_json) {
   fmt::print("{:<5} {:>7} {:>9} {:>9} {:>10} {:>10} {:>12} {:>6}\n", "VIA", "REQUEST", "OFFERED",
              "ACHIEVED", "P50_US", "P99_US", "CPU_US/CALL", "ERRORS");
   for (const Row& row : rows) {
-    fmt::print(
-        "{:<5} {:>7} {:>9.0f} {:>9.0f} {:>10.1f} {:>10.1f} {:>12.2f} {:>6}\n", row.transport,
-        row.size >= 1024 ? fmt::format("{}KB", row.size / 1024) : fmt::format("{}B", row.size),
-        row.offered_rate, row.calls_per_sec, row.p50_us, row.p99_us, row.host_cpu_us_per_call,
-        row.errors);
+    fmt::print("{:<5} {:>7} {:>9.0f} {:>9.0f} {:>10.1f} {:>10.1f} {:>12.2f} {:>6}\n", row.transport,
+               SizeLabel(row.size), row.offered_rate, row.calls_per_sec, row.p50_us, row.p99_us,
+               row.host_cpu_us_per_call, row.errors);
   }
   // Side by side: each transport's CPU per call over the first one's, size by size.
   for (size_t size : kSizes) {
@@ -369,10 +372,8 @@ void PrintOpenLoop(const std::vector<Row>& rows, bool as_json) {
       if (first == nullptr) {
         first = &row;
       } else if (row.host_cpu_us_per_call > 0) {
-        fmt::print("{} CPU per call, {} / {}: {:.2f}\n",
-                   size >= 1024 ? fmt::format("{}KB", size / 1024) : fmt::format("{}B", size),
-                   first->transport, row.transport,
-                   first->host_cpu_us_per_call / row.host_cpu_us_per_call);
+        fmt::print("{} CPU per call, {} / {}: {:.2f}\n", SizeLabel(size), first->transport,
+                   row.transport, first->host_cpu_us_per_call / row.host_cpu_us_per_call);
       }
     }
   }
@@ -428,10 +429,9 @@ void RunBenchRpc(const BenchRpcOptions& options) {
   fmt::print("{:<8} {:<5} {:>7} {:>5} {:>12} {:>10} {:>10} {:>6}\n", "SYSTEM", "VIA", "REQUEST",
              "OUT", "CALLS/S", "P50_US", "P99_US", "ERRORS");
   for (const Row& row : rows) {
-    fmt::print(
-        "{:<8} {:<5} {:>7} {:>5} {:>12.0f} {:>10.1f} {:>10.1f} {:>6}\n", row.system, row.transport,
-        row.size >= 1024 ? fmt::format("{}KB", row.size / 1024) : fmt::format("{}B", row.size),
-        row.outstanding, row.calls_per_sec, row.p50_us, row.p99_us, row.errors);
+    fmt::print("{:<8} {:<5} {:>7} {:>5} {:>12.0f} {:>10.1f} {:>10.1f} {:>6}\n", row.system,
+               row.transport, SizeLabel(row.size), row.outstanding, row.calls_per_sec, row.p50_us,
+               row.p99_us, row.errors);
   }
   if (!grpc_note.empty()) fmt::print("grpc: not run ({})\n", grpc_note);
 }

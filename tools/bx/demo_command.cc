@@ -423,6 +423,41 @@ double LoadTable(const DemoOptions& options, PsClient& client, const std::string
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// A run's figures from its recorder: counts, latencies and the rate over `elapsed` seconds.
+Figures FiguresOf(const Recorder& recorder, double elapsed) {
+  Figures f;
+  f.requests = recorder.requests.load();
+  f.errors = recorder.errors.load();
+  f.fetch_mean_us = recorder.fetch.MeanUs();
+  f.fetch_p99_us = recorder.fetch.PercentileUs(0.99);
+  f.push_p99_us = recorder.push.PercentileUs(0.99);
+  f.requests_per_sec = elapsed > 0 ? f.requests / elapsed : 0;
+  return f;
+}
+
+// Host CPU over a run, from construction to Fill: the process's, minus the simnic's hardware
+// threads and the trainers' stand-in compute, per request, and its split by thread.
+class HostCpuMeter {
+ public:
+  HostCpuMeter() : cpu0_(ProcessCpuNs()), hardware0_(HardwareCpuNs()), split0_(SampleCpuSplit()) {}
+
+  // Sets f's host CPU figures and RSS (f.requests already set).
+  void Fill(uint64_t compute_ns, Figures& f) const {
+    const uint64_t cpu = ProcessCpuNs() - cpu0_, hardware = HardwareCpuNs() - hardware0_;
+    const CpuSplit split1 = SampleCpuSplit();
+    auto per_request = [&](double ns) { return f.requests ? ns / 1000.0 / f.requests : 0.0; };
+    f.host_cpu_us_per_request = per_request(double(cpu) - double(hardware) - double(compute_ns));
+    f.workers_us_per_request = per_request(double(split1.workers_ns - split0_.workers_ns));
+    f.io_us_per_request = per_request(double(split1.io_ns - split0_.io_ns));
+    f.kernel_us_per_request = per_request(double(split1.kernel_ns - split0_.kernel_ns));
+    f.rss_mib = ResidentMiB();
+  }
+
+ private:
+  const uint64_t cpu0_, hardware0_;
+  const CpuSplit split0_;
+};
+
 Figures RunWorkload(const DemoOptions& options, const std::string& scheme, bool training,
                     double seconds) {
   DemoCluster cluster(options, scheme);
@@ -437,8 +472,7 @@ Figures RunWorkload(const DemoOptions& options, const std::string& scheme, bool 
   Recorder recorder;
   ps::PsClientStats before = cluster.client().stats();
   std::map<std::string, uint64_t> engine_before = cluster.EngineCounters();
-  uint64_t cpu0 = ProcessCpuNs(), hw0 = HardwareCpuNs();
-  const CpuSplit split0 = SampleCpuSplit();
+  const HostCpuMeter cpu;
   auto t0 = Clock::now();
   uint64_t compute_ns = 0;
   {
@@ -449,30 +483,15 @@ Figures RunWorkload(const DemoOptions& options, const std::string& scheme, bool 
       RunInference(options, cluster.client(), seconds, recorder);
     }
   }
-  double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  uint64_t cpu = ProcessCpuNs() - cpu0, hw = HardwareCpuNs() - hw0;
-  const CpuSplit split1 = SampleCpuSplit();
+  Figures f = FiguresOf(recorder, std::chrono::duration<double>(Clock::now() - t0).count());
+  cpu.Fill(compute_ns, f);
   ps::PsClientStats after = cluster.client().stats();
-  Figures f;
-  f.requests = recorder.requests.load();
-  f.errors = recorder.errors.load();
-  f.fetch_mean_us = recorder.fetch.MeanUs();
-  f.fetch_p99_us = recorder.fetch.PercentileUs(0.99);
-  f.push_p99_us = recorder.push.PercentileUs(0.99);
-  f.requests_per_sec = elapsed > 0 ? f.requests / elapsed : 0;
-  double host_ns = double(cpu) - double(hw) - double(compute_ns);
-  f.host_cpu_us_per_request = f.requests ? host_ns / 1000.0 / f.requests : 0;
-  auto per_request = [&](uint64_t ns) { return f.requests ? ns / 1000.0 / f.requests : 0.0; };
-  f.workers_us_per_request = per_request(split1.workers_ns - split0.workers_ns);
-  f.io_us_per_request = per_request(split1.io_ns - split0.io_ns);
-  f.kernel_us_per_request = per_request(split1.kernel_ns - split0.kernel_ns);
   for (const auto& [name, value] : cluster.EngineCounters()) {
     f.engine[name] = value - engine_before[name];
   }
   f.fallbacks = after.rpc.fallbacks_to_tcp - before.rpc.fallbacks_to_tcp;
   f.rpc_retries = after.rpc.retries - before.rpc.retries;
   f.load_s = load_s;
-  f.rss_mib = ResidentMiB();
   return f;
 }
 
@@ -489,13 +508,14 @@ void PrintTable(const std::string& title, const Figures& rdma, const Figures& tc
   auto row = [](const char* name, double r, double t, std::string red) {
     std::printf("%-28s %12.1f %12.1f %12s\n", name, r, t, red.c_str());
   };
-  row("fetch latency mean (us)", rdma.fetch_mean_us, tcp.fetch_mean_us,
-      Reduction(rdma.fetch_mean_us, tcp.fetch_mean_us));
-  row("fetch latency P99 (us)", rdma.fetch_p99_us, tcp.fetch_p99_us,
-      Reduction(rdma.fetch_p99_us, tcp.fetch_p99_us));
+  // A figure where lower is better, with RDMA's reduction against TCP.
+  auto lower_better = [&](const char* name, double Figures::*field) {
+    row(name, rdma.*field, tcp.*field, Reduction(rdma.*field, tcp.*field));
+  };
+  lower_better("fetch latency mean (us)", &Figures::fetch_mean_us);
+  lower_better("fetch latency P99 (us)", &Figures::fetch_p99_us);
   if (training) {
-    row("push latency P99 (us)", rdma.push_p99_us, tcp.push_p99_us,
-        Reduction(rdma.push_p99_us, tcp.push_p99_us));
+    lower_better("push latency P99 (us)", &Figures::push_p99_us);
   } else {
     std::printf("%-28s %12s %12s %12s\n", "push latency P99 (us)", "-", "-", "(no pushes)");
   }
@@ -505,14 +525,10 @@ void PrintTable(const std::string& title, const Figures& rdma, const Figures& tc
           ? fmt::format("{:+.1f}% (gain)", 100.0 * (rdma.requests_per_sec - tcp.requests_per_sec) /
                                                tcp.requests_per_sec)
           : "n/a");
-  row("host CPU per request (us)", rdma.host_cpu_us_per_request, tcp.host_cpu_us_per_request,
-      Reduction(rdma.host_cpu_us_per_request, tcp.host_cpu_us_per_request));
-  row("  on RPC workers (PS work)", rdma.workers_us_per_request, tcp.workers_us_per_request,
-      Reduction(rdma.workers_us_per_request, tcp.workers_us_per_request));
-  row("  on transport I/O threads", rdma.io_us_per_request, tcp.io_us_per_request,
-      Reduction(rdma.io_us_per_request, tcp.io_us_per_request));
-  row("  in the kernel (all threads)", rdma.kernel_us_per_request, tcp.kernel_us_per_request,
-      Reduction(rdma.kernel_us_per_request, tcp.kernel_us_per_request));
+  lower_better("host CPU per request (us)", &Figures::host_cpu_us_per_request);
+  lower_better("  on RPC workers (PS work)", &Figures::workers_us_per_request);
+  lower_better("  on transport I/O threads", &Figures::io_us_per_request);
+  lower_better("  in the kernel (all threads)", &Figures::kernel_us_per_request);
   std::printf("%-28s %12llu %12llu\n", "requests", static_cast<unsigned long long>(rdma.requests),
               static_cast<unsigned long long>(tcp.requests));
   std::printf("%-28s %12llu %12llu\n", "errors", static_cast<unsigned long long>(rdma.errors),
@@ -528,7 +544,7 @@ void PrintTable(const std::string& title, const Figures& rdma, const Figures& tc
   std::printf("%-28s %12llu %12llu\n", "fallbacks to tcp",
               static_cast<unsigned long long>(rdma.fallbacks),
               static_cast<unsigned long long>(tcp.fallbacks));
-  row("RSS at the end (MiB)", rdma.rss_mib, tcp.rss_mib, Reduction(rdma.rss_mib, tcp.rss_mib));
+  lower_better("RSS at the end (MiB)", &Figures::rss_mib);
   row("table load (s, unclocked)", rdma.load_s, tcp.load_s, "");
 }
 
@@ -641,8 +657,7 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
     }
   }
   Recorder recorder;
-  uint64_t cpu0 = ProcessCpuNs(), hw0 = HardwareCpuNs();
-  const CpuSplit split0 = SampleCpuSplit();
+  const HostCpuMeter cpu;
   auto t0 = Clock::now();
   uint64_t compute_ns = 0;
   {
@@ -657,22 +672,8 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
       RunInference(options, **client, seconds, recorder);
     }
   }
-  double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  Figures f;
-  f.requests = recorder.requests.load();
-  f.errors = recorder.errors.load();
-  f.fetch_mean_us = recorder.fetch.MeanUs();
-  f.fetch_p99_us = recorder.fetch.PercentileUs(0.99);
-  f.push_p99_us = recorder.push.PercentileUs(0.99);
-  f.requests_per_sec = f.requests / elapsed;
-  const CpuSplit split1 = SampleCpuSplit();
-  f.rss_mib = ResidentMiB();
-  double host_ns = double(ProcessCpuNs() - cpu0) - double(HardwareCpuNs() - hw0) - compute_ns;
-  f.host_cpu_us_per_request = f.requests ? host_ns / 1000.0 / f.requests : 0;
-  auto per_request = [&](uint64_t ns) { return f.requests ? ns / 1000.0 / f.requests : 0.0; };
-  f.workers_us_per_request = per_request(split1.workers_ns - split0.workers_ns);
-  f.io_us_per_request = per_request(split1.io_ns - split0.io_ns);
-  f.kernel_us_per_request = per_request(split1.kernel_ns - split0.kernel_ns);
+  Figures f = FiguresOf(recorder, std::chrono::duration<double>(Clock::now() - t0).count());
+  cpu.Fill(compute_ns, f);
   ps::PsClientStats stats = (*client)->stats();
   f.fallbacks = stats.rpc.fallbacks_to_tcp;
   f.rpc_retries = stats.rpc.retries;
