@@ -16,7 +16,7 @@
 
 // jemalloc reads this at start-up (declared extern "C" by jemalloc.h); bemalloc.h says why each
 // option is needed.
-const char* malloc_conf = "retain:false,tcache_max:1048576";
+const char* malloc_conf = "retain:false,tcache_max:1048576,lg_extent_max_active_fit:20";
 
 namespace bx::bemalloc {
 namespace {
@@ -70,6 +70,7 @@ bool IsInitialized() {
 void* Allocate(size_t size) {
   int flags = internal::ThreadFlags();
   if (flags == 0) return nullptr;  // not initialised
+  internal::t_free_share.Note(false);
   return mallocx(size == 0 ? 1 : size, flags);
 }
 
@@ -78,7 +79,7 @@ void Deallocate(void* p) {
 #ifndef NDEBUG
   if (GetMR(p) == nullptr) DieForeignPointer("Deallocate", p);
 #endif
-  dallocx(p, internal::ThreadFlags());
+  dallocx(p, internal::FreeFlags());
 }
 
 size_t UsableSize(const void* p) {

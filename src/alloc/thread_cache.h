@@ -9,6 +9,9 @@
 // Threads: every function acts on the calling thread's cache only.
 #pragma once
 
+#include <jemalloc/jemalloc.h>
+
+#include <cstdint>
 #include <vector>
 
 namespace bx::bemalloc::internal {
@@ -30,5 +33,34 @@ inline int ThreadFlags() {
 
 // Returns the calling thread's cached blocks to the arena.
 void FlushThreadCache();
+
+// Whether the calling thread is a consumer: more than 3/4 of its last kShareWindow allocations
+// and frees were frees (blocks another thread allocated, as an I/O thread frees the responses
+// a worker built). A consumer frees past its cache, back to the arena that owns each block,
+// where the allocating thread finds it again; cached, the blocks would sit unused.
+class FreeShare {
+ public:
+  static constexpr uint32_t kShareWindow = 1024;
+  void Note(bool free) {
+    frees_ += free;
+    if (++events_ == kShareWindow) {
+      consumer_ = frees_ > kShareWindow / 4 * 3;
+      events_ = frees_ = 0;
+    }
+  }
+  bool consumer() const { return consumer_; }
+
+ private:
+  uint32_t events_ = 0;
+  uint32_t frees_ = 0;
+  bool consumer_ = false;
+};
+inline thread_local FreeShare t_free_share;
+
+// jemalloc flags for freeing on the calling thread (after counting the free).
+inline int FreeFlags() {
+  t_free_share.Note(true);
+  return t_free_share.consumer() ? MALLOCX_TCACHE_NONE : ThreadFlags();
+}
 
 }  // namespace bx::bemalloc::internal

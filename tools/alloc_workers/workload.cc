@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -73,6 +74,37 @@ void Touch(void* p, size_t size) {
   bytes[size - 1] = 1;
 }
 
+// Lets the workers go, then samples memory every 5 ms until `seconds` have passed: the peak of
+// registered bytes, and resident and registered bytes at the middle and at the end.
+void RunAndSample(const Allocator& allocator, std::atomic<bool>& go, double seconds,
+                  RunResult& result) {
+  const auto start = Clock::now();
+  go.store(true, std::memory_order_release);
+  const auto duration =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const auto middle = start + duration / 2, end = start + duration;
+  bool mid_taken = false;
+  for (auto now = start; now < end; now = Clock::now()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const uint64_t registered = allocator.registered_bytes ? allocator.registered_bytes() : 0;
+    const uint64_t resident = ResidentBytes();
+    result.peak_registered_bytes = std::max(result.peak_registered_bytes, registered);
+    if (!mid_taken && Clock::now() >= middle) {
+      mid_taken = true;
+      result.registered_mid_bytes = registered;
+      result.resident_mid_bytes = resident;
+    }
+    result.registered_end_bytes = registered;
+    result.resident_end_bytes = resident;
+  }
+}
+
+// One producer's hand-over queue to its consumer, holding at most `capacity` blocks.
+struct HandOver {
+  std::mutex mu;
+  std::deque<void*> blocks;  // guarded by mu
+};
+
 }  // namespace
 
 RunResult RunThroughput(const Allocator& allocator, bool large, int threads, double seconds) {
@@ -133,16 +165,7 @@ RunResult RunThroughput(const Allocator& allocator, bool large, int threads, dou
   RunResult result;
   const uint64_t registrations_before = allocator.registrations ? allocator.registrations() : 0;
   const auto start = Clock::now();
-  go.store(true, std::memory_order_release);
-  const auto end =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  while (Clock::now() < end) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (allocator.registered_bytes) {
-      result.peak_registered_bytes =
-          std::max(result.peak_registered_bytes, allocator.registered_bytes());
-    }
-  }
+  RunAndSample(allocator, go, seconds, result);
   stop.store(true);
   for (std::thread& t : pool) t.join();
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -158,8 +181,92 @@ RunResult RunThroughput(const Allocator& allocator, bool large, int threads, dou
   return result;
 }
 
+RunResult RunProducerConsumer(const Allocator& allocator, bool large, int threads, double seconds) {
+  const int pairs = threads / 2;
+  // In flight per pair: the live blocks of one thread of the mixed pattern.
+  const size_t capacity = large ? kLargeSlots : kSmallSlots;
+  std::vector<HandOver> queues(pairs);
+  std::atomic<bool> stop{false}, go{false};
+  std::atomic<int> ready{0};
+  std::vector<uint64_t> operations(2 * pairs, 0);
+  const uint64_t resident_before = ResidentBytes();
+
+  auto producer = [&](int pair) {
+    std::vector<size_t> sizes = DrawSizes(large, 2000 + pair);
+    HandOver& queue = queues[pair];
+    uint64_t ops = 0;
+    ready++;
+    while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+    for (size_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+      const size_t size = sizes[i % kSizeTable];
+      void* p = allocator.allocate(size);
+      if (p == nullptr) std::abort();
+      Touch(p, size);
+      ++ops;
+      for (;;) {
+        {
+          std::lock_guard lock(queue.mu);
+          if (queue.blocks.size() < capacity) {
+            queue.blocks.push_back(p);
+            break;
+          }
+        }
+        if (stop.load(std::memory_order_relaxed)) {
+          allocator.deallocate(p);
+          break;
+        }
+        std::this_thread::yield();
+      }
+    }
+    operations[2 * pair] = ops;
+  };
+  auto consumer = [&](int pair) {
+    HandOver& queue = queues[pair];
+    std::deque<void*> taken;
+    uint64_t ops = 0;
+    ready++;
+    while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+    while (!stop.load(std::memory_order_relaxed)) {
+      {
+        std::lock_guard lock(queue.mu);
+        taken.swap(queue.blocks);
+      }
+      if (taken.empty()) std::this_thread::yield();
+      for (void* p : taken) allocator.deallocate(p);
+      ops += taken.size();
+      taken.clear();
+    }
+    operations[2 * pair + 1] = ops;
+  };
+
+  std::vector<std::thread> pool;
+  for (int pair = 0; pair < pairs; ++pair) {
+    pool.emplace_back(producer, pair);
+    pool.emplace_back(consumer, pair);
+  }
+  while (ready.load() < 2 * pairs) std::this_thread::yield();
+  RunResult result;
+  const uint64_t registrations_before = allocator.registrations ? allocator.registrations() : 0;
+  const auto start = Clock::now();
+  RunAndSample(allocator, go, seconds, result);
+  stop.store(true);
+  for (std::thread& t : pool) t.join();
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (HandOver& queue : queues) {
+    for (void* p : queue.blocks) allocator.deallocate(p);
+  }
+  for (uint64_t ops : operations) result.operations += ops;
+  const uint64_t peak = PeakResidentBytes();
+  result.peak_bytes = peak > resident_before ? peak - resident_before : 0;
+  if (allocator.registrations) {
+    result.registrations = allocator.registrations() - registrations_before;
+  }
+  return result;
+}
+
 int WorkerMain(int argc, char** argv, const Allocator& allocator) {
   std::string sizes = "small";
+  std::string pattern = "mixed";
   int threads = 1;
   double seconds = 0.5;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -170,25 +277,38 @@ int WorkerMain(int argc, char** argv, const Allocator& allocator) {
       threads = std::atoi(argv[i + 1]);
     } else if (flag == "--seconds") {
       seconds = std::atof(argv[i + 1]);
+    } else if (flag == "--pattern") {
+      pattern = argv[i + 1];
     } else {
       std::fprintf(stderr, "%s: unknown flag %s\n", argv[0], flag.c_str());
       return 2;
     }
   }
-  if ((sizes != "small" && sizes != "large") || threads < 1 || threads > 256 || seconds <= 0) {
-    std::fprintf(stderr, "usage: %s --sizes small|large --threads N --seconds S\n", argv[0]);
+  const bool producer_consumer = pattern == "producer-consumer";
+  if ((sizes != "small" && sizes != "large") || threads < 1 || threads > 256 || seconds <= 0 ||
+      (pattern != "mixed" && !producer_consumer) || (producer_consumer && threads % 2 != 0)) {
+    std::fprintf(stderr,
+                 "usage: %s --sizes small|large --threads N --seconds S "
+                 "[--pattern mixed|producer-consumer (N even)]\n",
+                 argv[0]);
     return 2;
   }
-  RunResult r = RunThroughput(allocator, sizes == "large", threads, seconds);
+  RunResult r = producer_consumer
+                    ? RunProducerConsumer(allocator, sizes == "large", threads, seconds)
+                    : RunThroughput(allocator, sizes == "large", threads, seconds);
+  auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
   std::printf(
-      "{\"allocator\":\"%s\",\"sizes\":\"%s\",\"threads\":%d,\"ops_per_sec\":%.0f,"
-      "\"peak_bytes\":%llu,\"seconds\":%.3f",
-      allocator.name.c_str(), sizes.c_str(), threads, r.operations / r.seconds,
-      static_cast<unsigned long long>(r.peak_bytes), r.seconds);
+      "{\"allocator\":\"%s\",\"sizes\":\"%s\",\"pattern\":\"%s\",\"threads\":%d,"
+      "\"ops_per_sec\":%.0f,\"peak_bytes\":%llu,\"resident_mid_bytes\":%llu,"
+      "\"resident_end_bytes\":%llu,\"seconds\":%.3f",
+      allocator.name.c_str(), sizes.c_str(), pattern.c_str(), threads, r.operations / r.seconds,
+      u(r.peak_bytes), u(r.resident_mid_bytes), u(r.resident_end_bytes), r.seconds);
   if (allocator.registered_bytes) {
-    std::printf(",\"peak_registered_bytes\":%llu,\"registrations\":%llu",
-                static_cast<unsigned long long>(r.peak_registered_bytes),
-                static_cast<unsigned long long>(r.registrations));
+    std::printf(
+        ",\"peak_registered_bytes\":%llu,\"registered_mid_bytes\":%llu,"
+        "\"registered_end_bytes\":%llu,\"registrations\":%llu",
+        u(r.peak_registered_bytes), u(r.registered_mid_bytes), u(r.registered_end_bytes),
+        u(r.registrations));
   }
   std::printf("}\n");
   return 0;

@@ -39,6 +39,8 @@ struct BenchAllocOptions {
   int repeat = 2;
   std::vector<int> threads = {1, 2, 4, 8};
   std::vector<std::string> sizes = {"small", "large"};
+  // mixed: one free in ten on another thread; producer-consumer: every one (workload.h).
+  std::vector<std::string> patterns = {"mixed", "producer-consumer"};
   std::vector<std::string> allocators = {"glibc", "jemalloc", "tcmalloc", "mimalloc", "bemalloc"};
   double footprint_seconds = 4;
   int interval_ms = 100;
@@ -88,13 +90,19 @@ Result<std::string> RunWorker(const std::string& path, const std::vector<std::st
   return output;
 }
 
+struct Configuration {
+  std::string pattern, sizes;
+  int threads = 1;
+};
+
 Result<json> RunConfiguration(const BenchAllocOptions& o, const std::string& allocator,
-                              const std::string& sizes, int threads) {
+                              const Configuration& c) {
   json best;
   for (int run = 0; run < o.repeat; ++run) {
     Result<std::string> out =
-        RunWorker(WorkerPath(allocator), {"--sizes", sizes, "--threads", std::to_string(threads),
-                                          "--seconds", fmt::format("{}", o.seconds)});
+        RunWorker(WorkerPath(allocator),
+                  {"--pattern", c.pattern, "--sizes", c.sizes, "--threads",
+                   std::to_string(c.threads), "--seconds", fmt::format("{}", o.seconds)});
     if (!out.ok()) return out.status();
     json result = json::parse(out.value(), nullptr, /*allow_exceptions=*/false);
     if (result.is_discarded()) return DataLoss(allocator + " worker printed: " + out.value());
@@ -105,51 +113,83 @@ Result<json> RunConfiguration(const BenchAllocOptions& o, const std::string& all
   return best;
 }
 
-const json* Find(const json& results, const std::string& allocator, const std::string& sizes,
-                 int threads) {
+const json* Find(const json& results, const std::string& allocator, const Configuration& c) {
   for (const json& r : results) {
-    if (r["allocator"] == allocator && r["sizes"] == sizes && r["threads"] == threads) return &r;
+    if (r["allocator"] == allocator && r["pattern"] == c.pattern && r["sizes"] == c.sizes &&
+        r["threads"] == c.threads) {
+      return &r;
+    }
   }
   return nullptr;
 }
 
-int RunThroughput(const BenchAllocOptions& o) {
-  json results = json::array();
-  for (const std::string& sizes : o.sizes) {
-    for (int threads : o.threads) {
-      for (const std::string& allocator : o.allocators) {
-        Result<json> r = RunConfiguration(o, allocator, sizes, threads);
-        if (!r.ok()) {
-          fmt::print(stderr, "bx bench alloc: {} skipped: {}\n", allocator, r.status().ToString());
-          continue;
-        }
-        results.push_back(r.value());
-        if (!o.json) {
-          const json& v = r.value();
-          fmt::print("{:<6} {:>2} threads  {:<9} {:>8.2f} Mops/s  peak {:>7.1f} MiB{}\n", sizes,
-                     threads, allocator, v["ops_per_sec"].get<double>() / 1e6,
-                     v["peak_bytes"].get<double>() / (1 << 20),
-                     v.contains("peak_registered_bytes")
-                         ? fmt::format("  registered {:.1f} MiB",
-                                       v["peak_registered_bytes"].get<double>() / (1 << 20))
-                         : "");
-        }
+// Every configuration asked for; producer/consumer needs an even thread count (pairs).
+std::vector<Configuration> Configurations(const BenchAllocOptions& o) {
+  std::vector<Configuration> all;
+  for (const std::string& pattern : o.patterns) {
+    for (const std::string& sizes : o.sizes) {
+      for (int threads : o.threads) {
+        if (pattern == "producer-consumer" && threads % 2 != 0) continue;
+        all.push_back({pattern, sizes, threads});
       }
     }
   }
+  return all;
+}
+
+double MiB(const json& v, const char* field) {
+  return v[field].get<double>() / (1 << 20);
+}
+
+// Growth from the middle of a run to its end, as a ratio (1: flat).
+double Growth(const json& v, const char* mid, const char* end) {
+  return v[end].get<double>() / std::max(1.0, v[mid].get<double>());
+}
+
+int RunThroughput(const BenchAllocOptions& o) {
+  json results = json::array();
+  const std::vector<Configuration> configurations = Configurations(o);
+  if (!o.json) {
+    fmt::print("{:<17} {:<6} {:>7}  {:<9} {:>8} {:>9} {:>22} {:>24}\n", "pattern", "sizes",
+               "threads", "allocator", "Mops/s", "peak MiB", "resident mid->end MiB",
+               "registered mid->end MiB");
+  }
+  for (const Configuration& c : configurations) {
+    for (const std::string& allocator : o.allocators) {
+      Result<json> r = RunConfiguration(o, allocator, c);
+      if (!r.ok()) {
+        fmt::print(stderr, "bx bench alloc: {} skipped: {}\n", allocator, r.status().ToString());
+        continue;
+      }
+      const json& v = r.value();
+      results.push_back(v);
+      if (o.json) continue;
+      fmt::print("{:<17} {:<6} {:>7}  {:<9} {:>8.2f} {:>9.1f} {:>22} {:>24}\n", c.pattern, c.sizes,
+                 c.threads, allocator, v["ops_per_sec"].get<double>() / 1e6, MiB(v, "peak_bytes"),
+                 fmt::format("{:.1f} -> {:.1f}", MiB(v, "resident_mid_bytes"),
+                             MiB(v, "resident_end_bytes")),
+                 v.contains("registered_mid_bytes")
+                     ? fmt::format("{:.1f} -> {:.1f}", MiB(v, "registered_mid_bytes"),
+                                   MiB(v, "registered_end_bytes"))
+                     : "");
+    }
+  }
   json ratios = json::array();
-  for (const std::string& sizes : o.sizes) {
-    for (int threads : o.threads) {
-      const json* be = Find(results, "bemalloc", sizes, threads);
-      const json* je = Find(results, "jemalloc", sizes, threads);
-      if (be == nullptr || je == nullptr) continue;
-      ratios.push_back(
-          {{"sizes", sizes},
-           {"threads", threads},
-           {"ops_ratio", (*be)["ops_per_sec"].get<double>() / (*je)["ops_per_sec"].get<double>()},
+  for (const Configuration& c : configurations) {
+    const json* be = Find(results, "bemalloc", c);
+    const json* je = Find(results, "jemalloc", c);
+    if (be == nullptr) continue;
+    json row = {{"pattern", c.pattern},
+                {"sizes", c.sizes},
+                {"threads", c.threads},
+                {"registered_growth", Growth(*be, "registered_mid_bytes", "registered_end_bytes")}};
+    if (je != nullptr) {
+      row.update(
+          {{"ops_ratio", (*be)["ops_per_sec"].get<double>() / (*je)["ops_per_sec"].get<double>()},
            {"peak_ratio",
             (*be)["peak_bytes"].get<double>() / std::max(1.0, (*je)["peak_bytes"].get<double>())}});
     }
+    ratios.push_back(std::move(row));
   }
   if (o.json) {
     json out = {{"results", results},
@@ -158,11 +198,17 @@ int RunThroughput(const BenchAllocOptions& o) {
                 {"repeat", o.repeat}};
     fmt::print("{}\n", out.dump(2));
   } else {
-    fmt::print("\nbemalloc / jemalloc (best of {} runs of {} s each)\n", o.repeat, o.seconds);
+    fmt::print(
+        "\nbemalloc / jemalloc (best of {} runs of {} s each); bemalloc's registered bytes, end "
+        "of the run / middle\n",
+        o.repeat, o.seconds);
     for (const json& r : ratios) {
-      fmt::print("{:<6} {:>2} threads  ops {:.2f}x  peak memory {:.2f}x\n",
-                 r["sizes"].get<std::string>(), r["threads"].get<int>(),
-                 r["ops_ratio"].get<double>(), r["peak_ratio"].get<double>());
+      fmt::print(
+          "{:<17} {:<6} {:>2} threads  ops {}  peak memory {}  registered growth {:.2f}x\n",
+          r["pattern"].get<std::string>(), r["sizes"].get<std::string>(), r["threads"].get<int>(),
+          r.contains("ops_ratio") ? fmt::format("{:.2f}x", r["ops_ratio"].get<double>()) : "-",
+          r.contains("peak_ratio") ? fmt::format("{:.2f}x", r["peak_ratio"].get<double>()) : "-",
+          r["registered_growth"].get<double>());
     }
   }
   return 0;
@@ -217,6 +263,11 @@ void AddBenchAllocCommand(CLI::App* bench) {
   cmd->add_option("--sizes", options->sizes, "Size classes: small, large")
       ->delimiter(',')
       ->check(CLI::IsMember({"small", "large"}));
+  cmd->add_option("--patterns", options->patterns,
+                  "mixed (one free in ten on another thread), producer-consumer (every free; "
+                  "even thread counts)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"mixed", "producer-consumer"}));
   cmd->add_option("--allocators", options->allocators, "Allocators to run")
       ->delimiter(',')
       ->check(CLI::IsMember({"glibc", "jemalloc", "tcmalloc", "mimalloc", "bemalloc"}));
