@@ -23,6 +23,7 @@ class PyPsServer {
   PyPsServer(const ps::ClusterSpec& spec, float max_abs_gradient) {
     ps::PsServerOptions options;
     options.auth_secret = spec.secret;
+    options.replica_secret = spec.replica_secret;
     options.max_abs_gradient = max_abs_gradient;
     Result<std::unique_ptr<ps::PsServer>> server = ps::PsServer::Create(spec.tables, options);
     ThrowIfError(server.status());

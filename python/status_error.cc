@@ -24,7 +24,7 @@ void RegisterStatusError(py::module_& m) {
   });
   // The code names, as errors.py maps them (for tests and users who switch on the code).
   py::list names;
-  for (int code = 0; code <= static_cast<int>(StatusCode::kUnimplemented); ++code) {
+  for (int code = 0; code <= static_cast<int>(kLastStatusCode); ++code) {
     names.append(std::string(StatusCodeName(static_cast<StatusCode>(code))));
   }
   m.attr("STATUS_CODES") = names;

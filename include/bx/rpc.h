@@ -112,7 +112,8 @@ struct BX_EXPORT ServerStats {
   uint64_t refused_busy = 0;
   uint64_t unknown_method = 0;
   uint64_t heartbeats = 0;
-  uint64_t connections = 0;                                 // accepted, since Start
+  uint64_t connections = 0;  // accepted, since Start
+  uint64_t idle_closed = 0;  // connections closed after ServerOptions::idle_timeout
   std::map<std::string, LatencyHistogram> handler_latency;  // per method, handler start->respond
 };
 
@@ -134,6 +135,8 @@ class BX_EXPORT ServerCall {
   bool expired() const { return Clock::now() >= deadline_; }
   bool idempotent() const { return idempotent_; }
   std::string_view transport() const;  // "rdma" or "tcp"
+  // The caller proved TransportOptions::privileged_secret when it connected.
+  bool privileged_peer() const;
   Message& request() { return request_; }
 
   void Respond(Message response);
@@ -166,6 +169,11 @@ struct BX_EXPORT ServerOptions {
   // taken into an empty queue. 0: unbounded.
   size_t max_queued_request_bytes = size_t{256} << 20;
   TransportOptions transport;
+  // A connection over which nothing was received or sent for this long is closed, as a peer
+  // that holds connections open and silent would otherwise keep them for ever. Clients send
+  // heartbeats on idle connections (ClientOptions::heartbeat_interval), so keep this far above
+  // that. 0: never.
+  std::chrono::milliseconds idle_timeout{0};
   // Receives one line per notable event; default: stderr.
   std::function<void(std::string_view)> log;
 };

@@ -28,7 +28,10 @@ enum class StatusCode {
   kDataLoss,  // a malformed or corrupted message
   kInternal,  // a bug: an invariant did not hold
   kUnimplemented,
+  kPermissionDenied,  // the caller is known but may not do this (a method kept to some peers)
 };
+// The highest code; a code read from the wire above it is malformed.
+inline constexpr StatusCode kLastStatusCode = StatusCode::kPermissionDenied;
 
 BX_EXPORT std::string_view StatusCodeName(StatusCode code);
 
@@ -86,6 +89,9 @@ inline Status Internal(std::string m) {
 }
 inline Status Unimplemented(std::string m) {
   return {StatusCode::kUnimplemented, std::move(m)};
+}
+inline Status PermissionDenied(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
 }
 
 template <typename T>

@@ -96,6 +96,8 @@ class BX_EXPORT Socket {
   virtual Status status() const = 0;
   virtual std::string_view scheme() const = 0;  // "rdma" or "tcp"
   virtual std::string peer() const = 0;         // the remote url
+  // On an accepted socket: the peer proved TransportOptions::privileged_secret. False otherwise.
+  virtual bool privileged_peer() const { return false; }
   // Counters: messages_sent, bytes_sent, messages_received, bytes_received, and what the
   // transport adds (credit stalls, rendezvous exchanges, ...).
   virtual std::map<std::string, uint64_t> counters() const = 0;
@@ -171,6 +173,12 @@ struct BX_EXPORT TransportOptions {
   // buffer or socket). The proof is an HMAC-SHA256 challenge-response over a fresh nonce from
   // each side (docs/HARDENING.md); the messages that follow are not encrypted.
   std::string auth_secret;
+  // A second secret (empty: none; needs auth_secret, and must differ from it). The accepting
+  // side also admits a peer that proves this one and marks its sockets privileged
+  // (Socket::privileged_peer()), so that a service can keep some methods to such peers: the
+  // parameter server's replica-to-replica methods. A connecting side with it set proves it
+  // instead of auth_secret.
+  std::string privileged_secret;
   // Connections the accepting side holds per remote IP address (0: unlimited): tcp:// sockets,
   // rdma:// engines (each carries many sockets). One more is refused before anything is
   // allocated, and its Connect fails with ResourceExhausted.

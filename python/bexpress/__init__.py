@@ -35,13 +35,14 @@ except ImportError as e:
 from ._bexpress import Cluster, FetchedRows, PsServer, devices, init, is_initialized, metrics
 from ._bexpress import Listener, ReceivedMessage, Socket, Transport, shard_of_key, version
 from .errors import (Aborted, DataLoss, DeadlineExceeded, Error, FailedPrecondition, Internal,
-                     InvalidArgument, NotFound, ResourceExhausted, Unavailable, Unimplemented)
+                     InvalidArgument, NotFound, PermissionDenied, ResourceExhausted, Unavailable,
+                     Unimplemented)
 
 __all__ = ["init", "is_initialized", "version", "devices", "metrics", "Transport", "Listener",
            "Socket", "ReceivedMessage", "Cluster", "PsClient",
            "PsServer", "FetchedRows", "shard_of_key", "Error", "InvalidArgument", "NotFound",
            "Unavailable", "ResourceExhausted", "FailedPrecondition", "DeadlineExceeded",
-           "Aborted", "DataLoss", "Internal", "Unimplemented"]
+           "Aborted", "DataLoss", "Internal", "Unimplemented", "PermissionDenied"]
 
 # Pending completions are delivered, and their thread stopped, before the interpreter goes.
 atexit.register(_bexpress._shutdown)

@@ -66,9 +66,13 @@ class Unimplemented(Error, NotImplementedError):
     code = "UNIMPLEMENTED"
 
 
+class PermissionDenied(Error, PermissionError):
+    code = "PERMISSION_DENIED"
+
+
 _BY_CODE = {cls.code: cls for cls in (InvalidArgument, NotFound, Unavailable, ResourceExhausted,
                                       FailedPrecondition, DeadlineExceeded, Aborted, DataLoss,
-                                      Internal, Unimplemented)}
+                                      Internal, Unimplemented, PermissionDenied)}
 
 
 def from_status(code, message):

@@ -89,6 +89,14 @@ class PsClientTest(unittest.TestCase):
             rows[0, 0] = 5  # the caller's memory: writable
             self.assertEqual(rows[0, 0], 5)
 
+    def test_every_status_code_has_its_exception(self):
+        from bexpress import _bexpress, errors
+        for code in _bexpress.STATUS_CODES[1:]:  # all but OK
+            exception = errors.from_status(code, "why")
+            self.assertIsNot(type(exception), bexpress.Error, code)
+            self.assertEqual(exception.code, code)
+        self.assertIsInstance(errors.from_status("PERMISSION_DENIED", "why"), PermissionError)
+
     def test_exceptions_carry_status_codes(self):
         for transport, client in self.each_transport():
             with self.assertRaises(bexpress.NotFound) as caught:

@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "bx/transport.h"
 
@@ -175,22 +177,22 @@ Status ParseAddress(const json& replica, const std::string& path, const char* sc
   return Status::Ok();
 }
 
-// The cluster secret: the file's contents without surrounding whitespace. The file must be a
-// regular file that only its owner can read or write, as ssh insists for private keys.
-Result<std::string> ReadSecretFile(const std::filesystem::path& path) {
+// A secret (`field` names it): the file's contents without surrounding whitespace. The file must be
+// a regular file that only its owner can read or write, as ssh insists for private keys.
+Result<std::string> ReadSecretFile(const char* field, const std::filesystem::path& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
-    return Status::FromErrno(errno, "secret_file " + path.string());
+    return Status::FromErrno(errno, std::string(field) + " " + path.string());
   }
-  if (!S_ISREG(st.st_mode)) return Bad("secret_file", path.string() + " is not a regular file");
+  if (!S_ISREG(st.st_mode)) return Bad(field, path.string() + " is not a regular file");
   if ((st.st_mode & 077) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof(mode), "%04o", unsigned(st.st_mode & 07777));
-    return Bad("secret_file", path.string() + " is open to other users (mode " + mode +
-                                  "); make it readable by its owner only (chmod 600)");
+    return Bad(field, path.string() + " is open to other users (mode " + mode +
+                          "); make it readable by its owner only (chmod 600)");
   }
   if (st.st_size > kMaxSecretBytes) {
-    return Bad("secret_file",
+    return Bad(field,
                path.string() + " is larger than " + std::to_string(kMaxSecretBytes) + " bytes");
   }
   std::ifstream in(path, std::ios::binary);
@@ -200,7 +202,7 @@ Result<std::string> ReadSecretFile(const std::filesystem::path& path) {
   const char* space = " \t\r\n";
   secret.erase(secret.find_last_not_of(space) + 1);
   secret.erase(0, secret.find_first_not_of(space));
-  if (secret.empty()) return Bad("secret_file", path.string() + " is empty");
+  if (secret.empty()) return Bad(field, path.string() + " is empty");
   return secret;
 }
 
@@ -225,9 +227,9 @@ Status ParseRdmaSettings(const json& j, ClusterSpec::RdmaSettings* out) {
 Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
   json root = json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return InvalidArgument("cluster file: not valid JSON");
-  BX_RETURN_IF_ERROR(CheckKeys(
-      root, "(root)",
-      {"version", "transport", "secret_file", "config_store", "rdma", "tables", "shards"}));
+  BX_RETURN_IF_ERROR(CheckKeys(root, "(root)",
+                               {"version", "transport", "secret_file", "replica_secret_file",
+                                "config_store", "rdma", "tables", "shards"}));
   uint32_t version = 0;
   BX_RETURN_IF_ERROR(GetNumber(root, "(root)", "version", &version));
   if (version != 1) return Bad("version", "must be 1");
@@ -239,11 +241,17 @@ Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
     }
     spec.transport = it->get<std::string>();
   }
-  if (auto it = root.find("secret_file"); it != root.end()) {
-    if (!it->is_string() || it->get<std::string>().empty()) {
-      return Bad("secret_file", "expected the path of a file");
+  for (auto [key, out] : {std::pair{"secret_file", &spec.secret_file},
+                          std::pair{"replica_secret_file", &spec.replica_secret_file}}) {
+    if (auto it = root.find(key); it != root.end()) {
+      if (!it->is_string() || it->get<std::string>().empty()) {
+        return Bad(key, "expected the path of a file");
+      }
+      *out = it->get<std::string>();
     }
-    spec.secret_file = it->get<std::string>();
+  }
+  if (!spec.replica_secret_file.empty() && spec.secret_file.empty()) {
+    return Bad("replica_secret_file", "needs a secret_file: replicas prove it in its stead");
   }
   if (auto it = root.find("config_store"); it != root.end()) {
     if (!it->is_string() || !it->get<std::string>().starts_with("http://") ||
@@ -308,13 +316,20 @@ Result<ClusterSpec> LoadClusterFile(const std::string& path) {
   text << in.rdbuf();
   Result<ClusterSpec> spec = ParseClusterSpec(text.str());
   if (!spec.ok()) return spec.status().WithContext(path);
-  if (!spec->secret_file.empty()) {
-    // Relative to the cluster file, so a directory of configuration moves as one.
-    std::filesystem::path secret_path =
-        std::filesystem::path(path).parent_path() / spec->secret_file;
-    Result<std::string> secret = ReadSecretFile(secret_path);
+  // Relative to the cluster file, so a directory of configuration moves as one.
+  for (auto [field, file, out] :
+       {std::tuple{"secret_file", &spec->secret_file, &spec->secret},
+        std::tuple{"replica_secret_file", &spec->replica_secret_file, &spec->replica_secret}}) {
+    if (file->empty()) continue;
+    Result<std::string> secret =
+        ReadSecretFile(field, std::filesystem::path(path).parent_path() / *file);
     if (!secret.ok()) return secret.status().WithContext(path);
-    spec->secret = std::move(secret).value();
+    *out = std::move(secret).value();
+  }
+  if (!spec->replica_secret.empty() && spec->replica_secret == spec->secret) {
+    return Bad("replica_secret_file",
+               "holds the cluster secret; replicas need a secret of their own")
+        .WithContext(path);
   }
   return spec;
 }
@@ -324,6 +339,7 @@ std::string ClusterSpecToJson(const ClusterSpec& spec) {
   root["version"] = 1;
   root["transport"] = spec.transport;
   if (!spec.secret_file.empty()) root["secret_file"] = spec.secret_file;
+  if (!spec.replica_secret_file.empty()) root["replica_secret_file"] = spec.replica_secret_file;
   if (!spec.config_store.empty()) root["config_store"] = spec.config_store;
   if (!spec.rdma.empty()) {
     json rdma = json::object();

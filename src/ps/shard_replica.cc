@@ -88,7 +88,7 @@ Status ShardReplica::BecomePrimary(uint64_t epoch, std::vector<std::shared_ptr<B
     join_pins_.clear();
     // Re-forward the log in the new epoch: a backup may lack pushes the old primary had not
     // made durable; the ones it has are skipped there by push id.
-    for (const PushRequest& push : log_) ForwardLocked(push, ++state_->applied_lsn);
+    for (const LogEntry& entry : log_) ForwardLocked(entry.push, ++state_->applied_lsn);
   }
   RunDeferred();
   for (auto& call : calls) call();
@@ -100,12 +100,14 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
   {
     OrderSection order(order_mu_, this);
     Role role;
+    uint64_t durable;
     uint64_t undurable;
     {
       std::lock_guard lock(mu_);
       if (role_ == Role::kPrimary) LeaseHeldLocked(&deferred_);
       role = role_;
-      undurable = issued_lsn_ - DurableLsnLocked();
+      durable = DurableLsnLocked();
+      undurable = issued_lsn_ - durable;
     }
     const PushAck ack{push.id, false};
     if (role != Role::kPrimary) {
@@ -126,6 +128,10 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
             refused = ResourceExhausted("too many pushes awaiting backups; retry later");
             break;
           }
+          if (LogBytesAfterLocked(durable) >= options_.max_undurable_bytes) {
+            refused = ResourceExhausted("too many bytes of pushes awaiting backups; retry later");
+            break;
+          }
           refused = state_->ValidatePush(push);
           if (!refused.ok()) break;
           refused = state_->ApplyPush(push);  // validated above: cannot fail
@@ -134,7 +140,7 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
           const uint64_t lsn = ++state_->applied_lsn;
           AppendLogLocked(push);
           AddWaiterLocked(lsn, Waiter{ack, std::move(done)});
-          ForwardLocked(log_.back(), lsn);
+          ForwardLocked(log_.back().push, lsn);
           break;
         }
       }
@@ -151,11 +157,12 @@ size_t PayloadBytes(const PushRequest& push) {
 }  // namespace
 
 void ShardReplica::AppendLogLocked(const PushRequest& push) {
-  log_.push_back(push);
   log_bytes_ += PayloadBytes(push);
+  log_appended_ += PayloadBytes(push);
+  log_.push_back(LogEntry{push, log_appended_});
   // Keep what a joiner's attach will forward, within the catch-up bounds; a joiner too far
   // behind starts again from a new snapshot.
-  size_t keep = options_.max_undurable_pushes;
+  size_t pinned = 0;
   if (!join_pins_.empty()) {
     // Over the byte bound, the pins that hold the log beyond its usual length go.
     const bool over_bytes = log_bytes_ > options_.max_catch_up_bytes;
@@ -165,15 +172,30 @@ void ShardReplica::AppendLogLocked(const PushRequest& push) {
           (over_bytes && behind > options_.max_undurable_pushes)) {
         it = join_pins_.erase(it);
       } else {
-        keep = std::max<size_t>(keep, behind);
+        pinned = std::max<size_t>(pinned, behind);
         ++it;
       }
     }
   }
-  while (log_.size() > keep) {
-    log_bytes_ -= PayloadBytes(log_.front());
+  // And every push that could be undurable at the primary. It admitted the newest push while
+  // fewer than max_undurable_pushes, and fewer than max_undurable_bytes bytes, were undurable,
+  // and durability is a prefix: so a push that a survivor may lack lies in the last
+  // max_undurable_pushes, and is followed, up to the newest push, by fewer than
+  // max_undurable_bytes bytes. Whatever fails either test is on every live replica.
+  const size_t newest = PayloadBytes(log_.back().push);
+  while (log_.size() > pinned && (log_.size() > options_.max_undurable_pushes ||
+                                  log_bytes_ - newest >= options_.max_undurable_bytes)) {
+    log_bytes_ -= PayloadBytes(log_.front().push);
     log_.pop_front();
   }
+}
+
+uint64_t ShardReplica::LogBytesAfterLocked(uint64_t lsn) const {
+  if (log_.empty() || lsn >= state_->applied_lsn) return 0;
+  const uint64_t behind = state_->applied_lsn - lsn;  // log entries after lsn
+  // Entries before the log's front have gone: every byte the log holds is after lsn.
+  if (behind >= log_.size()) return log_bytes_;
+  return log_appended_ - log_[log_.size() - 1 - behind].end;
 }
 
 void ShardReplica::ForwardLocked(const PushRequest& push, uint64_t lsn) {
@@ -396,7 +418,7 @@ Status ShardReplica::AttachLearner(uint32_t joiner, std::shared_ptr<BackupLink> 
       // The pushes after its snapshot, in lsn order, before any new one (order_mu_ is held).
       const uint64_t epoch = state_->epoch;
       for (uint64_t lsn = pin->second.lsn + 1; lsn <= state_->applied_lsn; ++lsn) {
-        link->Forward(ForwardedPush{epoch, lsn, log_[lsn - first]},
+        link->Forward(ForwardedPush{epoch, lsn, log_[lsn - first].push},
                       [this, epoch, lsn, b](Status s) { OnForwardDone(epoch, lsn, b, s); });
       }
     }
@@ -681,6 +703,11 @@ bool ShardReplica::PrimaryWithLease() {
 ShardReplica::Position ShardReplica::position() const {
   OrderSection order(order_mu_, this);
   return Position{state_->epoch, state_->applied_lsn};
+}
+
+size_t ShardReplica::log_bytes() const {
+  OrderSection order(order_mu_, this);
+  return log_bytes_;
 }
 
 size_t ShardReplica::live_backups() const {

@@ -82,6 +82,11 @@ class ShardReplica {
     // for re-forwarding when promoted. Equal bounds are what make the re-forward complete: a
     // push some survivor lacks was one of the old primary's last undurable ones.
     size_t max_undurable_pushes = 1024;
+    // The same bound in bytes (keys and gradients): the primary refuses a push while this many
+    // bytes are applied but not durable, and every replica keeps the shortest suffix of its log
+    // that could hold them (so a log holds at most this plus its newest push). A push larger
+    // than the bound is still taken when nothing else is undurable.
+    size_t max_undurable_bytes = size_t{128} << 20;
     // Out-of-order forwards a backup holds while waiting for a gap to fill.
     size_t max_reordered_forwards = 4096;
     // Pushes, and their bytes (keys and gradients), a primary keeps in its log for a joining
@@ -200,6 +205,8 @@ class ShardReplica {
   // Live backups of a primary (backups dropped after a failed forward are not counted).
   size_t live_backups() const;
   const ShardState& state() const { return *state_; }
+  // Bytes (keys and gradients) of the pushes this replica keeps for re-forwarding and joiners.
+  size_t log_bytes() const;
 
  private:
   struct Waiter {
@@ -242,6 +249,9 @@ class ShardReplica {
   // Collects waiters whose lsn is durable. mu_ held.
   void CollectReadyLocked(std::vector<std::function<void()>>* out);
   uint64_t DurableLsnLocked() const;
+  // Bytes of the logged pushes after `lsn` (the undurable ones when `lsn` is durable).
+  // order_mu_ held.
+  uint64_t LogBytesAfterLocked(uint64_t lsn) const;
   // Ends an order_mu_ section: runs the callbacks deferred while it held the lock.
   void RunDeferred();
 
@@ -253,8 +263,15 @@ class ShardReplica {
   // which tells OnForwardDone whether the current thread holds it.
   mutable std::mutex order_mu_;
   Role role_ = Role::kBackup;  // written under both locks; read under either
-  std::deque<PushRequest> log_;
+  // Applied pushes, oldest first; `end` is log_appended_ after the push was appended, so the
+  // bytes of the pushes after one are log_appended_ minus its `end`.
+  struct LogEntry {
+    PushRequest push;
+    uint64_t end = 0;
+  };
+  std::deque<LogEntry> log_;
   size_t log_bytes_ = 0;            // keys and gradients in log_
+  uint64_t log_appended_ = 0;       // keys and gradients ever appended to log_
   uint64_t min_forward_epoch_ = 0;  // RefuseEpochsBelow
   // Backup: forwards of the current epoch that arrived ahead of a gap, by lsn.
   std::map<uint64_t, std::pair<ForwardedPush, std::vector<ForwardDone>>> reordered_;

@@ -350,7 +350,7 @@ Status DecodeErrorMessage(std::span<const std::byte> bytes) {
   BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kError));
   uint32_t code, length;
   if (!r.Get(&code) || !r.Get(&length)) return DataLoss("error message: truncated");
-  if (code == 0 || code > static_cast<uint32_t>(StatusCode::kUnimplemented)) {
+  if (code == 0 || code > static_cast<uint32_t>(kLastStatusCode)) {
     return DataLoss("error message: bad status code " + std::to_string(code));
   }
   if (length > kMaxErrorMessage || r.remaining() != length) {

@@ -2,6 +2,7 @@
 // requests inline or on workers, dropping those whose caller has given up.
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "rpc/server_impl.h"
@@ -50,6 +51,7 @@ void ServerConnection::OnClose() {
 
 void ServerConnection::OnMessage(Buffer frame) {
   const Clock::time_point arrived = Clock::now();
+  last_active_ns.store(NowNs(), std::memory_order_relaxed);
   std::shared_ptr<Server::Impl> impl = server.lock();
   if (!impl) return;
   Result<FrameHeader> header = DecodeHeader(frame);
@@ -159,7 +161,44 @@ void Server::Impl::WorkerLoop() {
   }
 }
 
+void Server::Impl::IdleReaperLoop() {
+  pthread_setname_np(pthread_self(), "bx-rpc-idle");
+  const auto timeout = options.idle_timeout;
+  // A connection is closed between timeout and timeout + period after it went quiet.
+  const auto period = std::max(timeout / 8, std::chrono::milliseconds(1));
+  std::unique_lock lock(mutex);
+  while (!stopped) {
+    idle_wake.wait_for(lock, period, [&] { return stopped; });
+    if (stopped) return;
+    const int64_t quiet_since =
+        ServerConnection::NowNs() -
+        std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+    std::vector<std::shared_ptr<ServerConnection>> idle;
+    for (const auto& connection : connections) {
+      if (connection->last_active_ns.load(std::memory_order_relaxed) < quiet_since) {
+        idle.push_back(connection);
+      }
+    }
+    if (idle.empty()) continue;
+    stats.idle_closed += idle.size();
+    lock.unlock();
+    for (const auto& connection : idle) {
+      std::shared_ptr<Socket> socket;
+      {
+        std::lock_guard socket_lock(connection->mutex);
+        socket = connection->socket;
+      }
+      // Its close handler removes it from `connections`.
+      if (socket) socket->Close();
+    }
+    lock.lock();
+  }
+}
+
 Result<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
+  if (options.idle_timeout < std::chrono::milliseconds::zero()) {
+    return InvalidArgument("rpc server: idle_timeout must be >= 0");
+  }
   auto impl = std::make_shared<Impl>();
   impl->options = std::move(options);
   return std::unique_ptr<Server>(new Server(std::move(impl)));
@@ -188,6 +227,9 @@ Status Server::Start(const std::vector<std::string>& urls) {
   for (int i = 0; i < impl.options.worker_threads; ++i) {
     impl.workers.emplace_back([raw = impl_.get()] { raw->WorkerLoop(); });
   }
+  if (impl.options.idle_timeout > std::chrono::milliseconds::zero()) {
+    impl.idle_reaper = std::thread([raw = impl_.get()] { raw->IdleReaperLoop(); });
+  }
   std::weak_ptr<Impl> weak = impl_;
   for (const std::string& text : urls) {
     Result<Url> url = ParseUrl(text);
@@ -204,6 +246,7 @@ Status Server::Start(const std::vector<std::string>& urls) {
       connection->server = weak;
       connection->socket = socket;
       connection->scheme = scheme;
+      connection->privileged_peer = socket->privileged_peer();
       if (auto impl = weak.lock()) {
         std::lock_guard lock(impl->mutex);
         if (impl->stopped) {
@@ -241,6 +284,8 @@ void Server::Stop() {
     impl.stopped = true;
     connections.swap(impl.connections);
   }
+  impl.idle_wake.notify_all();
+  if (impl.idle_reaper.joinable()) impl.idle_reaper.join();
   for (auto& listener : impl.listeners) listener->Close();
   for (const auto& connection : connections) {
     std::shared_ptr<Socket> socket;

@@ -34,6 +34,10 @@ const std::string& ServerCall::method() const {
   return impl ? impl->methods[method_index_].name : kUnknown;
 }
 
+bool ServerCall::privileged_peer() const {
+  return connection_ && connection_->privileged_peer;
+}
+
 std::string_view ServerCall::transport() const {
   return connection_ ? std::string_view(connection_->scheme) : std::string_view();
 }

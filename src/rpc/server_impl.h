@@ -32,7 +32,14 @@ struct ServerConnection : std::enable_shared_from_this<ServerConnection> {
   std::mutex mutex;
   std::shared_ptr<Socket> socket;  // guarded by mutex; null once closed
   std::string scheme;
+  bool privileged_peer = false;  // the socket's, fixed at accept
+  // Steady-clock nanoseconds of the last frame received or sent (the idle timeout's clock).
+  std::atomic<int64_t> last_active_ns{NowNs()};
 
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+        .count();
+  }
   void OnMessage(Buffer frame);
   void OnClose();
   // Sends a frame if the socket is still open.
@@ -89,7 +96,12 @@ struct BX_HIDDEN Server::Impl : std::enable_shared_from_this<Server::Impl> {
   bool stopping = false;         // guarded by queue_mutex
   std::vector<std::thread> workers;
 
+  // Closes idle connections (options.idle_timeout > 0); woken by Stop through `idle_wake`.
+  std::condition_variable idle_wake;  // with mutex and stopped
+  std::thread idle_reaper;
+
   void Log(std::string_view line) const;
+  void IdleReaperLoop();
   void Enqueue(ServerCall call);
   void WorkerLoop();
   void Count(uint64_t ServerStats::*field) {

@@ -19,10 +19,12 @@ StatusCode ServerConnection::SendFrame(const std::shared_ptr<Socket>& socket, Bu
   // the I/O thread, so the refusal is read from a cell both can reach.
   auto refusal = std::make_shared<std::atomic<StatusCode>>(StatusCode::kOk);
   std::weak_ptr<ServerConnection> weak = weak_from_this();
+  last_active_ns.store(NowNs(), std::memory_order_relaxed);
   socket->Send(std::move(frame), [weak, refusal](const Status& status) {
     if (!status.ok()) {
       refusal->store(status.code());
     } else if (auto self = weak.lock()) {
+      self->last_active_ns.store(NowNs(), std::memory_order_relaxed);
       self->OnSendCompleted();
     }
   });

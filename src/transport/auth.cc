@@ -73,4 +73,15 @@ Status RefusedBy(const std::string& peer, uint16_t code) {
   return FailedPrecondition(std::move(text));
 }
 
+Status CheckSecrets(const TransportOptions& options) {
+  if (options.privileged_secret.empty()) return Status::Ok();
+  if (options.auth_secret.empty()) {
+    return InvalidArgument("TransportOptions: privileged_secret needs an auth_secret");
+  }
+  if (options.privileged_secret == options.auth_secret) {
+    return InvalidArgument("TransportOptions: privileged_secret equals auth_secret");
+  }
+  return Status::Ok();
+}
+
 }  // namespace bx::transport::auth

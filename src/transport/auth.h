@@ -29,6 +29,7 @@
 #include <string_view>
 
 #include "bx/status.h"
+#include "bx/transport.h"
 
 namespace bx::transport::auth {
 
@@ -59,6 +60,13 @@ enum class Refusal : uint16_t {
   kAuthUnexpected = 3,      // the peer offers a secret; the accepting side has none configured
   kTooManyConnections = 4,  // max_connections_per_peer reached for the peer's address
 };
+
+// The secret a connecting side proves: privileged_secret when set, else auth_secret.
+inline const std::string& ProvenSecret(const TransportOptions& options) {
+  return options.privileged_secret.empty() ? options.auth_secret : options.privileged_secret;
+}
+// InvalidArgument when privileged_secret is set without auth_secret, or equal to it.
+Status CheckSecrets(const TransportOptions& options);
 
 // The text both sides use for `code`; every authentication reason starts with
 // "peer failed authentication".

@@ -3,6 +3,8 @@
 #include <mutex>
 #include <utility>
 
+#include "transport/auth.h"
+
 namespace bx::transport {
 namespace {
 
@@ -37,6 +39,7 @@ void RegisterTransport(std::string scheme, TransportFactory factory) {
 
 Result<std::unique_ptr<Transport>> CreateTransport(std::string_view scheme,
                                                    const TransportOptions& options) {
+  BX_RETURN_IF_ERROR(auth::CheckSecrets(options));
   TransportFactory factory;
   std::string known;
   {

@@ -112,10 +112,24 @@ std::unique_ptr<ps::FailoverMonitor> StartMonitor(ps::PsServer* server, ps::Fail
   return std::move(started).value();
 }
 
-void Serve(const std::string& path, int shard, int replica, bool listen_any, float max_abs_gradient,
-           int max_connections_per_peer, const FailoverFlags& failover,
-           const MetricsFlags& metrics_flags) {
-  ps::ClusterSpec spec = Load(path);
+struct ServeOptions {
+  std::string cluster;
+  int shard = 0, replica = 0;
+  bool listen_any = false;
+  float max_abs_gradient = ps::PsServerOptions{}.max_abs_gradient;
+  // Per remote address and transport: far above what one host's trainers, rankers and peer
+  // replicas open, far below the descriptor limit a connection flood would reach.
+  int max_connections_per_peer = 256;
+  // Clients heartbeat an idle connection every 100 ms: 30 s of silence is no client of ours.
+  int idle_timeout_ms = 30000;
+  FailoverFlags failover;
+  MetricsFlags metrics;
+};
+
+void Serve(const ServeOptions& serve) {
+  const int shard = serve.shard, replica = serve.replica;
+  const FailoverFlags& failover = serve.failover;
+  ps::ClusterSpec spec = Load(serve.cluster);
   if (shard < 0 || size_t(shard) >= spec.shards.size() || replica < 0 ||
       size_t(replica) >= spec.shards[shard].replicas.size()) {
     Fail("serve", Status(StatusCode::kInvalidArgument, "no such shard/replica in the file"));
@@ -124,20 +138,22 @@ void Serve(const std::string& path, int shard, int replica, bool listen_any, flo
 
   ps::PsServerOptions options;
   options.auth_secret = spec.secret;
+  options.replica_secret = spec.replica_secret;
   options.rpc.worker_threads = 2;
-  options.max_abs_gradient = max_abs_gradient;
-  options.rpc.transport.max_connections_per_peer = max_connections_per_peer;
+  options.max_abs_gradient = serve.max_abs_gradient;
+  options.rpc.transport.max_connections_per_peer = serve.max_connections_per_peer;
+  options.rpc.idle_timeout = std::chrono::milliseconds(serve.idle_timeout_ms);
   Result<std::unique_ptr<ps::PsServer>> server = ps::PsServer::Create(spec.tables, options);
   if (!server.ok()) Fail("server", server.status());
   const ps::ReplicaSpec& me = spec.shards[shard].replicas[replica];
   std::vector<std::string> urls;
   // The address the file names, so that a host name that is not this host's, or an address no
   // interface has, fails here ("cannot assign requested address") rather than at the clients.
-  if (!me.rdma.empty()) urls.push_back(listen_any ? AnyHost(me.rdma) : me.rdma);
-  if (!me.tcp.empty()) urls.push_back(listen_any ? AnyHost(me.tcp) : me.tcp);
+  if (!me.rdma.empty()) urls.push_back(serve.listen_any ? AnyHost(me.rdma) : me.rdma);
+  if (!me.tcp.empty()) urls.push_back(serve.listen_any ? AnyHost(me.tcp) : me.tcp);
   if (Status s = (*server)->Start(urls); !s.ok()) Fail("listen", s);
   std::unique_ptr<metrics::MetricsServer> metrics_endpoint =
-      StartMetricsEndpoint(metrics_flags.port, metrics_flags.address);
+      StartMetricsEndpoint(serve.metrics.port, serve.metrics.address);
   observe::CollectorHandle exported;  // reset before the server stops
   if (metrics_endpoint) {
     exported = observe::ExportPsServer(
@@ -352,17 +368,6 @@ void AddPsCommand(CLI::App* app) {
   CLI::App* ps = app->add_subcommand("ps", "Parameter-server roles as separate processes");
   ps->require_subcommand(1);
 
-  struct ServeOptions {
-    std::string cluster;
-    int shard = 0, replica = 0;
-    bool listen_any = false;
-    float max_abs_gradient = ps::PsServerOptions{}.max_abs_gradient;
-    // Per remote address and transport: far above what one host's trainers, rankers and peer
-    // replicas open, far below the descriptor limit a connection flood would reach.
-    int max_connections_per_peer = 256;
-    FailoverFlags failover;
-    MetricsFlags metrics;
-  };
   auto serve = std::make_shared<ServeOptions>();
   CLI::App* s = ps->add_subcommand("serve", "Run one replica of one shard until SIGINT/SIGTERM");
   s->add_option("--cluster", serve->cluster, "Cluster file (JSON)")->required();
@@ -402,10 +407,12 @@ void AddPsCommand(CLI::App* app) {
                 "(ResourceExhausted at its Connect). 0: no limit")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  s->callback([serve] {
-    Serve(serve->cluster, serve->shard, serve->replica, serve->listen_any, serve->max_abs_gradient,
-          serve->max_connections_per_peer, serve->failover, serve->metrics);
-  });
+  s->add_option("--idle-timeout-ms", serve->idle_timeout_ms,
+                "Close a connection over which nothing moved for this long (clients heartbeat "
+                "every 100 ms). 0: never")
+      ->check(CLI::Range(0, 86400000))
+      ->capture_default_str();
+  s->callback([serve] { Serve(*serve); });
 
   struct WorkloadOptions {
     std::string cluster;

@@ -55,6 +55,13 @@ struct BX_EXPORT ClusterSpec {
   // a file that other users can read (chmod 600). ParseClusterSpec leaves `secret` empty.
   std::string secret_file;
   std::string secret;
+  // The replicas' own secret (`replica_secret_file`, read as `secret_file` is, needing one, and
+  // holding a different secret): replicas prove it to one another, and the replica-to-replica
+  // methods (ps.Forward, ps.Join*) refuse callers that proved only the cluster secret
+  // (PermissionDenied). Trainers and rankers need not have it: their copy of the cluster file
+  // may leave the field out. Without it, the cluster secret alone opens those methods.
+  std::string replica_secret_file;
+  std::string replica_secret;
   // Where the shards' configuration and the primaries' leases live (docs/PS.md "Configuration
   // and leases"): an etcd client URL, "http://host:port". `bx ps serve` uses it unless --etcd
   // names another; without either, its failover is off.

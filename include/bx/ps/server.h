@@ -37,6 +37,8 @@ struct BX_EXPORT PsServerCounters {
   uint64_t pushes_duplicate = 0;  // acks sent for retries of applied pushes
   uint64_t push_errors = 0;
   uint64_t forwards = 0;
+  // Replica-to-replica calls refused to a caller without the replica secret.
+  uint64_t replica_method_refusals = 0;
 };
 
 struct BX_EXPORT PsServerOptions {
@@ -45,6 +47,12 @@ struct BX_EXPORT PsServerOptions {
   // started on it, to the replicas it watches. Overrides the auth_secret of rpc.transport and
   // backup_client.transport.
   std::string auth_secret;
+  // The replicas' secret (ClusterSpec::replica_secret; empty: none; needs auth_secret). This
+  // server proves it to the other replicas (backup links, failover monitors, catch-up), and
+  // answers ps.Forward and ps.Join* only to callers that proved it (PermissionDenied to the
+  // others, who may still fetch and push). Sets privileged_secret in rpc.transport and
+  // backup_client.transport.
+  std::string replica_secret;
   rpc::ServerOptions rpc;
   // Clients this server opens to its backups when it becomes primary.
   rpc::ClientOptions backup_client;
@@ -53,6 +61,10 @@ struct BX_EXPORT PsServerOptions {
   // The primary refuses pushes (ResourceExhausted, retry later) while this many are applied but
   // not yet on every backup; every replica keeps that many to re-forward when promoted.
   size_t max_undurable_pushes = 1024;
+  // The same in bytes of keys and gradients (a larger push is still taken when nothing else is
+  // waiting): every replica's retained log then holds at most this plus one push. Both bounds
+  // must be equal on every replica of a shard.
+  size_t max_undurable_bytes = size_t{128} << 20;
   // Forwards a backup holds out of order while it waits for a gap to fill.
   size_t max_reordered_forwards = 4096;
   // Exactly-once pushes: per client, how far ahead of its oldest unacknowledged push id a push

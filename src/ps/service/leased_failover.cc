@@ -30,6 +30,9 @@ Result<std::unique_ptr<LeasedFailoverCore>> LeasedFailoverCore::Start(PsServerCo
   if (options.client.transport.auth_secret.empty()) {
     options.client.transport.auth_secret = server->auth_secret();
   }
+  if (options.client.transport.privileged_secret.empty()) {
+    options.client.transport.privileged_secret = server->replica_secret();
+  }
   Result<std::shared_ptr<KvStore>> store = OpenKvStore(options.config_store, kStoreTimeout);
   if (!store.ok()) return store.status();
   std::unique_ptr<LeasedFailoverCore> core(

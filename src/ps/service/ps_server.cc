@@ -26,6 +26,7 @@ namespace {
 ShardReplica::Options ReplicaOptionsOf(const PsServerOptions& options) {
   ShardReplica::Options replica;
   replica.max_undurable_pushes = options.max_undurable_pushes;
+  replica.max_undurable_bytes = options.max_undurable_bytes;
   replica.max_reordered_forwards = options.max_reordered_forwards;
   replica.dedup.window = options.dedup_window;
   replica.dedup.max_clients = options.max_dedup_clients;
@@ -33,10 +34,17 @@ ShardReplica::Options ReplicaOptionsOf(const PsServerOptions& options) {
 }
 
 Status CheckOptions(const PsServerOptions& options) {
-  if (options.max_undurable_pushes == 0 || options.max_reordered_forwards == 0 ||
-      options.dedup_window == 0 || options.max_dedup_clients == 0) {
+  if (!options.replica_secret.empty() &&
+      (options.auth_secret.empty() || options.replica_secret == options.auth_secret)) {
     return InvalidArgument(
-        "PsServerOptions: max_undurable_pushes, max_reordered_forwards, dedup_window and "
+        "PsServerOptions: replica_secret needs an auth_secret, and must differ from it");
+  }
+  if (options.max_undurable_pushes == 0 || options.max_undurable_bytes == 0 ||
+      options.max_reordered_forwards == 0 || options.dedup_window == 0 ||
+      options.max_dedup_clients == 0) {
+    return InvalidArgument(
+        "PsServerOptions: max_undurable_pushes, max_undurable_bytes, max_reordered_forwards, "
+        "dedup_window and "
         "max_dedup_clients must be at least 1");
   }
   if (options.forward_timeout <= std::chrono::microseconds::zero()) {
@@ -75,6 +83,10 @@ Result<std::unique_ptr<PsServerCore>> PsServerCore::Create(const std::vector<Tab
     options.rpc.transport.auth_secret = options.auth_secret;
     options.backup_client.transport.auth_secret = options.auth_secret;
   }
+  if (!options.replica_secret.empty()) {
+    options.rpc.transport.privileged_secret = options.replica_secret;
+    options.backup_client.transport.privileged_secret = options.replica_secret;
+  }
   std::unique_ptr<PsServerCore> server(new PsServerCore(std::move(options)));
   for (const TableConfig& table : tables) BX_RETURN_IF_ERROR(server->replica_.CreateTable(table));
   Result<std::unique_ptr<rpc::Server>> rpc_server = rpc::Server::Create(server->options_.rpc);
@@ -99,14 +111,26 @@ Status PsServerCore::Register() {
       std::string(kFetchMethod), [this](rpc::ServerCall call) { OnFetch(std::move(call)); }));
   BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kPushMethod),
                                         [this](rpc::ServerCall call) { OnPush(std::move(call)); }));
-  BX_RETURN_IF_ERROR(server_->AddMethod(
-      std::string(kForwardMethod), [this](rpc::ServerCall call) { OnForward(std::move(call)); }));
-  BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kJoinMethod),
-                                        [this](rpc::ServerCall call) { OnJoin(std::move(call)); }));
-  BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kJoinChunkMethod),
-                                        [this](rpc::ServerCall c) { OnJoinChunk(std::move(c)); }));
+  // Replica-to-replica methods: with a replica secret, only for callers that proved it.
+  auto replicas_only = [this](void (PsServerCore::*handler)(rpc::ServerCall)) {
+    return [this, handler](rpc::ServerCall call) {
+      if (!options_.replica_secret.empty() && !call.privileged_peer()) {
+        replica_method_refusals_.fetch_add(1, std::memory_order_relaxed);
+        return call.Fail(PermissionDenied(call.method() +
+                                          " is for the shard's replicas: the caller did not "
+                                          "prove the cluster's replica secret"));
+      }
+      (this->*handler)(std::move(call));
+    };
+  };
+  BX_RETURN_IF_ERROR(
+      server_->AddMethod(std::string(kForwardMethod), replicas_only(&PsServerCore::OnForward)));
+  BX_RETURN_IF_ERROR(
+      server_->AddMethod(std::string(kJoinMethod), replicas_only(&PsServerCore::OnJoin)));
+  BX_RETURN_IF_ERROR(
+      server_->AddMethod(std::string(kJoinChunkMethod), replicas_only(&PsServerCore::OnJoinChunk)));
   BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kJoinAttachMethod),
-                                        [this](rpc::ServerCall c) { OnJoinAttach(std::move(c)); }));
+                                        replicas_only(&PsServerCore::OnJoinAttach)));
   return server_->AddMethod(std::string(kPingMethod),
                             [this](rpc::ServerCall call) { OnPing(std::move(call)); });
 }
@@ -212,8 +236,8 @@ void PsServerCore::OnPing(rpc::ServerCall call) {
 }
 
 PsServerCounters PsServerCore::counters() const {
-  return {fetches_.load(), pushes_acked_.load(), pushes_duplicate_.load(), push_errors_.load(),
-          forwards_.load()};
+  return {fetches_.load(),     pushes_acked_.load(), pushes_duplicate_.load(),
+          push_errors_.load(), forwards_.load(),     replica_method_refusals_.load()};
 }
 
 }  // namespace bx::ps

@@ -138,6 +138,7 @@ class PsServerCore {
   // Serves "ps.Join*" through `service` (null: refused, the default).
   void SetJoinService(std::shared_ptr<JoinService> service);
   const std::string& auth_secret() const { return options_.auth_secret; }
+  const std::string& replica_secret() const { return options_.replica_secret; }
   PsServerCounters counters() const;
   rpc::ServerStats rpc_stats() const { return server_->stats(); }
 
@@ -161,7 +162,7 @@ class PsServerCore {
   std::vector<std::shared_ptr<rpc::Client>> backup_clients_;
   std::map<std::string, std::shared_ptr<rpc::Client>> join_clients_;  // LinkTo, by address
   std::atomic<uint64_t> fetches_{0}, pushes_acked_{0}, pushes_duplicate_{0}, push_errors_{0},
-      forwards_{0};
+      forwards_{0}, replica_method_refusals_{0};
 };
 
 // ---------------------------------------------------------------------------------------------

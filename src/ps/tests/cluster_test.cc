@@ -191,6 +191,42 @@ TEST(ClusterSpec, ReadsTheSecretFileAndRefusesOneOthersCanRead) {
   std::filesystem::remove_all(dir);
 }
 
+// The replicas' secret is read the same way, needs a cluster secret, and must differ from it.
+TEST(ClusterSpec, ReadsTheReplicaSecretFile) {
+  const std::string dir = ::testing::TempDir() + "/bx_ps_replica_secret_test";
+  std::filesystem::create_directories(dir);
+  const std::string cluster = dir + "/cluster.json";
+  auto write_secret = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    std::filesystem::permissions(
+        dir + "/" + name, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  };
+  write_secret("cluster.secret", "cluster");
+  write_secret("replica.secret", "replica\n");
+  std::ofstream(cluster) << R"({"version": 1, "secret_file": "cluster.secret",
+                               "replica_secret_file": "replica.secret",
+                               "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})";
+  Result<ClusterSpec> spec = LoadClusterFile(cluster);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->secret, "cluster");
+  EXPECT_EQ(spec->replica_secret, "replica");
+  EXPECT_NE(ClusterSpecToJson(*spec).find("replica.secret"), std::string::npos);
+
+  write_secret("replica.secret", "cluster");
+  Result<ClusterSpec> same = LoadClusterFile(cluster);
+  ASSERT_FALSE(same.ok());
+  EXPECT_NE(same.status().message().find("replica_secret_file"), std::string::npos)
+      << same.status().ToString();
+
+  Result<ClusterSpec> alone = ParseClusterSpec(
+      R"({"version": 1, "replica_secret_file": "replica.secret",
+          "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})");
+  ASSERT_FALSE(alone.ok());
+  EXPECT_NE(alone.status().message().find("needs a secret_file"), std::string::npos)
+      << alone.status().ToString();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ClusterSpec, ErrorsNameWhatIsWrong) {
   struct Case {
     const char* json;

@@ -399,6 +399,62 @@ TEST(ShardReplica, TooManyUndurablePushesAreRefused) {
   EXPECT_TRUE(Push(*p, MakePush(1, 3, {11}))->acked()) << "room again once durable";
 }
 
+// One push of one key: 8 bytes of key and kDim gradients.
+constexpr size_t kOneKeyPushBytes = 8 + kDim * 4;
+
+TEST(ShardReplica, TooManyUndurableBytesAreRefused) {
+  ShardReplica::Options options;
+  options.max_undurable_bytes = 2 * kOneKeyPushBytes;
+  auto p = NewReplica(options), b = NewReplica(options);
+  auto link = std::make_shared<FakeLink>(b.get(), FakeLink::Mode::kHold);
+  ASSERT_TRUE(p->BecomePrimary(1, {link}).ok());
+  auto o1 = Push(*p, MakePush(1, 1, {11}));
+  auto o2 = Push(*p, MakePush(1, 2, {22}));
+  auto o3 = Push(*p, MakePush(1, 3, {33}));
+  EXPECT_EQ(o3->code(), StatusCode::kResourceExhausted);
+  link->DeliverHeld();
+  EXPECT_TRUE(o1->acked() && o2->acked());
+  link->set_mode(FakeLink::Mode::kDeliver);
+  EXPECT_TRUE(Push(*p, MakePush(1, 3, {33}))->acked()) << "room again once durable";
+  // With nothing waiting, a push larger than the bound is still taken.
+  EXPECT_TRUE(Push(*p, MakePush(1, 4, {11, 22, 33, 44}))->acked());
+}
+
+// Each replica's log holds at most max_undurable_bytes plus its newest push, and still every
+// push a survivor may lack: after the primary dies with two pushes on one backup only, the
+// promoted backup re-forwards both.
+TEST(ShardReplica, ALogBoundedInBytesStillReforwardsWhatASurvivorLacks) {
+  ShardReplica::Options options;
+  options.max_undurable_bytes = 2 * kOneKeyPushBytes;
+  auto p = NewReplica(options), b1 = NewReplica(options), b2 = NewReplica(options);
+  auto to_b1 = std::make_shared<FakeLink>(b1.get());
+  auto to_b2 = std::make_shared<FakeLink>(b2.get());
+  ASSERT_TRUE(p->BecomePrimary(1, {to_b1, to_b2}).ok());
+  std::vector<PushRequest> pushes;
+  for (uint64_t s = 1; s <= 20; ++s) {
+    pushes.push_back(MakePush(1, s, {kKeys[s % kKeys.size()]}));
+    ASSERT_TRUE(Push(*p, pushes.back())->acked());
+  }
+  for (ShardReplica* r : {p.get(), b1.get(), b2.get()}) {
+    EXPECT_LE(r->log_bytes(), options.max_undurable_bytes + kOneKeyPushBytes);
+  }
+  to_b2->set_mode(FakeLink::Mode::kHold);
+  pushes.push_back(MakePush(1, 21, {11}));
+  auto x1 = Push(*p, pushes.back());
+  pushes.push_back(MakePush(1, 22, {22}));
+  auto x2 = Push(*p, pushes.back());
+  EXPECT_EQ(Push(*p, MakePush(1, 23, {33}))->code(), StatusCode::kResourceExhausted);
+  to_b2->LoseHeld();  // the primary dies: b1 has x1 and x2, b2 neither
+  EXPECT_FALSE(x1->result.has_value() || x2->result.has_value());
+
+  ASSERT_TRUE(b1->BecomePrimary(2, {std::make_shared<FakeLink>(b2.get())}).ok());
+  EXPECT_TRUE(Push(*b1, pushes[20])->duplicate());
+  EXPECT_TRUE(Push(*b1, pushes[21])->duplicate());
+  const std::vector<float> want = AppliedOnce(pushes, kKeys);
+  EXPECT_TRUE(BitwiseEqual(Values(*b1, kKeys), want));
+  EXPECT_TRUE(BitwiseEqual(Values(*b2, kKeys), want)) << "b2 lacks a push b1 no longer kept";
+}
+
 // Many client threads push to a primary with two backups (links deliver on the pushing thread,
 // as an RPC completion might) while fetches run: every push acked once, replicas identical.
 TEST(ShardReplica, ConcurrentPushesKeepReplicasIdentical) {

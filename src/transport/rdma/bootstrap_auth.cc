@@ -34,6 +34,7 @@ void SendRefusal(int fd, Refusal code, Deadline deadline) {
 Result<std::optional<AcceptedAuth>> AuthenticateConnectingPeer(int fd, const Hello& hello,
                                                                const uint8_t hello_raw[64],
                                                                const std::string& secret,
+                                                               const std::string& privileged_secret,
                                                                Deadline deadline) {
   auto refuse = [&](Refusal code) {
     SendRefusal(fd, code, deadline);
@@ -58,12 +59,19 @@ Result<std::optional<AcceptedAuth>> AuthenticateConnectingPeer(int fd, const Hel
   Proof proof{};
   BX_RETURN_IF_ERROR(transport::ReadExactly(fd, proof.data(), proof.size(), deadline,
                                             "client proof", "bootstrap connection"));
+  auto proves = [&](const std::string& candidate) {
+    return !candidate.empty() &&
+           transport::auth::VerifyProof(candidate, kAuthContext, Role::kConnecting, theirs, *mine,
+                                        std::span<const uint8_t>(hello_raw, kRecordBytes), proof);
+  };
   // A client echoing our nonce is trying to make us answer our own challenge.
-  if (theirs == *mine ||
-      !transport::auth::VerifyProof(secret, kAuthContext, Role::kConnecting, theirs, *mine,
-                                    std::span<const uint8_t>(hello_raw, kRecordBytes), proof))
-    return refuse(Refusal::kAuthFailed);
-  return std::optional<AcceptedAuth>(AcceptedAuth{*mine, theirs});
+  if (theirs == *mine) return refuse(Refusal::kAuthFailed);
+  bool privileged = false;
+  if (!proves(secret)) {
+    if (!proves(privileged_secret)) return refuse(Refusal::kAuthFailed);
+    privileged = true;
+  }
+  return std::optional<AcceptedAuth>(AcceptedAuth{*mine, theirs, privileged});
 }
 
 Status SendAcceptingHello(int fd, Hello mine, const std::string& secret, const AcceptedAuth* auth,

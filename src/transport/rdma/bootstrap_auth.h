@@ -30,22 +30,26 @@ using Deadline = std::chrono::steady_clock::time_point;
 struct AcceptedAuth {
   transport::auth::Nonce mine;
   transport::auth::Nonce theirs;
+  bool privileged = false;  // the client proved the privileged secret, not the ordinary one
 };
 
 // Accepting side, after ReceiveHello gave `hello` (`hello_raw` as received): reads the nonce an
 // authenticating Hello carries, and with `secret` set, challenges the client and verifies its
-// proof. On any mismatch sends a Refusal and returns the reason ("peer failed authentication
-// ..."); the caller closes fd. Allocates nothing for the peer. Returns the nonces when a secret
-// is set, nothing when it is not.
+// proof, which may also be one of `privileged_secret` (when not empty). On any mismatch sends a
+// Refusal and returns the reason ("peer failed authentication ..."); the caller closes fd.
+// Allocates nothing for the peer. Returns the nonces when a secret is set, nothing when it is
+// not.
 Result<std::optional<AcceptedAuth>> AuthenticateConnectingPeer(int fd, const Hello& hello,
                                                                const uint8_t hello_raw[64],
                                                                const std::string& secret,
+                                                               const std::string& privileged_secret,
                                                                Deadline deadline);
 
 // Tells the client why it is refused (best effort: the caller closes fd next).
 void SendRefusal(int fd, transport::auth::Refusal code, Deadline deadline);
 
-// Accepting side: its Hello, flagged and followed by its proof when `auth` is set.
+// Accepting side: its Hello, flagged and followed by its proof when `auth` is set, made with
+// `secret`: the one the client proved.
 Status SendAcceptingHello(int fd, Hello mine, const std::string& secret, const AcceptedAuth* auth,
                           Deadline deadline);
 

@@ -113,6 +113,7 @@ void RdmaConnection::OnChannelOpen(engine::ChannelId channel) {
   }
   auto socket = std::make_shared<RdmaSocket>(shared_from_this(), peer_, max_message_bytes(),
                                              transport_.options().max_queued_bytes);
+  if (privileged_peer_) socket->MarkPrivilegedPeer();
   sockets_[channel] = socket;
   // Bound before the engine delivers the channel's first message (the next completion).
   socket->Bind(channel, accept_->on_accept(socket), /*accepted=*/true);

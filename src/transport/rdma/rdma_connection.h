@@ -48,6 +48,8 @@ class RdmaConnection : public std::enable_shared_from_this<RdmaConnection> {
   void Attach(verbs::RcQueuePair qp, std::unique_ptr<engine::Engine> engine, int bootstrap_fd);
   // Accepting side: the connection counts against max_connections_per_peer until Teardown.
   void HoldPeerSlot(transport::PeerSlot slot) { peer_slot_ = std::move(slot); }
+  // Accepting side: the peer proved the privileged secret; so do the sockets it opens.
+  void MarkPrivilegedPeer() { privileged_peer_ = true; }
   engine::Engine::Callbacks EngineCallbacks();
   engine::Engine& engine() { return *engine_; }
   engine::IoThread& io() { return io_; }
@@ -88,6 +90,7 @@ class RdmaConnection : public std::enable_shared_from_this<RdmaConnection> {
   engine::IoThread& io_;
   const std::string peer_;
   std::shared_ptr<AcceptState> accept_;  // null on the connecting side
+  bool privileged_peer_ = false;         // set before the handshake ends
 
   std::optional<verbs::RcQueuePair> qp_;
   std::unique_ptr<engine::Engine> engine_;

@@ -33,6 +33,9 @@ class RdmaSocket : public Socket, public std::enable_shared_from_this<RdmaSocket
   Status status() const override;
   std::string_view scheme() const override { return "rdma"; }
   std::string peer() const override { return peer_; }
+  bool privileged_peer() const override { return privileged_peer_; }
+  // Accepted sockets on a connection whose peer proved the privileged secret. Before Bind.
+  void MarkPrivilegedPeer() { privileged_peer_ = true; }
   // The engine's counters (shared with the other sockets on it) plus sockets_on_engine.
   std::map<std::string, uint64_t> counters() const override;
 
@@ -61,6 +64,7 @@ class RdmaSocket : public Socket, public std::enable_shared_from_this<RdmaSocket
   const std::string peer_;
   const size_t max_message_bytes_;
   const size_t max_queued_bytes_;
+  bool privileged_peer_ = false;  // set before Bind, read-only after
 
   engine::ChannelId channel_ = 0;
   SocketHandlers handlers_;

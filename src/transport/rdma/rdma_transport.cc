@@ -230,8 +230,8 @@ class RdmaListener : public Listener {
     };
     Result<Hello> hello = DecodeHello(arrived.raw.data());
     if (!hello.ok()) return refused(hello.status());
-    auto auth =
-        AuthenticateConnectingPeer(fd, *hello, arrived.raw.data(), options.auth_secret, deadline);
+    auto auth = AuthenticateConnectingPeer(fd, *hello, arrived.raw.data(), options.auth_secret,
+                                           options.privileged_secret, deadline);
     if (!auth.ok()) return refused(auth.status());
     std::optional<transport::PeerSlot> slot = transport_.limiter_.TryAcquire(host);
     if (!slot) {
@@ -469,6 +469,10 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
   // From here on the connection owns fd and closes it however set-up ends.
   auto connection = std::make_shared<RdmaConnection>(*this, io, peer, std::move(accept));
   connection->HoldPeerSlot(std::move(slot));
+  if (auth != nullptr && auth->privileged) connection->MarkPrivilegedPeer();
+  // The accepting side proves the secret the peer proved; the connecting side its own choice.
+  const std::string& secret =
+      auth != nullptr && auth->privileged ? options_.privileged_secret : options_.auth_secret;
   const engine::EngineConfig config = EngineConfigOf(rdma_);
   verbs::QueuePairAttrs attrs;
   attrs.max_send_wr = config.send_queue_depth;
@@ -521,7 +525,8 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
   mine.max_message_bytes = options_.max_message_bytes;
   Hello theirs;
   if (peer_hello == nullptr) {
-    auto hello = ConnectingHandshake(fd, mine, options_.auth_secret, peer, deadline);
+    auto hello =
+        ConnectingHandshake(fd, mine, transport::auth::ProvenSecret(options_), peer, deadline);
     if (!hello.ok()) return hello.status();
     theirs = *hello;
   } else {
@@ -546,8 +551,7 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
         std::string(LinkLayerName(mine.link_layer)) +
         ": an InfiniBand port and a RoCE port cannot reach each other");
     // The accepting side still answers with its Hello, so the peer can say the same.
-    if (peer_hello != nullptr)
-      (void)SendAcceptingHello(fd, mine, options_.auth_secret, auth, deadline);
+    if (peer_hello != nullptr) (void)SendAcceptingHello(fd, mine, secret, auth, deadline);
     return fail(mismatch);
   }
   if (DebugAddressing()) {
@@ -564,8 +568,7 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
       !s.ok())
     return fail(s);
   if (peer_hello != nullptr) {
-    if (Status s = SendAcceptingHello(fd, mine, options_.auth_secret, auth, deadline); !s.ok())
-      return fail(s);
+    if (Status s = SendAcceptingHello(fd, mine, secret, auth, deadline); !s.ok()) return fail(s);
     if (Status s = ReceiveReady(fd, timeout); !s.ok()) return fail(s);
   } else {
     if (Status s = SendReady(fd); !s.ok()) return fail(s);

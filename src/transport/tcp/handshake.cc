@@ -165,12 +165,17 @@ AcceptingHandshake::Step AcceptingHandshake::OnRecord(const HandshakeRecord& raw
       return Step{Outcome::kRefused, {}, DataLoss("tcp handshake: expected a Proof record")};
     Proof proof;
     std::memcpy(proof.data(), record->data.data(), proof.size());
+    auto proves = [&](const std::string& secret) {
+      return !secret.empty() && transport::auth::VerifyProof(
+                                    secret, kAuthContext, Role::kConnecting, client_nonce_,
+                                    server_nonce_, std::span<const uint8_t>(client_hello_), proof);
+    };
     // A client echoing our nonce is trying to make us answer our own challenge.
-    if (client_nonce_ == server_nonce_ ||
-        !transport::auth::VerifyProof(secret_, kAuthContext, Role::kConnecting, client_nonce_,
-                                      server_nonce_, std::span<const uint8_t>(client_hello_),
-                                      proof))
-      return refuse(Refusal::kAuthFailed);
+    if (client_nonce_ == server_nonce_) return refuse(Refusal::kAuthFailed);
+    if (!proves(secret_)) {
+      if (!proves(privileged_secret_)) return refuse(Refusal::kAuthFailed);
+      privileged_ = true;
+    }
     return Step{Outcome::kAuthenticated, {}, Status::Ok()};
   }
   return Step{Outcome::kRefused, {}, DataLoss("tcp handshake: unexpected record")};
@@ -178,9 +183,9 @@ AcceptingHandshake::Step AcceptingHandshake::OnRecord(const HandshakeRecord& raw
 
 std::string AcceptingHandshake::Accept() const {
   if (secret_.empty()) return AsString(Encode(kAccept, 0, nullptr));
-  Proof proof =
-      transport::auth::ComputeProof(secret_, kAuthContext, Role::kAccepting, server_nonce_,
-                                    client_nonce_, std::span<const uint8_t>(server_hello_));
+  Proof proof = transport::auth::ComputeProof(
+      privileged_ ? privileged_secret_ : secret_, kAuthContext, Role::kAccepting, server_nonce_,
+      client_nonce_, std::span<const uint8_t>(server_hello_));
   return AsString(Encode(kAccept, 0, proof.data()));
 }
 

@@ -65,14 +65,21 @@ class AcceptingHandshake {
     Status why;
   };
 
-  explicit AcceptingHandshake(std::string secret) : secret_(std::move(secret)) {}
+  // `privileged_secret` (may be empty): a second secret a peer may prove instead; it is then
+  // privileged(), and the server's own proof is made with the secret the peer proved.
+  explicit AcceptingHandshake(std::string secret, std::string privileged_secret = {})
+      : secret_(std::move(secret)), privileged_secret_(std::move(privileged_secret)) {}
   Step OnRecord(const HandshakeRecord& record);
   // The Accept record (carrying the server's proof when a secret is set).
   std::string Accept() const;
   static std::string Refuse(transport::auth::Refusal code);
+  // After kAuthenticated: the peer proved the privileged secret.
+  bool privileged() const { return privileged_; }
 
  private:
   const std::string secret_;
+  const std::string privileged_secret_;
+  bool privileged_ = false;
   int received_ = 0;
   transport::auth::Nonce client_nonce_{};
   transport::auth::Nonce server_nonce_{};

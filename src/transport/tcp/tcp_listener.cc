@@ -42,7 +42,7 @@ class Handshaker final : public IoThread::Handler, public std::enable_shared_fro
         context_(std::move(context)),
         peer_(std::move(peer)),
         host_(std::move(host)),
-        handshake_(context_->options.auth_secret) {}
+        handshake_(context_->options.auth_secret, context_->options.privileged_secret) {}
   ~Handshaker() override {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -139,6 +139,7 @@ class Handshaker final : public IoThread::Handler, public std::enable_shared_fro
         TcpSocket::Create(fd_, io_thread_, context_->options, peer_);
     fd_ = -1;  // the socket owns it now
     socket->HoldPeerSlot(std::move(slot).value());
+    if (handshake_.privileged()) socket->MarkPrivilegedPeer();
     io_thread_->Post(
         [socket, context = context_] { (void)socket->Start(context->on_accept(socket)); });
   }

@@ -42,6 +42,8 @@ class TcpSocket final : public Socket,
   // Accepted sockets: counts against max_connections_per_peer until the socket ends. Before
   // Start.
   void HoldPeerSlot(transport::PeerSlot slot) { peer_slot_ = std::move(slot); }
+  // Accepted sockets whose peer proved the privileged secret. Before Start.
+  void MarkPrivilegedPeer() { privileged_peer_ = true; }
 
   void Send(Buffer message, SendCallback done) override;
   // Unimplemented: the kernel stack has no one-sided writes.
@@ -51,6 +53,7 @@ class TcpSocket final : public Socket,
   Status status() const override;
   std::string_view scheme() const override { return "tcp"; }
   std::string peer() const override { return peer_; }
+  bool privileged_peer() const override { return privileged_peer_; }
   std::map<std::string, uint64_t> counters() const override;
 
   void OnEvents(uint32_t events) override;
@@ -94,6 +97,7 @@ class TcpSocket final : public Socket,
   // I/O thread only (set before Start).
   SocketHandlers handlers_;
   transport::PeerSlot peer_slot_;
+  bool privileged_peer_ = false;  // set before Start, read-only after
   bool torn_down_ = false;
   std::vector<std::byte> staging_;  // received bytes not yet parsed: [staged_begin_, staged_end_)
   size_t staged_begin_ = 0;

@@ -68,8 +68,8 @@ class TcpTransport final : public Transport {
     Result<transport::ConnectedSocket> connected = transport::ConnectFirst(*url, deadline);
     if (!connected.ok()) return connected.status();
     // Connected means accepted: the peer authenticated us (and we it) and took the socket.
-    if (Status s =
-            ConnectingHandshake(connected->fd, options_.auth_secret, connected->peer, deadline);
+    if (Status s = ConnectingHandshake(connected->fd, transport::auth::ProvenSecret(options_),
+                                       connected->peer, deadline);
         !s.ok()) {
       ::close(connected->fd);
       return s.WithContext("connect " + url->ToString());

@@ -57,9 +57,11 @@ class AuthTest : public ::testing::TestWithParam<std::string> {
   }
 
   // A new client transport (its own engines for rdma://) with `secret`, connecting once.
-  Result<std::shared_ptr<Socket>> ConnectWith(const std::string& secret) {
+  Result<std::shared_ptr<Socket>> ConnectWith(const std::string& secret,
+                                              const std::string& privileged_secret = {}) {
     TransportOptions options;
     options.auth_secret = secret;
+    options.privileged_secret = privileged_secret;
     clients_.push_back(Make(options));
     if (!clients_.back()) return Internal("no client transport");
     return clients_.back()->Connect(listener_->url(), {}, kConnectTimeout);
@@ -160,6 +162,47 @@ TEST_P(AuthTest, PeerWithSecretIsRefusedByServerWithout) {
   auto socket = ConnectWith("");  // no secret on either side: as before
   ASSERT_TRUE(socket.ok()) << socket.status().ToString();
   ExpectEcho(**socket, 4);
+}
+
+// A second secret marks the peers that prove it (the parameter server's replicas): their accepted
+// sockets say so, the others' do not, and a wrong second secret is refused like a wrong first.
+TEST_P(AuthTest, APeerProvingThePrivilegedSecretIsMarkedPrivileged) {
+  TransportOptions options;
+  options.auth_secret = "cluster secret";
+  options.privileged_secret = "replica secret";
+  StartServer(options);
+  auto accepted_socket = [&](size_t index) {
+    EXPECT_TRUE(waiter_.WaitFor([&] { return sockets_.size() > index; }));
+    std::lock_guard lock(waiter_.mutex);
+    return sockets_.size() > index ? sockets_[index] : nullptr;
+  };
+  auto ordinary = ConnectWith(options.auth_secret);
+  ASSERT_TRUE(ordinary.ok()) << ordinary.status().ToString();
+  ExpectEcho(**ordinary, 5);
+  auto first = accepted_socket(0);
+  ASSERT_TRUE(first);
+  EXPECT_FALSE(first->privileged_peer());
+
+  auto privileged = ConnectWith(options.auth_secret, options.privileged_secret);
+  ASSERT_TRUE(privileged.ok()) << privileged.status().ToString();
+  ExpectEcho(**privileged, 6);
+  auto second = accepted_socket(1);
+  ASSERT_TRUE(second);
+  EXPECT_TRUE(second->privileged_peer());
+  EXPECT_FALSE((*privileged)->privileged_peer()) << "a connecting side's socket is never marked";
+
+  ExpectAuthFailure(ConnectWith(options.auth_secret, "not the replica secret"));
+  EXPECT_EQ(accepted_.load(), 2);
+}
+
+TEST(AuthSecretsTest, APrivilegedSecretNeedsADifferentAuthSecret) {
+  TransportOptions options;
+  options.privileged_secret = "replica secret";
+  EXPECT_EQ(CreateTransport("tcp", options).status().code(), StatusCode::kInvalidArgument);
+  options.auth_secret = options.privileged_secret;
+  EXPECT_EQ(CreateTransport("tcp", options).status().code(), StatusCode::kInvalidArgument);
+  options.auth_secret = "cluster secret";
+  EXPECT_TRUE(auth::CheckSecrets(options).ok());
 }
 
 TEST_P(AuthTest, PerPeerLimitRefusesTheConnectionAboveIt) {

@@ -21,6 +21,7 @@ TEST(PsServerOptionsTest, DefaultsAreTheReplicasOwn) {
   PsServerOptions server;
   ShardReplica::Options replica;
   EXPECT_EQ(server.max_undurable_pushes, replica.max_undurable_pushes);
+  EXPECT_EQ(server.max_undurable_bytes, replica.max_undurable_bytes);
   EXPECT_EQ(server.max_reordered_forwards, replica.max_reordered_forwards);
   EXPECT_EQ(server.dedup_window, replica.dedup.window);
   EXPECT_EQ(server.max_dedup_clients, replica.dedup.max_clients);
@@ -34,6 +35,9 @@ TEST(PsServerOptionsTest, ZeroBoundsAreRefused) {
   EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument) << server.status().ToString();
   options = PsServerOptions{};
   options.forward_timeout = std::chrono::microseconds(0);
+  EXPECT_EQ(PsServer::Create({}, options).status().code(), StatusCode::kInvalidArgument);
+  options = PsServerOptions{};
+  options.max_undurable_bytes = 0;
   EXPECT_EQ(PsServer::Create({}, options).status().code(), StatusCode::kInvalidArgument);
 }
 
@@ -364,6 +368,57 @@ TEST_P(PsServiceTest, ASecretClusterServesOnlyThoseWhoKnowTheSecret) {
   EXPECT_EQ(FirstValue(primary, key), -1.0f);
   EXPECT_EQ(FirstValue(backup, key), -1.0f);
   // And the cluster's own client still works.
+  ASSERT_TRUE(client->Push(kTable, kDim, {&key, 1}, ones, 5s).ok());
+  EXPECT_EQ(FirstValue(backup, key), -2.0f);
+}
+
+// Issue 19: with a replica secret, knowing the cluster secret lets a caller fetch and push but
+// not act as a replica: a forward or a join from it is refused (PermissionDenied) before it
+// reaches the replica, while the replicas, who prove the replica secret, replicate as before.
+TEST_P(PsServiceTest, WithAReplicaSecretOnlyReplicasMayForwardOrJoin) {
+  Cluster cluster;
+  cluster.replica_secret = "replica secret";
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 2, "cluster secret"));
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+  const uint64_t key = 7;
+  std::vector<float> ones(kDim, 1.0f);
+  ASSERT_TRUE(client->Push(kTable, kDim, {&key, 1}, ones, 5s).ok());
+  PsServer& backup = *cluster.servers[0][1];
+  EXPECT_EQ(backup.core().replica().position().lsn, 1u) << "replicas prove the replica secret";
+
+  // A trainer gone rogue: it has the cluster secret, so its connection is accepted.
+  rpc::ClientOptions rogue_options;
+  rogue_options.transport.auth_secret = cluster.spec.secret;
+  rogue_options.log = [](std::string_view) {};
+  auto rogue = rpc::Client::Create({backup.address()}, rogue_options);
+  ASSERT_TRUE(rogue.ok());
+  std::shared_ptr<rpc::Client> rogue_client(std::move(rogue).value());
+  RpcBackupLink link(rogue_client, 1s);
+  ForwardedPush forged;
+  forged.epoch = 2;  // a valid next epoch: without the check, this would fence the primary
+  forged.lsn = 1;
+  forged.push.id = PushId{99, 1};
+  forged.push.table_id = kTable;
+  forged.push.dim = kDim;
+  forged.push.keys = {key};
+  forged.push.gradients = ones;
+  std::promise<Status> forwarded;
+  link.Forward(forged, [&](Status s) { forwarded.set_value(std::move(s)); });
+  const Status forward_status = forwarded.get_future().get();
+  EXPECT_EQ(forward_status.code(), StatusCode::kPermissionDenied) << forward_status.ToString();
+  Result<rpc::Message> join_request = rpc::Message::Allocate(8);
+  ASSERT_TRUE(join_request.ok());
+  std::memset(join_request->data(), 0, join_request->size());
+  Result<rpc::Message> join =
+      rogue_client->Call(std::string(kJoinMethod), std::move(join_request).value(), {.timeout = 1s})
+          .get();
+  EXPECT_EQ(join.status().code(), StatusCode::kPermissionDenied) << join.status().ToString();
+
+  EXPECT_EQ(backup.core().replica().position(), (ShardReplica::Position{1, 1}));
+  EXPECT_EQ(backup.counters().replica_method_refusals, 2u);
+  EXPECT_EQ(FirstValue(backup, key), -1.0f);
+  // The rogue may still fetch (it is a client), and replication goes on.
   ASSERT_TRUE(client->Push(kTable, kDim, {&key, 1}, ones, 5s).ok());
   EXPECT_EQ(FirstValue(backup, key), -2.0f);
 }

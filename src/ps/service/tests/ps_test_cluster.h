@@ -35,6 +35,7 @@ struct Cluster {
   ClusterSpec spec;
   std::vector<std::vector<std::unique_ptr<PsServer>>> servers;
   float max_abs_gradient = PsServerOptions{}.max_abs_gradient;  // set before Start
+  std::string replica_secret;                                   // set before Start (needs a secret)
 
   // With `secret`, a cluster whose file names a secret_file (ClusterSpec::secret).
   // Without `promote`, every replica stays a backup (a leased monitor creates the epoch).
@@ -42,6 +43,7 @@ struct Cluster {
              bool promote = true) {
     spec.transport = scheme;
     spec.secret = secret;
+    spec.replica_secret = replica_secret;
     spec.tables = {Table()};
     for (int s = 0; s < shards; ++s) {
       servers.emplace_back();
@@ -79,6 +81,7 @@ struct Cluster {
   PsServerOptions ServerOptions() const {
     PsServerOptions options;
     options.auth_secret = spec.secret;
+    options.replica_secret = spec.replica_secret;
     options.rpc.worker_threads = 1;
     options.max_abs_gradient = max_abs_gradient;
     options.rpc.log = [](std::string_view) {};

@@ -1,0 +1,73 @@
+// Idle connections are closed (issue 19): a peer that connects and then says nothing used to
+// keep its connection, and everything the server holds for it, for ever. Clients of ours
+// heartbeat idle connections, so they are never idle long enough to be closed.
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "bx/transport.h"
+#include "rpc/tests/rpc_test_util.h"
+
+namespace bx::rpc::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Far above FastClientOptions' 50 ms heartbeat interval, so that a loaded machine cannot make
+// a heartbeating client look idle; short enough to keep the test quick.
+constexpr auto kIdleTimeout = 1500ms;
+
+class RpcIdleTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RpcIdleTest, ASilentPeerIsClosedAndAHeartbeatingClientIsNot) {
+  const std::string scheme = GetParam();
+  ServerOptions options;
+  options.worker_threads = 1;
+  options.idle_timeout = kIdleTimeout;
+  options.log = [](std::string_view) {};
+  auto server = Server::Create(options);
+  ASSERT_TRUE(server.ok());
+  TestService service;
+  ASSERT_TRUE(service.Register(**server).ok());
+  ASSERT_TRUE((*server)->Start({scheme + "://127.0.0.1:0"}).ok());
+  const ReplicaAddress address = (*server)->address();
+  const std::string url = scheme == "rdma" ? address.rdma_url : address.tcp_url;
+
+  auto client = Client::Create({address}, FastClientOptions());
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->WaitReady(5s).ok());
+
+  // The silent peer: a transport connection that never sends a frame. (`closed` outlives the
+  // transport, whose destruction may still run the close handler.)
+  std::atomic<bool> closed{false};
+  auto transport = CreateTransport(scheme);
+  ASSERT_TRUE(transport.ok());
+  const auto connected_at = Clock::now();
+  auto silent = (*transport)
+                    ->Connect(url,
+                              SocketHandlers{[](Socket&, Buffer) {},
+                                             [&](Socket&, const Status&) { closed = true; }},
+                              5s);
+  ASSERT_TRUE(silent.ok()) << silent.status().ToString();
+  ASSERT_TRUE(WaitFor([&] { return closed.load(); }, 30s)) << "the silent peer was never closed";
+  EXPECT_GE(Clock::now() - connected_at, kIdleTimeout) << "closed before it was idle that long";
+  EXPECT_EQ((*server)->stats().idle_closed, 1u);
+
+  // The client, quiet all along but for its heartbeats, still has its first connection.
+  EXPECT_EQ(TextOf((*client)->Call("echo", Text("still here")).get()), "still here");
+  EXPECT_EQ((*server)->stats().connections, 2u) << "the client had to reconnect";
+  EXPECT_EQ((*server)->stats().idle_closed, 1u);
+  (*silent)->Close();
+}
+
+TEST(RpcIdleTest, ANegativeTimeoutIsRefused) {
+  ServerOptions options;
+  options.idle_timeout = -1ms;
+  EXPECT_EQ(Server::Create(options).status().code(), StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, RpcIdleTest, ::testing::Values("rdma", "tcp"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace bx::rpc::testing
