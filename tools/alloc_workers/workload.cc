@@ -99,6 +99,37 @@ void RunAndSample(const Allocator& allocator, std::atomic<bool>& go, double seco
   }
 }
 
+// The flags a run's threads share: each counts itself `ready`, waits for `go`, works until `stop`.
+struct RunFlags {
+  std::atomic<int>& ready;
+  std::atomic<bool>& go;
+  std::atomic<bool>& stop;
+};
+
+// Waits for every thread of `pool` to be ready, runs and samples them for `seconds`, stops and
+// joins them, then frees what they left (`free_leftovers`) and sums up.
+RunResult Measure(const Allocator& allocator, double seconds, uint64_t resident_before,
+                  RunFlags flags, std::vector<std::thread>& pool,
+                  const std::vector<uint64_t>& operations,
+                  const std::function<void()>& free_leftovers) {
+  while (flags.ready.load() < static_cast<int>(pool.size())) std::this_thread::yield();
+  RunResult result;
+  const uint64_t registrations_before = allocator.registrations ? allocator.registrations() : 0;
+  const auto start = Clock::now();
+  RunAndSample(allocator, flags.go, seconds, result);
+  flags.stop.store(true);
+  for (std::thread& t : pool) t.join();
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  free_leftovers();
+  for (uint64_t ops : operations) result.operations += ops;
+  const uint64_t peak = PeakResidentBytes();
+  result.peak_bytes = peak > resident_before ? peak - resident_before : 0;
+  if (allocator.registrations) {
+    result.registrations = allocator.registrations() - registrations_before;
+  }
+  return result;
+}
+
 // One producer's hand-over queue to its consumer, holding at most `capacity` blocks.
 struct HandOver {
   std::mutex mu;
@@ -161,24 +192,11 @@ RunResult RunThroughput(const Allocator& allocator, bool large, int threads, dou
 
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) pool.emplace_back(worker, t);
-  while (ready.load() < threads) std::this_thread::yield();
-  RunResult result;
-  const uint64_t registrations_before = allocator.registrations ? allocator.registrations() : 0;
-  const auto start = Clock::now();
-  RunAndSample(allocator, go, seconds, result);
-  stop.store(true);
-  for (std::thread& t : pool) t.join();
-  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  for (Inbox& inbox : inboxes) {
-    for (void* p : inbox.blocks) allocator.deallocate(p);
-  }
-  for (uint64_t ops : operations) result.operations += ops;
-  const uint64_t peak = PeakResidentBytes();
-  result.peak_bytes = peak > resident_before ? peak - resident_before : 0;
-  if (allocator.registrations) {
-    result.registrations = allocator.registrations() - registrations_before;
-  }
-  return result;
+  return Measure(allocator, seconds, resident_before, {ready, go, stop}, pool, operations, [&] {
+    for (Inbox& inbox : inboxes) {
+      for (void* p : inbox.blocks) allocator.deallocate(p);
+    }
+  });
 }
 
 RunResult RunProducerConsumer(const Allocator& allocator, bool large, int threads, double seconds) {
@@ -244,24 +262,11 @@ RunResult RunProducerConsumer(const Allocator& allocator, bool large, int thread
     pool.emplace_back(producer, pair);
     pool.emplace_back(consumer, pair);
   }
-  while (ready.load() < 2 * pairs) std::this_thread::yield();
-  RunResult result;
-  const uint64_t registrations_before = allocator.registrations ? allocator.registrations() : 0;
-  const auto start = Clock::now();
-  RunAndSample(allocator, go, seconds, result);
-  stop.store(true);
-  for (std::thread& t : pool) t.join();
-  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  for (HandOver& queue : queues) {
-    for (void* p : queue.blocks) allocator.deallocate(p);
-  }
-  for (uint64_t ops : operations) result.operations += ops;
-  const uint64_t peak = PeakResidentBytes();
-  result.peak_bytes = peak > resident_before ? peak - resident_before : 0;
-  if (allocator.registrations) {
-    result.registrations = allocator.registrations() - registrations_before;
-  }
-  return result;
+  return Measure(allocator, seconds, resident_before, {ready, go, stop}, pool, operations, [&] {
+    for (HandOver& queue : queues) {
+      for (void* p : queue.blocks) allocator.deallocate(p);
+    }
+  });
 }
 
 int WorkerMain(int argc, char** argv, const Allocator& allocator) {
