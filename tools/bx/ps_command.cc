@@ -208,10 +208,11 @@ void Serve(const ServeOptions& serve) {
   std::fprintf(
       stderr,
       "stopping: fetches %llu, pushes %llu (+%llu duplicates, %llu errors), forwards "
-      "%llu\n",
+      "%llu, replica calls refused %llu\n",
       static_cast<unsigned long long>(c.fetches), static_cast<unsigned long long>(c.pushes_acked),
       static_cast<unsigned long long>(c.pushes_duplicate),
-      static_cast<unsigned long long>(c.push_errors), static_cast<unsigned long long>(c.forwards));
+      static_cast<unsigned long long>(c.push_errors), static_cast<unsigned long long>(c.forwards),
+      static_cast<unsigned long long>(c.replica_method_refusals));
   exported.Reset();
   (*server)->Stop();
 }

@@ -6,7 +6,9 @@
 # SIGKILL; the backups must take over once the leases expire and the trainers
 # (`bx ps train --verify`: unit gradients on fixed keys, counted acks, final fetch) must find
 # every acknowledged push applied exactly once. The cluster file names a secret file (issue 19):
-# a process whose cluster file lacks it gets nothing from any replica.
+# a process whose cluster file lacks it gets nothing from any replica. It also names the
+# replicas' own secret, which only the servers' copy of the file carries: replication, leases
+# and failover run on it, while the trainers, without it, fetch and push as before.
 #
 # Usage: multihost_test.sh BX_BINARY. Exit 0: passed; 77: skipped (network namespaces are not
 # allowed here: not root, or no CLONE_NEWNET); anything else: failed.
@@ -23,12 +25,14 @@ netns_hosts 7
 netns_start_etcd 7
 
 CLUSTER="$WORK/cluster.json"
-(umask 077 && head -c 32 /dev/urandom | base64 >"$WORK/cluster.secret")
+(umask 077 && head -c 32 /dev/urandom | base64 >"$WORK/cluster.secret" &&
+  head -c 32 /dev/urandom | base64 >"$WORK/replica.secret")
 cat >"$CLUSTER" <<JSON
 {
   "version": 1,
   "transport": "tcp",
   "secret_file": "cluster.secret",
+  "replica_secret_file": "replica.secret",
   "config_store": "$ETCD_URL",
   "tables": [
     {"id": 1, "name": "verify", "kind": "embedding", "dim": 8,
@@ -40,6 +44,9 @@ cat >"$CLUSTER" <<JSON
   ]
 }
 JSON
+# The trainers' copy: the cluster secret only.
+TRAINER_CLUSTER="$WORK/trainer.json"
+grep -v replica_secret_file "$CLUSTER" >"$TRAINER_CLUSTER"
 
 declare -A SERVER_PID
 start_server() {  # shard replica
@@ -63,7 +70,7 @@ TRAIN_SECONDS=7
 declare -a TRAINERS
 for t in 0 1; do
   host=$((5 + t))
-  spawn "$host" "train$t" "$BX" ps train --cluster "$CLUSTER" --verify --threads 4 \
+  spawn "$host" "train$t" "$BX" ps train --cluster "$TRAINER_CLUSTER" --verify --threads 4 \
     --duration "$TRAIN_SECONDS" --verify-keys 32 --key-base $((t * 1000000)) \
     --push-timeout-ms 20000
   TRAINERS+=("$SPAWNED")
@@ -85,7 +92,7 @@ done
 
 # The checker itself must be able to fail: a second verifying trainer on trainer 0's keys finds
 # them already holding trainer 0's pushes, i.e. more applied than it pushed ("doubled").
-ip netns exec "${TAG}h5" "$BX" ps train --cluster "$CLUSTER" --verify --threads 1 --duration 0.3 \
+ip netns exec "${TAG}h5" "$BX" ps train --cluster "$TRAINER_CLUSTER" --verify --threads 1 --duration 0.3 \
   --verify-keys 32 --key-base 0 >"$WORK/selfcheck.out" 2>"$WORK/selfcheck.log" &&
   fail "the exactly-once check passed on keys that already held other pushes"
 grep -q '"doubled":[1-9]' "$WORK/selfcheck.out" || fail "checker self-test: no doubled pushes reported"
@@ -109,7 +116,11 @@ for s in 0 1; do
   pushes=$(sed -n 's/.*stopping: fetches [0-9]*, pushes \([0-9]*\) .*/\1/p' "$WORK/s${s}r1.log")
   [[ -n $pushes && $pushes -gt 0 ]] ||
     fail "replica 1 of shard $s acknowledged no pushes after taking over"
-  echo "shard $s: replica 1 promoted to epoch 2 and acknowledged $pushes pushes as primary"
+  forwards=$(sed -n 's/.*stopping: .*, forwards \([0-9]*\),.*/\1/p' "$WORK/s${s}r1.log")
+  [[ -n $forwards && $forwards -gt 0 ]] ||
+    fail "replica 1 of shard $s applied no forwards (the replica secret did not open ps.Forward)"
+  echo "shard $s: replica 1 applied $forwards forwards, then was promoted to epoch 2 and" \
+    "acknowledged $pushes pushes as primary"
 done
 
 for t in 0 1; do
