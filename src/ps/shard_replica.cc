@@ -157,15 +157,14 @@ size_t PayloadBytes(const PushRequest& push) {
 }  // namespace
 
 void ShardReplica::AppendLogLocked(const PushRequest& push) {
-  log_bytes_ += PayloadBytes(push);
-  log_appended_ += PayloadBytes(push);
   log_.push_back(LogEntry{push, log_appended_});
+  log_appended_ += PayloadBytes(push);
   // Keep what a joiner's attach will forward, within the catch-up bounds; a joiner too far
   // behind starts again from a new snapshot.
   size_t pinned = 0;
   if (!join_pins_.empty()) {
     // Over the byte bound, the pins that hold the log beyond its usual length go.
-    const bool over_bytes = log_bytes_ > options_.max_catch_up_bytes;
+    const bool over_bytes = LogBytesLocked() > options_.max_catch_up_bytes;
     for (auto it = join_pins_.begin(); it != join_pins_.end();) {
       const uint64_t behind = state_->applied_lsn - it->second.lsn;
       if (it->second.epoch != state_->epoch || behind > options_.max_catch_up_pushes ||
@@ -182,20 +181,23 @@ void ShardReplica::AppendLogLocked(const PushRequest& push) {
   // and durability is a prefix: so a push that a survivor may lack lies in the last
   // max_undurable_pushes, and is followed, up to the newest push, by fewer than
   // max_undurable_bytes bytes. Whatever fails either test is on every live replica.
-  const size_t newest = PayloadBytes(log_.back().push);
-  while (log_.size() > pinned && (log_.size() > options_.max_undurable_pushes ||
-                                  log_bytes_ - newest >= options_.max_undurable_bytes)) {
-    log_bytes_ -= PayloadBytes(log_.front().push);
+  while (log_.size() > pinned &&
+         (log_.size() > options_.max_undurable_pushes ||
+          log_.back().start - log_.front().start >= options_.max_undurable_bytes)) {
     log_.pop_front();
   }
+}
+
+uint64_t ShardReplica::LogBytesLocked() const {
+  return log_.empty() ? 0 : log_appended_ - log_.front().start;
 }
 
 uint64_t ShardReplica::LogBytesAfterLocked(uint64_t lsn) const {
   if (log_.empty() || lsn >= state_->applied_lsn) return 0;
   const uint64_t behind = state_->applied_lsn - lsn;  // log entries after lsn
   // Entries before the log's front have gone: every byte the log holds is after lsn.
-  if (behind >= log_.size()) return log_bytes_;
-  return log_appended_ - log_[log_.size() - 1 - behind].end;
+  if (behind >= log_.size()) return LogBytesLocked();
+  return log_appended_ - log_[log_.size() - behind].start;
 }
 
 void ShardReplica::ForwardLocked(const PushRequest& push, uint64_t lsn) {
@@ -491,7 +493,6 @@ Status ShardReplica::InstallSnapshot(std::span<const std::byte> bytes) {
     }
     reordered_.clear();
     log_.clear();
-    log_bytes_ = 0;
     join_pins_.clear();
     result = state_->Adopt(snapshot);
     if (result.ok()) {
@@ -707,7 +708,7 @@ ShardReplica::Position ShardReplica::position() const {
 
 size_t ShardReplica::log_bytes() const {
   OrderSection order(order_mu_, this);
-  return log_bytes_;
+  return LogBytesLocked();
 }
 
 size_t ShardReplica::live_backups() const {

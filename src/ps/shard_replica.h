@@ -249,8 +249,9 @@ class ShardReplica {
   // Collects waiters whose lsn is durable. mu_ held.
   void CollectReadyLocked(std::vector<std::function<void()>>* out);
   uint64_t DurableLsnLocked() const;
-  // Bytes of the logged pushes after `lsn` (the undurable ones when `lsn` is durable).
-  // order_mu_ held.
+  // Bytes (keys and gradients) in the log, and in its pushes after `lsn` (the undurable ones
+  // when `lsn` is durable). order_mu_ held.
+  uint64_t LogBytesLocked() const;
   uint64_t LogBytesAfterLocked(uint64_t lsn) const;
   // Ends an order_mu_ section: runs the callbacks deferred while it held the lock.
   void RunDeferred();
@@ -263,14 +264,13 @@ class ShardReplica {
   // which tells OnForwardDone whether the current thread holds it.
   mutable std::mutex order_mu_;
   Role role_ = Role::kBackup;  // written under both locks; read under either
-  // Applied pushes, oldest first; `end` is log_appended_ after the push was appended, so the
-  // bytes of the pushes after one are log_appended_ minus its `end`.
+  // Applied pushes, oldest first; `start` is log_appended_ before the push was appended, so
+  // the pushes from one to the newest hold log_appended_ minus its `start` bytes.
   struct LogEntry {
     PushRequest push;
-    uint64_t end = 0;
+    uint64_t start = 0;
   };
   std::deque<LogEntry> log_;
-  size_t log_bytes_ = 0;            // keys and gradients in log_
   uint64_t log_appended_ = 0;       // keys and gradients ever appended to log_
   uint64_t min_forward_epoch_ = 0;  // RefuseEpochsBelow
   // Backup: forwards of the current epoch that arrived ahead of a gap, by lsn.

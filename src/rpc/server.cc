@@ -51,7 +51,7 @@ void ServerConnection::OnClose() {
 
 void ServerConnection::OnMessage(Buffer frame) {
   const Clock::time_point arrived = Clock::now();
-  last_active_ns.store(NowNs(), std::memory_order_relaxed);
+  last_active_ns.store(NowNs(arrived), std::memory_order_relaxed);
   std::shared_ptr<Server::Impl> impl = server.lock();
   if (!impl) return;
   Result<FrameHeader> header = DecodeHeader(frame);

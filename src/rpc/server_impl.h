@@ -36,9 +36,8 @@ struct ServerConnection : std::enable_shared_from_this<ServerConnection> {
   // Steady-clock nanoseconds of the last frame received or sent (the idle timeout's clock).
   std::atomic<int64_t> last_active_ns{NowNs()};
 
-  static int64_t NowNs() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-        .count();
+  static int64_t NowNs(Clock::time_point now = Clock::now()) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
   }
   void OnMessage(Buffer frame);
   void OnClose();

@@ -49,6 +49,22 @@ bool VerifyProof(std::string_view secret, std::string_view context, Role role,
   return CRYPTO_memcmp(expected.data(), received.data(), expected.size()) == 0;
 }
 
+Proven VerifyProofOfEither(std::string_view secret, std::string_view privileged_secret,
+                           std::string_view context, const Nonce& prover_nonce,
+                           const Nonce& verifier_nonce, std::span<const uint8_t> prover_hello,
+                           const Proof& received) {
+  if (VerifyProof(secret, context, Role::kConnecting, prover_nonce, verifier_nonce, prover_hello,
+                  received)) {
+    return Proven::kSecret;
+  }
+  if (!privileged_secret.empty() &&
+      VerifyProof(privileged_secret, context, Role::kConnecting, prover_nonce, verifier_nonce,
+                  prover_hello, received)) {
+    return Proven::kPrivilegedSecret;
+  }
+  return Proven::kNeither;
+}
+
 std::string RefusalText(uint16_t code) {
   switch (static_cast<Refusal>(code)) {
     case Refusal::kAuthFailed:

@@ -53,6 +53,14 @@ bool VerifyProof(std::string_view secret, std::string_view context, Role role,
                  const Nonce& prover_nonce, const Nonce& verifier_nonce,
                  std::span<const uint8_t> prover_hello, const Proof& received);
 
+// Which secret a connecting peer's proof shows it knows, on a side that admits two: `secret`,
+// else `privileged_secret` (when not empty; TransportOptions::privileged_secret), else neither.
+enum class Proven { kNeither, kSecret, kPrivilegedSecret };
+Proven VerifyProofOfEither(std::string_view secret, std::string_view privileged_secret,
+                           std::string_view context, const Nonce& prover_nonce,
+                           const Nonce& verifier_nonce, std::span<const uint8_t> prover_hello,
+                           const Proof& received);
+
 // Why an accepting side refuses a connection; on the wire as a little-endian u16.
 enum class Refusal : uint16_t {
   kAuthFailed = 1,          // the proof does not match the accepting side's secret

@@ -57,12 +57,7 @@ Result<std::unique_ptr<FailoverMonitorCore>> FailoverMonitorCore::Start(PsServer
     return Status(StatusCode::kInvalidArgument,
                   "failover: need 0 < probe interval <= failure timeout");
   }
-  if (options.client.transport.auth_secret.empty()) {
-    options.client.transport.auth_secret = server->auth_secret();
-  }
-  if (options.client.transport.privileged_secret.empty()) {
-    options.client.transport.privileged_secret = server->replica_secret();
-  }
+  server->LendSecrets(&options.client.transport);
   std::unique_ptr<FailoverMonitorCore> monitor(new FailoverMonitorCore(server, std::move(options)));
   monitor->thread_ = std::thread([m = monitor.get()] { m->Run(); });
   return monitor;

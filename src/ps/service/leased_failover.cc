@@ -27,12 +27,7 @@ Result<std::unique_ptr<LeasedFailoverCore>> LeasedFailoverCore::Start(PsServerCo
   if (options.probe_interval.count() <= 0 || options.lease_ttl < 3 * options.probe_interval) {
     return InvalidArgument("failover: need 0 < 3 x probe interval <= lease ttl");
   }
-  if (options.client.transport.auth_secret.empty()) {
-    options.client.transport.auth_secret = server->auth_secret();
-  }
-  if (options.client.transport.privileged_secret.empty()) {
-    options.client.transport.privileged_secret = server->replica_secret();
-  }
+  server->LendSecrets(&options.client.transport);
   Result<std::shared_ptr<KvStore>> store = OpenKvStore(options.config_store, kStoreTimeout);
   if (!store.ok()) return store.status();
   std::unique_ptr<LeasedFailoverCore> core(

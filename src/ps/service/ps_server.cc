@@ -235,6 +235,11 @@ void PsServerCore::OnPing(rpc::ServerCall call) {
   call.Respond(std::move(reply).value());
 }
 
+void PsServerCore::LendSecrets(TransportOptions* transport) const {
+  if (transport->auth_secret.empty()) transport->auth_secret = options_.auth_secret;
+  if (transport->privileged_secret.empty()) transport->privileged_secret = options_.replica_secret;
+}
+
 PsServerCounters PsServerCore::counters() const {
   return {fetches_.load(),     pushes_acked_.load(), pushes_duplicate_.load(),
           push_errors_.load(), forwards_.load(),     replica_method_refusals_.load()};

@@ -137,8 +137,10 @@ class PsServerCore {
   void SetReadGate(std::function<Status()> gate);
   // Serves "ps.Join*" through `service` (null: refused, the default).
   void SetJoinService(std::shared_ptr<JoinService> service);
-  const std::string& auth_secret() const { return options_.auth_secret; }
-  const std::string& replica_secret() const { return options_.replica_secret; }
+  // Gives `transport` this server's cluster and replica secrets where it has none of its own: a
+  // failover monitor's client proves what its server does (one that could not reach a primary
+  // only for want of a secret would promote a second one).
+  void LendSecrets(TransportOptions* transport) const;
   PsServerCounters counters() const;
   rpc::ServerStats rpc_stats() const { return server_->stats(); }
 

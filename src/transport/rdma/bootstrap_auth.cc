@@ -59,19 +59,14 @@ Result<std::optional<AcceptedAuth>> AuthenticateConnectingPeer(int fd, const Hel
   Proof proof{};
   BX_RETURN_IF_ERROR(transport::ReadExactly(fd, proof.data(), proof.size(), deadline,
                                             "client proof", "bootstrap connection"));
-  auto proves = [&](const std::string& candidate) {
-    return !candidate.empty() &&
-           transport::auth::VerifyProof(candidate, kAuthContext, Role::kConnecting, theirs, *mine,
-                                        std::span<const uint8_t>(hello_raw, kRecordBytes), proof);
-  };
   // A client echoing our nonce is trying to make us answer our own challenge.
   if (theirs == *mine) return refuse(Refusal::kAuthFailed);
-  bool privileged = false;
-  if (!proves(secret)) {
-    if (!proves(privileged_secret)) return refuse(Refusal::kAuthFailed);
-    privileged = true;
-  }
-  return std::optional<AcceptedAuth>(AcceptedAuth{*mine, theirs, privileged});
+  const transport::auth::Proven proven = transport::auth::VerifyProofOfEither(
+      secret, privileged_secret, kAuthContext, theirs, *mine,
+      std::span<const uint8_t>(hello_raw, kRecordBytes), proof);
+  if (proven == transport::auth::Proven::kNeither) return refuse(Refusal::kAuthFailed);
+  return std::optional<AcceptedAuth>(
+      AcceptedAuth{*mine, theirs, proven == transport::auth::Proven::kPrivilegedSecret});
 }
 
 Status SendAcceptingHello(int fd, Hello mine, const std::string& secret, const AcceptedAuth* auth,

@@ -165,17 +165,13 @@ AcceptingHandshake::Step AcceptingHandshake::OnRecord(const HandshakeRecord& raw
       return Step{Outcome::kRefused, {}, DataLoss("tcp handshake: expected a Proof record")};
     Proof proof;
     std::memcpy(proof.data(), record->data.data(), proof.size());
-    auto proves = [&](const std::string& secret) {
-      return !secret.empty() && transport::auth::VerifyProof(
-                                    secret, kAuthContext, Role::kConnecting, client_nonce_,
-                                    server_nonce_, std::span<const uint8_t>(client_hello_), proof);
-    };
     // A client echoing our nonce is trying to make us answer our own challenge.
     if (client_nonce_ == server_nonce_) return refuse(Refusal::kAuthFailed);
-    if (!proves(secret_)) {
-      if (!proves(privileged_secret_)) return refuse(Refusal::kAuthFailed);
-      privileged_ = true;
-    }
+    const transport::auth::Proven proven = transport::auth::VerifyProofOfEither(
+        secret_, privileged_secret_, kAuthContext, client_nonce_, server_nonce_,
+        std::span<const uint8_t>(client_hello_), proof);
+    if (proven == transport::auth::Proven::kNeither) return refuse(Refusal::kAuthFailed);
+    privileged_ = proven == transport::auth::Proven::kPrivilegedSecret;
     return Step{Outcome::kAuthenticated, {}, Status::Ok()};
   }
   return Step{Outcome::kRefused, {}, DataLoss("tcp handshake: unexpected record")};
