@@ -47,7 +47,7 @@ struct End {
 };
 
 // One engine pair, a -> b, on `device`; a sends on channel 0.
-class Pair {
+class EnginePair {
  public:
   Status Build(verbs::Device& device, const engine::EngineConfig& config) {
     verbs::Library& lib = device.lib();
@@ -97,7 +97,7 @@ class Pair {
     return Status::Ok();
   }
 
-  ~Pair() {
+  ~EnginePair() {
     for (End* e : {&a_, &b_}) {
       if (!e->io) continue;
       if (e->engine) e->io->Run([e] { e->io->RemoveEngine(e->engine.get()); });
@@ -164,7 +164,7 @@ struct Cell {
 Result<Cell> RunOnce(verbs::Device& device, bool scoped, size_t bytes, size_t count) {
   engine::EngineConfig config;
   config.scoped_remote_writes = scoped;
-  Pair pair;
+  EnginePair pair;
   BX_RETURN_IF_ERROR(pair.Build(device, config));
   if (pair.scoped() != scoped)
     return FailedPrecondition("the device does not support scoped remote writes");

@@ -53,7 +53,7 @@ namespace bx::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;  // keys in the order written
 
 constexpr const char* kWriteLatency = "write_lat";
 constexpr const char* kSendLatency = "send_lat";
@@ -513,8 +513,10 @@ std::vector<size_t> SizesFor(const BenchVerbsOptions& options, const std::string
   return test == kWriteBandwidth ? kDefaultBandwidthSizes : kDefaultLatencySizes;
 }
 
-json ToJson(const VerbsResult& r) {
-  auto optional = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+OrderedJson ToJson(const VerbsResult& r) {
+  auto optional = [](const std::optional<double>& v) {
+    return v ? OrderedJson(*v) : OrderedJson(nullptr);
+  };
   return {{"test", r.test},
           {"size", r.size},
           {"p50_us", optional(r.p50_us)},
@@ -601,8 +603,8 @@ Status RunBenchVerbs(const BenchVerbsOptions& options) {
   }
 
   if (options.json) {
-    json out;
-    out["results"] = json::array();
+    OrderedJson out;
+    out["results"] = OrderedJson::array();
     for (const VerbsResult& r : results) out["results"].push_back(ToJson(r));
     out["backend"] = std::string(verbs::BackendName((*lib)->backend()));
     out["library"] = (*lib)->path();
