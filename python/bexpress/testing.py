@@ -75,8 +75,9 @@ class LocalCluster:
     table entries). The cluster file is at .path; replica 0 of each shard starts as primary."""
 
     def __init__(self, shards=1, replicas=1, tables=(), etcd=False, lease_ms=2000,
-                 bx=None, workdir=None, env=None):
+                 bx=None, workdir=None, env=None, serve_args=()):
         self.bx = bx or find_bx()
+        self.serve_args = list(serve_args)  # more `bx ps serve` flags, the same for every replica
         self._owned_dir = workdir is None
         self.dir = workdir or tempfile.mkdtemp(prefix="bx-cluster-")
         self.path = os.path.join(self.dir, "cluster.json")
@@ -155,6 +156,7 @@ class LocalCluster:
                    "--replica", str(replica)]
         if self.etcd:
             command += ["--lease-ms", str(self.lease_ms)]
+        command += self.serve_args
         self.processes[(shard, replica)] = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env)
 
@@ -168,6 +170,11 @@ class LocalCluster:
                             f"{process.returncode}: {log}")
             return "listening on" in self.log(shard, replica)
         _wait_for(listening, 60, f"shard {shard} replica {replica} listening")
+
+    def secret(self):
+        """The cluster secret, as `bx ps serve` reads it from the secret file."""
+        with open(os.path.join(self.dir, self.spec["secret_file"])) as f:
+            return f.read().strip()
 
     def log(self, shard, replica):
         with open(self.log_path(shard, replica)) as f:

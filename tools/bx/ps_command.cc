@@ -122,6 +122,8 @@ struct ServeOptions {
   int max_connections_per_peer = 256;
   // Clients heartbeat an idle connection every 100 ms: 30 s of silence is no client of ours.
   int idle_timeout_ms = 30000;
+  // Request bytes waiting for the two workers before the next request is answered "server busy".
+  size_t max_queued_request_mib = rpc::ServerOptions{}.max_queued_request_bytes >> 20;
   FailoverFlags failover;
   MetricsFlags metrics;
 };
@@ -143,6 +145,7 @@ void Serve(const ServeOptions& serve) {
   options.max_abs_gradient = serve.max_abs_gradient;
   options.rpc.transport.max_connections_per_peer = serve.max_connections_per_peer;
   options.rpc.idle_timeout = std::chrono::milliseconds(serve.idle_timeout_ms);
+  options.rpc.max_queued_request_bytes = serve.max_queued_request_mib << 20;
   Result<std::unique_ptr<ps::PsServer>> server = ps::PsServer::Create(spec.tables, options);
   if (!server.ok()) Fail("server", server.status());
   const ps::ReplicaSpec& me = spec.shards[shard].replicas[replica];
@@ -412,6 +415,11 @@ void AddPsCommand(CLI::App* app) {
                 "Close a connection over which nothing moved for this long (clients heartbeat "
                 "every 100 ms). 0: never")
       ->check(CLI::Range(0, 86400000))
+      ->capture_default_str();
+  s->add_option("--max-queued-request-mib", serve->max_queued_request_mib,
+                "Request MiB received and waiting for a worker; a request beyond it is answered "
+                "ResourceExhausted (server busy)")
+      ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   s->callback([serve] { Serve(*serve); });
 
