@@ -19,6 +19,7 @@
 #include "simnic/ipc_frame.h"
 #include "transport/rdma/bootstrap.h"
 #include "transport/tcp/frame.h"
+#include "transport/tcp/handshake.h"
 
 namespace {
 
@@ -265,6 +266,39 @@ void SimnicFrameSeeds(const fs::path& dir) {
   Write(dir, "announces_2gib", huge);
 }
 
+// fuzz_tcp_handshake: the server's secrets and the harness's proof mode (tcp_handshake_fuzz.cc),
+// then the records a client sends, laid out as handshake.h states.
+Bytes HandshakeRecordBytes(uint8_t type, uint16_t arg, uint8_t fill) {
+  Bytes b(bx::tcp::kHandshakeRecordBytes, fill);
+  Put32(b, 0, bx::tcp::kHandshakeMagic);
+  b[4] = bx::tcp::kHandshakeVersion;
+  b[5] = type;
+  b[6] = uint8_t(arg);
+  b[7] = uint8_t(arg >> 8);
+  return b;
+}
+
+void HandshakeSeeds(const fs::path& dir) {
+  constexpr uint8_t kHello = 1, kProof = 2;
+  auto seed = [&](const std::string& name, uint8_t secrets, uint8_t proof_mode,
+                  std::vector<Bytes> records) {
+    Bytes b{secrets, proof_mode};
+    for (const Bytes& r : records) b.insert(b.end(), r.begin(), r.end());
+    Write(dir, name, b);
+  };
+  const Bytes plain_hello = HandshakeRecordBytes(kHello, 0, 0);
+  const Bytes auth_hello = HandshakeRecordBytes(kHello, 1, 0x5a);
+  const Bytes proof = HandshakeRecordBytes(kProof, 0, 0);
+  seed("no_secret_plain_hello", 0, 0, {plain_hello});
+  seed("no_secret_auth_hello", 0, 0, {auth_hello});
+  seed("cluster_secret_proved", 1, 1, {auth_hello, proof});
+  seed("privileged_secret_proved", 2, 2, {auth_hello, proof});
+  seed("privileged_secret_unknown_to_server", 1, 2, {auth_hello, proof});
+  seed("stranger_secret", 2, 3, {auth_hello, proof});
+  seed("proof_as_given", 2, 0, {auth_hello, proof});
+  seed("extra_record_after_proof", 1, 1, {auth_hello, proof, proof});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -275,6 +309,7 @@ int main(int argc, char** argv) {
   fs::path root = argv[1];
   BootstrapSeeds(root / "fuzz_bootstrap_hello");
   FrameSeeds(root / "fuzz_tcp_frame");
+  HandshakeSeeds(root / "fuzz_tcp_handshake");
   EngineSeeds(root / "fuzz_engine_wire");
   HttpSeeds(root / "fuzz_http_request");
   RpcSeeds(root / "fuzz_rpc_frame");

@@ -11,7 +11,7 @@ set -euo pipefail
 build=${1:?usage: run.sh <fuzz build dir> <seconds>}
 seconds=${2:-60}
 here=$(cd "$(dirname "$0")" && pwd)
-targets=(fuzz_bootstrap_hello fuzz_tcp_frame fuzz_engine_wire fuzz_http_request fuzz_rpc_frame
+targets=(fuzz_bootstrap_hello fuzz_tcp_frame fuzz_tcp_handshake fuzz_engine_wire fuzz_http_request fuzz_rpc_frame
   fuzz_ps_wire fuzz_ps_snapshot fuzz_simnic_frame)
 
 mkdir -p "$build/artifacts"
