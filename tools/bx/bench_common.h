@@ -1,7 +1,11 @@
 // What the `bx bench` commands share.
 #pragma once
 
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -43,5 +47,33 @@ inline uint64_t HardwareCpuNs() {
   if (!library.ok() || (*library)->sim().hardware_cpu_ns == nullptr) return 0;
   return (*library)->sim().hardware_cpu_ns();
 }
+
+// `count` processes that keep a core busy each until this object goes: a host whose cores an
+// application uses (a trainer), which is where a thread that polls by yielding loses a whole
+// scheduler slice each time it yields. Their CPU is not this process's, so host CPU per call
+// stays ours.
+class CpuHogs {
+ public:
+  explicit CpuHogs(int count) {
+    for (int i = 0; i < count; ++i) {
+      pid_t pid = fork();
+      if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the benchmark
+        for (;;) asm volatile("");         // nothing else: the child of a threaded process
+      }
+      if (pid > 0) pids_.push_back(pid);
+    }
+  }
+  ~CpuHogs() {
+    for (pid_t pid : pids_) kill(pid, SIGKILL);
+    for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
+  }
+  CpuHogs(const CpuHogs&) = delete;
+  CpuHogs& operator=(const CpuHogs&) = delete;
+  int count() const { return int(pids_.size()); }
+
+ private:
+  std::vector<pid_t> pids_;
+};
 
 }  // namespace bx::tools

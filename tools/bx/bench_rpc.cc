@@ -56,7 +56,8 @@ struct BenchRpcOptions {
   bool json = false;
   int calls = 0;  // per configuration; 0: 20000 for 64 B, 10000 for 16 KB
   bool grpc = true;
-  double rate = 0;  // > 0: open loop at this many calls per second (bexpress only)
+  double rate = 0;   // > 0: open loop at this many calls per second (bexpress only)
+  int cpu_hogs = 0;  // processes spinning on the CPU while the benchmark runs
 };
 
 struct Row {
@@ -339,10 +340,11 @@ Status RunGrpc(const BenchRpcOptions& options, std::vector<Row>& rows) {
   return Status::Ok();
 }
 
-void PrintOpenLoop(const std::vector<Row>& rows, bool as_json) {
+void PrintOpenLoop(const std::vector<Row>& rows, bool as_json, int cpu_hogs) {
   if (as_json) {
     json out;
     out["benchmark"] = "rpc_open_loop";
+    out["cpu_hogs"] = cpu_hogs;
     out["results"] = json::array();
     for (const Row& row : rows) {
       out["results"].push_back({{"transport", row.transport},
@@ -380,6 +382,7 @@ void PrintOpenLoop(const std::vector<Row>& rows, bool as_json) {
   fmt::print(
       "host CPU = process CPU (client and server) - simnic hardware threads; latency from "
       "each call's scheduled start\n");
+  if (cpu_hogs > 0) fmt::print("with {} CPU hog processes running\n", cpu_hogs);
 }
 
 void RunBenchRpc(const BenchRpcOptions& options) {
@@ -394,6 +397,7 @@ void RunBenchRpc(const BenchRpcOptions& options) {
     throw CLI::RuntimeError(1);
   }
   std::vector<Row> rows;
+  const CpuHogs hogs(options.cpu_hogs);
   for (const std::string& scheme : schemes) {
     if (Status s = RunBx(scheme, options, rows); !s.ok()) {
       std::fprintf(stderr, "bench rpc %s: %s\n", scheme.c_str(), s.ToString().c_str());
@@ -402,7 +406,7 @@ void RunBenchRpc(const BenchRpcOptions& options) {
   }
   std::string grpc_note;
   if (options.rate > 0) {
-    PrintOpenLoop(rows, options.json);
+    PrintOpenLoop(rows, options.json, hogs.count());
     return;
   }
   if (options.grpc) {
@@ -411,6 +415,7 @@ void RunBenchRpc(const BenchRpcOptions& options) {
   if (options.json) {
     json out;
     out["benchmark"] = "rpc";
+    out["cpu_hogs"] = hogs.count();
     out["results"] = json::array();
     for (const Row& row : rows) {
       out["results"].push_back({{"system", row.system},
@@ -434,6 +439,7 @@ void RunBenchRpc(const BenchRpcOptions& options) {
                row.p99_us, row.errors);
   }
   if (!grpc_note.empty()) fmt::print("grpc: not run ({})\n", grpc_note);
+  if (hogs.count() > 0) fmt::print("with {} CPU hog processes running\n", hogs.count());
 }
 
 }  // namespace
@@ -452,6 +458,11 @@ void AddBenchRpcCommand(CLI::App* bench) {
       ->add_option("--rate", options->rate,
                    "Open loop at this many calls/s, with host CPU per call (bexpress only)")
       ->check(CLI::PositiveNumber);
+  command
+      ->add_option("--cpu-hogs", options->cpu_hogs,
+                   "Processes that keep a core busy each while the benchmark runs (a host whose "
+                   "application uses its cores)")
+      ->check(CLI::Range(0, 64));
   command->add_flag("--json", options->json, "Print JSON instead of the table");
   command->callback([options] { bx::tools::RunBenchRpc(*options); });
 }
