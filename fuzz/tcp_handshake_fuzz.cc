@@ -48,21 +48,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int proof_mode = data[1] % 4;
   AcceptingHandshake server(secrets >= 1 ? kClusterSecret : "",
                             secrets == 2 ? kPrivilegedSecret : "");
-  HandshakeRecord client_hello{};
-  std::string server_hello;
+  HandshakeRecord client_hello{}, server_hello{};
+  bool answered = false;  // the server has sent its Hello
   const uint8_t* records = data + 2;
   const size_t count = (size - 2) / kHandshakeRecordBytes;
   for (size_t i = 0; i < count; ++i) {
     HandshakeRecord record;
     std::memcpy(record.data(), records + i * kHandshakeRecordBytes, record.size());
     const char* proved = nullptr;
-    if (i == 1 && proof_mode != 0 && server_hello.size() == kHandshakeRecordBytes) {
+    if (i == 1 && proof_mode != 0 && answered) {
       proved = proof_mode == 1   ? kClusterSecret
                : proof_mode == 2 ? kPrivilegedSecret
                                  : kStrangerSecret;
       const auth::Proof proof = auth::ComputeProof(
           proved, bx::tcp::kAuthContext, auth::Role::kConnecting, NonceAt(client_hello.data()),
-          NonceAt(reinterpret_cast<const uint8_t*>(server_hello.data())), client_hello);
+          NonceAt(server_hello.data()), client_hello);
       std::memcpy(record.data() + 8, proof.data(), proof.size());
     }
     if (i == 0) client_hello = record;
@@ -71,7 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case AcceptingHandshake::Outcome::kContinue:
         // Only a server with a secret answers a first Hello with its own, and goes on.
         Check(i == 0 && secrets >= 1 && step.reply.size() == kHandshakeRecordBytes);
-        server_hello = step.reply;
+        std::memcpy(server_hello.data(), step.reply.data(), server_hello.size());
+        answered = true;
         continue;
       case AcceptingHandshake::Outcome::kRefused:
         Check(!step.why.ok() && !step.why.message().empty());
@@ -88,13 +89,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         Check(accept.size() == kHandshakeRecordBytes);
         auth::Proof accept_proof;
         std::memcpy(accept_proof.data(), accept.data() + 8, accept_proof.size());
-        Check(auth::VerifyProof(
-            proved, bx::tcp::kAuthContext, auth::Role::kAccepting,
-            NonceAt(reinterpret_cast<const uint8_t*>(server_hello.data())),
-            NonceAt(client_hello.data()),
-            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(server_hello.data()),
-                                     server_hello.size()),
-            accept_proof));
+        Check(auth::VerifyProof(proved, bx::tcp::kAuthContext, auth::Role::kAccepting,
+                                NonceAt(server_hello.data()), NonceAt(client_hello.data()),
+                                server_hello, accept_proof));
         return 0;
       }
     }

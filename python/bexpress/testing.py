@@ -151,14 +151,15 @@ class LocalCluster:
 
     def start(self, shard, replica):
         """Starts (or restarts) one replica's process."""
-        log = open(self.log_path(shard, replica), "a")
         command = [self.bx, "ps", "serve", "--cluster", self.path, "--shard", str(shard),
                    "--replica", str(replica)]
         if self.etcd:
             command += ["--lease-ms", str(self.lease_ms)]
         command += self.serve_args
-        self.processes[(shard, replica)] = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env)
+        with open(self.log_path(shard, replica), "a") as log:  # the child keeps its own copy
+            self.processes[(shard, replica)] = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.env)
 
     def _wait_listening(self, shard, replica):
         def listening():

@@ -94,15 +94,26 @@ def host_port(url):
     return host, int(port)
 
 
+def still_open(s):
+    """Whether the server has not closed `s` (nothing read from it)."""
+    try:
+        return s.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) != b""
+    except BlockingIOError:
+        return True  # nothing to read: still open
+    except OSError:
+        return False
+
+
 class Attack:
     """Runs `step` every `period` seconds on a thread until stopped; `ready` once it held its
-    full strength for the first time."""
+    full strength for the first time. Its connections are in `sockets` (None: not opened)."""
 
     period = 0.05
 
     def __init__(self):
         self.ready, self._stop = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self.sockets = []
 
     def __enter__(self):
         self.error = None
@@ -131,7 +142,9 @@ class Attack:
             self.ready.set()
 
     def close(self):
-        pass
+        for s in self.sockets:
+            if s is not None:
+                s.close()
 
 
 class SilentAndSlowHandshakes(Attack):
@@ -141,8 +154,8 @@ class SilentAndSlowHandshakes(Attack):
     def __init__(self, url, silent, slow):
         super().__init__()
         self.address = host_port(url)
-        self.silent = [None] * silent
-        self.slow = [None] * slow
+        self.sockets = [None] * (silent + slow)  # the slow ones last
+        self.silent = silent
         self.reopened = 0
         self._last_drip = 0.0
 
@@ -155,36 +168,23 @@ class SilentAndSlowHandshakes(Attack):
             pass
         return s
 
-    def _alive(self, s):
-        try:
-            return s.recv(64, socket.MSG_DONTWAIT | socket.MSG_PEEK) != b""
-        except BlockingIOError:
-            return True  # nothing to read: still open
-        except OSError:
-            return False
-
     def step(self):
         drip = time.monotonic() - self._last_drip >= 0.2
         if drip:
             self._last_drip = time.monotonic()
-        for group, sends in ((self.silent, False), (self.slow, True)):
-            for i, s in enumerate(group):
-                if s is not None and self._alive(s):
-                    if sends and drip:
-                        try:
-                            s.send(b"\x00")
-                        except OSError:
-                            pass
-                    continue
-                if s is not None:
-                    s.close()
-                    self.reopened += 1
-                group[i] = self._open()
+        for i, s in enumerate(self.sockets):
+            if s is not None and still_open(s):
+                if drip and i >= self.silent:
+                    try:
+                        s.send(b"\x00")
+                    except OSError:
+                        pass
+                continue
+            if s is not None:
+                s.close()
+                self.reopened += 1
+            self.sockets[i] = self._open()
         self.ready.set()
-
-    def close(self):
-        for s in self.silent + self.slow:
-            s.close()
 
 
 def tcp_handshake(sock, secret):
@@ -226,7 +226,6 @@ class AnnouncedFrames(Attack):
         super().__init__()
         self.address, self.secret = host_port(url), secret
         self.count, self.announced, self.trickle = count, announced, trickle
-        self.sockets = []
 
     def step(self):
         if self.sockets:
@@ -239,10 +238,6 @@ class AnnouncedFrames(Attack):
             self.sockets.append(s)
         self.ready.set()
 
-    def close(self):
-        for s in self.sockets:
-            s.close()
-
 
 class AuthenticatedFlood(Attack):
     """An insider on another address (127.0.0.2) opening `count` tcp:// connections that pass
@@ -253,7 +248,7 @@ class AuthenticatedFlood(Attack):
     def __init__(self, url, secret, count):
         super().__init__()
         self.address, self.secret, self.count = host_port(url), secret, count
-        self.sockets, self.refused = [], 0
+        self.refused = 0
 
     def step(self):
         if self.sockets:
@@ -264,10 +259,6 @@ class AuthenticatedFlood(Attack):
             if tcp_handshake(s, self.secret) == 4:
                 self.refused += 1
         self.ready.set()
-
-    def close(self):
-        for s in self.sockets:
-            s.close()
 
 
 class FabricIntruders(Attack):
@@ -282,7 +273,6 @@ class FabricIntruders(Attack):
         self.address = f"\0bxsim.{pid}"
         self.stallers, self.strangers, self.insiders = stallers, strangers, insiders
         self.trickle = trickle
-        self.sockets = []
 
     def _connect(self):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -308,10 +298,6 @@ class FabricIntruders(Attack):
             s.sendall(cookie + self._header(1 << 31))
             s.sendall(b"\x07" * self.trickle)
         self.ready.set()
-
-    def close(self):
-        for s in self.sockets:
-            s.close()
 
 
 def rpc_frame(kind, call_id=0, method_id=0, payload=b""):
@@ -375,22 +361,13 @@ class SlowScrapers(Attack):
     def step(self):
         for i, s in enumerate(self.sockets):
             if s is not None:
-                try:
-                    if s.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) != b"":
-                        continue
-                except BlockingIOError:
+                if still_open(s):
                     continue
-                except OSError:
-                    pass
                 s.close()
             s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
             s.sendall(b"GET /metr")
             self.sockets[i] = s
         self.ready.set()
-
-    def close(self):
-        for s in self.sockets:
-            s.close()
 
 
 class HostileNetworkTest(unittest.TestCase):
