@@ -10,6 +10,12 @@
 // Threads: every transport runs I/O threads. Handlers (on_message, on_close, accept and send
 // callbacks) run on the socket's I/O thread and must not block; hand heavy work to another thread.
 // All Socket and Listener methods may be called from any thread.
+//
+// Lifetime: a Socket may outlive its Transport. Once the transport is destroyed its sockets have
+// ended (on_close ran); Send fails, Receive returns the reason, counters() keeps the last values.
+// A transport may be destroyed from one of its own handlers. rdma:// Connect from a handler fails
+// at once with FailedPrecondition (the peer's answer comes through an I/O thread); tcp:// Connect
+// blocks that I/O thread for its handshake.
 #pragma once
 
 #include <chrono>

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <future>
 
 namespace bx::engine {
 namespace {
@@ -24,9 +23,10 @@ uint64_t NowNs() {
 
 }  // namespace
 
-Result<std::unique_ptr<IoThread>> IoThread::Create(verbs::Library& lib, ibv_context* context,
-                                                   const IoThreadOptions& options) {
-  std::unique_ptr<IoThread> t(new IoThread(lib, options));
+Result<std::shared_ptr<IoThread>> IoThread::Create(verbs::Library& lib, ibv_context* context,
+                                                   ibv_pd* pd, const IoThreadOptions& options) {
+  std::shared_ptr<IoThread> t(new IoThread(lib, options));
+  t->device_pd_ = pd;
   t->channel_ = lib.create_comp_channel(context);
   if (t->channel_ == nullptr) return Status::FromErrno(errno, "ibv_create_comp_channel");
   t->cq_ = lib.create_cq(context, options.cq_entries, t.get(), t->channel_, 0);
@@ -34,6 +34,14 @@ Result<std::unique_ptr<IoThread>> IoThread::Create(verbs::Library& lib, ibv_cont
   // A thread domain tells the provider that one thread drives these QPs, so it may skip locks.
   ibv_td_init_attr td_attr{};
   t->td_ = verbs::Library::AllocTd(context, &td_attr);  // optional: null where unsupported
+  // QPs of this thread live in a parent domain carrying its thread domain, so on hardware no two
+  // threads share the provider's locks or doorbell pages (optional too).
+  if (t->td_ != nullptr && pd != nullptr) {
+    ibv_parent_domain_init_attr attr{};
+    attr.pd = pd;
+    attr.td = t->td_;
+    t->domain_ = verbs::Library::AllocParentDomain(context, &attr);
+  }
   t->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   t->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (t->epoll_fd_ < 0 || t->wake_fd_ < 0) return Status::FromErrno(errno, "epoll/eventfd");
@@ -44,12 +52,22 @@ Result<std::unique_ptr<IoThread>> IoThread::Create(verbs::Library& lib, ibv_cont
   ev.data.fd = t->channel_->fd;
   epoll_ctl(t->epoll_fd_, EPOLL_CTL_ADD, t->channel_->fd, &ev);
   IoThread* raw = t.get();
-  t->thread_ = std::thread([raw] { raw->Loop(); });
+  t->thread_ = std::thread([raw] {
+    raw->Loop();
+    // Stopped from inside: this may be the last reference, and the object ends on its thread.
+    std::shared_ptr<IoThread> last = std::move(raw->keep_alive_);
+  });
   return t;
 }
 
 IoThread::~IoThread() {
-  Stop();
+  if (thread_.joinable() && thread_.get_id() == std::this_thread::get_id()) {
+    thread_.detach();  // the loop has ended (Stop from inside); a thread cannot join itself
+  } else {
+    Stop();
+  }
+  // Every QP in the domain and on the CQ is gone: their owners hold this thread.
+  if (domain_) lib_.dealloc_pd(domain_);
   if (cq_) {
     // ibv_destroy_cq waits until every event delivered on the channel is acknowledged: take and
     // ack any the thread did not get to before it stopped.
@@ -67,33 +85,26 @@ IoThread::~IoThread() {
 }
 
 void IoThread::Stop() {
-  if (stop_.exchange(true)) return;
-  uint64_t one = 1;
-  ssize_t n = write(wake_fd_, &one, sizeof(one));
-  (void)n;
+  if (!stop_.exchange(true)) {
+    uint64_t one = 1;
+    ssize_t n = write(wake_fd_, &one, sizeof(one));
+    (void)n;
+  }
+  if (IsCurrent()) {
+    if (!keep_alive_) keep_alive_ = shared_from_this();
+    return;
+  }
+  // Also after a Stop from inside: the thread has ended or is ending, and must be joined.
   if (thread_.joinable()) thread_.join();
 }
 
-void IoThread::Post(std::function<void()> task) {
-  {
-    std::lock_guard lock(tasks_mu_);
-    tasks_.push_back(std::move(task));
-  }
+void IoThread::Wake() {
   // Only a sleeping thread needs the syscall; a polling one sees the task on its next pass.
   if (sleeping_.load(std::memory_order_seq_cst)) {
     uint64_t one = 1;
     ssize_t n = write(wake_fd_, &one, sizeof(one));
     (void)n;
   }
-}
-
-void IoThread::Run(std::function<void()> task) {
-  std::promise<void> done;
-  Post([&] {
-    task();
-    done.set_value();
-  });
-  done.get_future().wait();
 }
 
 void IoThread::AddEngine(Engine* engine) {
@@ -124,13 +135,9 @@ void IoThread::Unwatch(int fd) {
 }
 
 bool IoThread::RunTasks() {
-  std::vector<std::function<void()>> tasks;
-  {
-    std::lock_guard lock(tasks_mu_);
-    tasks.swap(tasks_);
-  }
-  for (auto& task : tasks) task();
-  return !tasks.empty();
+  if (!tasks_.HasPending()) return false;
+  tasks_.RunPending();
+  return true;
 }
 
 int IoThread::DrainCompletions() {
@@ -179,12 +186,9 @@ void IoThread::Sleep() {
   sleeping_.store(true, std::memory_order_seq_cst);
   verbs::Library::ReqNotifyCq(cq_, 0);
   // Anything that arrived before the CQ was armed raises no event: look once more.
-  {
-    std::lock_guard lock(tasks_mu_);
-    if (!tasks_.empty()) {
-      sleeping_.store(false);
-      return;
-    }
+  if (tasks_.HasPending()) {
+    sleeping_.store(false);
+    return;
   }
   epoll_event events[16];
   int n = 0;
@@ -221,6 +225,7 @@ void IoThread::Sleep() {
 void IoThread::Loop() {
   pthread_setname_np(pthread_self(), options_.name.substr(0, 15).c_str());
   cpu_clock_.CaptureCurrentThread();
+  tasks_.EnterLoop();
   const uint64_t busy_ns = uint64_t(options_.busy_poll_us) * 1000;
   uint64_t last_work = NowNs();
   int idle_polls = 0;
@@ -244,7 +249,8 @@ void IoThread::Loop() {
     Sleep();
     last_work = NowNs();
   }
-  RunTasks();
+  // What is queued runs here; what is posted from now on runs on its poster.
+  tasks_.Finish();
 }
 
 }  // namespace bx::engine

@@ -5,7 +5,14 @@
 // in epoll on the completion channel and a wake-up eventfd; it also watches file descriptors
 // (bootstrap connections) for their owners.
 //
-// Threads: Post() and Stop() from any thread; everything else on the I/O thread itself.
+// Lifetime: shared. Whatever posts to the thread (a connection, a socket) holds it, so no socket
+// outlives the thread it posts to; tasks keep base/loop_tasks.h's rules (never lost, RunAndWait
+// inline on the thread itself). The owner calls Stop(); from the thread itself (a callback that
+// destroys its transport) Stop does not wait, and the thread ends after the callback returns.
+// The thread's protection domain (a parent domain with its thread domain, when the device has
+// them) belongs to it and goes after every QP in it.
+//
+// Threads: Post, RunAndWait, IsCurrent and Stop from any thread; everything else on the I/O thread.
 #pragma once
 
 #include <sys/epoll.h>
@@ -13,11 +20,13 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "base/loop_tasks.h"
 #include "base/thread_cpu_clock.h"
 #include "bx/status.h"
 #include "engine/engine.h"
@@ -33,22 +42,28 @@ struct IoThreadOptions {
   std::string name = "bx-io";
 };
 
-class IoThread {
+class IoThread : public std::enable_shared_from_this<IoThread> {
  public:
-  static Result<std::unique_ptr<IoThread>> Create(verbs::Library& lib, ibv_context* context,
-                                                  const IoThreadOptions& options);
+  // `pd`: the device's protection domain, parent of this thread's own domain (null: none).
+  static Result<std::shared_ptr<IoThread>> Create(verbs::Library& lib, ibv_context* context,
+                                                  ibv_pd* pd, const IoThreadOptions& options);
   ~IoThread();
   IoThread(const IoThread&) = delete;
   IoThread& operator=(const IoThread&) = delete;
 
   ibv_cq* cq() const { return cq_; }
   ibv_td* td() const { return td_; }  // the thread domain QPs of this thread may be created in
+  // Where this thread's QPs are created: a parent domain carrying td(), or `pd` from Create when
+  // the device has no thread or parent domains.
+  ibv_pd* pd() const { return domain_ != nullptr ? domain_ : device_pd_; }
+  bool has_own_domain() const { return domain_ != nullptr; }
 
-  // Any thread: runs `task` on the I/O thread, in order.
-  void Post(std::function<void()> task);
-  // Any thread: runs `task` on the I/O thread and waits for it (not from the I/O thread).
-  void Run(std::function<void()> task);
-  bool InThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // Any thread: runs `task` on the I/O thread, in order; once stopped, on the caller at once.
+  void Post(std::function<void()> task) { tasks_.Post(std::move(task)); }
+  // Any thread: runs `task` on the I/O thread and waits for it; inline on the thread itself.
+  void RunAndWait(const std::function<void()>& task) { tasks_.RunAndWait(task); }
+  bool IsCurrent() const { return tasks_.IsCurrent(); }
+  // Ends the loop (tasks already posted still run) and joins the thread; idempotent.
   void Stop();
 
   // I/O thread only.
@@ -62,8 +77,10 @@ class IoThread {
   uint64_t CpuNs() const { return cpu_clock_.Ns(); }
 
  private:
-  IoThread(verbs::Library& lib, const IoThreadOptions& options) : lib_(lib), options_(options) {}
+  IoThread(verbs::Library& lib, const IoThreadOptions& options)
+      : lib_(lib), options_(options), tasks_([this] { Wake(); }) {}
   void Loop();
+  void Wake();  // a task was posted: a sleeping thread must look
   bool PollOnce();
   int DrainCompletions();
   void RunWatched(const epoll_event* events, int n);
@@ -75,14 +92,16 @@ class IoThread {
   ibv_comp_channel* channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
   ibv_td* td_ = nullptr;
+  ibv_pd* device_pd_ = nullptr;
+  ibv_pd* domain_ = nullptr;  // the parent domain, owned
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::shared_ptr<IoThread> keep_alive_;  // I/O thread: set when it was stopped from inside
   ThreadCpuClock cpu_clock_;
 
-  std::mutex tasks_mu_;
-  std::vector<std::function<void()>> tasks_;
+  LoopTasks tasks_;
   std::atomic<bool> sleeping_{false};
 
   std::unordered_map<uint32_t, Engine*> engines_;

@@ -37,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 struct End {
-  std::unique_ptr<engine::IoThread> io;
+  std::shared_ptr<engine::IoThread> io;
   std::optional<verbs::RcQueuePair> qp;
   std::unique_ptr<engine::Engine> engine;
   std::mutex mu;
@@ -52,7 +52,7 @@ class EnginePair {
   Status Build(verbs::Device& device, const engine::EngineConfig& config) {
     verbs::Library& lib = device.lib();
     for (End* e : {&a_, &b_}) {
-      auto io = engine::IoThread::Create(lib, device.context(), engine::IoThreadOptions{});
+      auto io = engine::IoThread::Create(lib, device.context(), nullptr, engine::IoThreadOptions{});
       if (!io.ok()) return io.status();
       e->io = std::move(io).value();
       verbs::QueuePairAttrs attrs;
@@ -83,24 +83,24 @@ class EnginePair {
     ibv_gid gid = device.gid();
     BX_RETURN_IF_ERROR(verbs::MoveRcToRts(lib, a_.qp->qp(), 1, b_.qp->qp_num(), gid, rc));
     BX_RETURN_IF_ERROR(verbs::MoveRcToRts(lib, b_.qp->qp(), 1, a_.qp->qp_num(), gid, rc));
-    for (End* e : {&a_, &b_}) e->io->Run([e] { e->io->AddEngine(e->engine.get()); });
+    for (End* e : {&a_, &b_}) e->io->RunAndWait([e] { e->io->AddEngine(e->engine.get()); });
     Status opened;
-    a_.io->Run([&] { opened = a_.engine->OpenChannel(0); });
+    a_.io->RunAndWait([&] { opened = a_.engine->OpenChannel(0); });
     BX_RETURN_IF_ERROR(opened);
     for (End* e : {&a_, &b_}) {
-      e->io->Run([e] {
+      e->io->RunAndWait([e] {
         e->engine->Start();
         e->io->MarkDirty(e->engine.get());
       });
     }
-    b_.io->Run([&] { scoped_ = b_.engine->scoped_remote_writes(); });
+    b_.io->RunAndWait([&] { scoped_ = b_.engine->scoped_remote_writes(); });
     return Status::Ok();
   }
 
   ~EnginePair() {
     for (End* e : {&a_, &b_}) {
       if (!e->io) continue;
-      if (e->engine) e->io->Run([e] { e->io->RemoveEngine(e->engine.get()); });
+      if (e->engine) e->io->RunAndWait([e] { e->io->RemoveEngine(e->engine.get()); });
       e->engine.reset();
       e->qp.reset();
       e->io.reset();
@@ -134,7 +134,7 @@ class EnginePair {
   bool scoped() const { return scoped_; }
   engine::EngineCounters receiver_counters() {
     engine::EngineCounters c;
-    b_.io->Run([&] { c = b_.engine->counters(); });
+    b_.io->RunAndWait([&] { c = b_.engine->counters(); });
     return c;
   }
 

@@ -21,7 +21,7 @@ void SendOn(Side& s, ChannelId channel, Buffer message) {
 }
 
 void Open(Side& s, ChannelId channel) {
-  s.io->Run([&] {
+  s.io->RunAndWait([&] {
     ASSERT_TRUE(s.engine->OpenChannel(channel).ok());
     s.io->MarkDirty(s.engine.get());
   });
@@ -41,7 +41,7 @@ TEST_F(EngineChannelsTest, SmallMessageWaitsBehindAtMostOneFragmentOfALargeOne) 
   // Once the large message is well under way (its 32nd fragment prepared, of 1024), the small one
   // is queued from the I/O thread itself, right after the batch being prepared: however the
   // threads are scheduled, most of the large message is still to go.
-  a_.io->Run([this] {
+  a_.io->RunAndWait([this] {
     a_.on_prepared_hook = [this, large_fragments = 0](ChannelId channel, uint32_t, bool) mutable {
       if (channel != kLarge || ++large_fragments != 32) return;
       a_.io->Post([this] {
@@ -54,7 +54,7 @@ TEST_F(EngineChannelsTest, SmallMessageWaitsBehindAtMostOneFragmentOfALargeOne) 
   SendOn(a_, kLarge, MakeMessage(64u << 20, 1));
   ASSERT_TRUE(b_.WaitFor(2, std::chrono::seconds(120)));
   std::vector<std::tuple<ChannelId, uint32_t, bool>> trace;
-  a_.io->Run([&] { trace = a_.trace; });
+  a_.io->RunAndWait([&] { trace = a_.trace; });
   size_t large_before = 0;
   bool found = false;
   for (auto& [channel, bytes, last] : trace) {
@@ -117,7 +117,7 @@ TEST_F(EngineChannelsTest, ClosingAChannelEndsOnlyThatChannel) {
   constexpr ChannelId kDoomed = 3;
   Open(a_, kDoomed);
   std::atomic<int> aborted{0};
-  a_.io->Run([&] {
+  a_.io->RunAndWait([&] {
     for (int i = 0; i < 5; ++i)
       a_.engine->Enqueue(kDoomed, OutgoingMessage{MakeMessage(1 << 20, i), [&](const Status& s) {
                                                     if (s.code() == StatusCode::kAborted) ++aborted;
@@ -140,7 +140,7 @@ TEST_F(EngineChannelsTest, ClosingAChannelEndsOnlyThatChannel) {
     EXPECT_EQ(b_.closed_by_peer[0], kDoomed);
   }
   bool a_open = true;
-  a_.io->Run([&] { a_open = a_.engine->ChannelOpen(kDoomed); });
+  a_.io->RunAndWait([&] { a_open = a_.engine->ChannelOpen(kDoomed); });
   EXPECT_FALSE(a_open);
   // The id can be opened again, and the surviving channel still carries messages.
   Open(a_, kDoomed);

@@ -45,7 +45,7 @@ inline bool SameAs(const Buffer& b, size_t size, uint64_t seed) {
 
 struct Side {
   ChannelId channel = 0;  // the channel this side opens and sends on
-  std::unique_ptr<IoThread> io;
+  std::shared_ptr<IoThread> io;
   std::optional<verbs::RcQueuePair> qp;
   std::unique_ptr<Engine> engine;
   std::mutex mu;
@@ -116,7 +116,7 @@ class EngineTest : public ::testing::Test {
     auto address = verbs::ResolvePortAddress(*g_device, *port, nullptr, -1);
     ASSERT_TRUE(address.ok()) << address.status().ToString();
     for (Side* s : {&a, &b}) {
-      auto io = IoThread::Create(lib, g_device->context(), IoThreadOptions{});
+      auto io = IoThread::Create(lib, g_device->context(), nullptr, IoThreadOptions{});
       ASSERT_TRUE(io.ok()) << io.status().ToString();
       s->io = std::move(io).value();
       verbs::QueuePairAttrs attrs;
@@ -179,9 +179,9 @@ class EngineTest : public ::testing::Test {
     ASSERT_TRUE(verbs::MoveRcToRts(lib, b.qp->qp(), *port, a.qp->qp_num(), gid, rc).ok());
     b.channel = 1;
     // Both engines take completions before either sends (an unregistered QP's are dropped).
-    for (Side* s : {&a, &b}) s->io->Run([s] { s->io->AddEngine(s->engine.get()); });
+    for (Side* s : {&a, &b}) s->io->RunAndWait([s] { s->io->AddEngine(s->engine.get()); });
     for (Side* s : {&a, &b}) {
-      s->io->Run([s] {
+      s->io->RunAndWait([s] {
         ASSERT_TRUE(s->engine->OpenChannel(s->channel).ok());
         s->engine->Start();
         s->io->MarkDirty(s->engine.get());
@@ -192,7 +192,7 @@ class EngineTest : public ::testing::Test {
   void TearDown() override {
     for (Side* s : {&a_, &b_, &c_, &d_}) {
       if (!s->io) continue;
-      s->io->Run([s] { s->io->RemoveEngine(s->engine.get()); });
+      s->io->RunAndWait([s] { s->io->RemoveEngine(s->engine.get()); });
       s->engine.reset();
       s->qp.reset();
       s->io.reset();
@@ -201,7 +201,7 @@ class EngineTest : public ::testing::Test {
 
   EngineCounters CountersOf(Side& s) {
     EngineCounters c;
-    s.io->Run([&] { c = s.engine->counters(); });
+    s.io->RunAndWait([&] { c = s.engine->counters(); });
     return c;
   }
 

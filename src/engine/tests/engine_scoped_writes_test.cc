@@ -71,7 +71,7 @@ TEST_F(EngineTest, ScopedRendezvousOfManySizesArriveIntactThroughReusedWindows) 
   ASSERT_TRUE(config.scoped_remote_writes) << "on by default";
   Build(config);
   bool scoped = false;
-  b_.io->Run([&] { scoped = b_.engine->scoped_remote_writes(); });
+  b_.io->RunAndWait([&] { scoped = b_.engine->scoped_remote_writes(); });
   ASSERT_TRUE(scoped) << "the simnic has type 2 windows";
   std::mt19937_64 rng(3);
   std::vector<size_t> sizes = {4097, 1, 65536, 65537, 8u << 20, 200, 3 << 20, 4096, 131071};
@@ -207,7 +207,7 @@ TEST_F(EngineTest, GrantEndsWithTheRendezvous) {
   // The message is delivered: its window was invalidated first. The old key writes nothing.
   Buffer attack = AttackBytes(64);
   int post_rc = -1;
-  a_.io->Run([&] { post_rc = PostRawWrite(a_, grant, 0, attack, 64); });
+  a_.io->RunAndWait([&] { post_rc = PostRawWrite(a_, grant, 0, attack, 64); });
   EXPECT_EQ(post_rc, 0);
   ASSERT_TRUE(WaitFailure(a_));
   EXPECT_NE(a_.failure->message().find(RemoteAccessError()), std::string::npos)
@@ -232,8 +232,8 @@ TEST_F(EngineTest, ScopedWindowsSurviveAbortsAndKeepChannelOrder) {
   }
   // Abort mid-message: close the sending channel while a large message is being written.
   a_.Send(MakeMessage(32u << 20, 77));
-  a_.io->Run([&] {});
-  a_.io->Run([&] { a_.engine->CloseChannel(a_.channel, Aborted("test closes")); });
+  a_.io->RunAndWait([&] {});
+  a_.io->RunAndWait([&] { a_.engine->CloseChannel(a_.channel, Aborted("test closes")); });
   {
     std::unique_lock lock(b_.mu);
     ASSERT_TRUE(

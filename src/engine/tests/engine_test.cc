@@ -110,7 +110,7 @@ TEST_F(EngineTest, MillionMessagesBothWaysWithoutRnr) {
   EngineCounters ca;
   uint32_t in_flight = 1;
   for (int i = 0; i < 1000 && in_flight != 0; ++i) {
-    a_.io->Run([&] {
+    a_.io->RunAndWait([&] {
       in_flight = a_.engine->chain().in_flight();
       ca = a_.engine->counters();
     });
@@ -127,7 +127,7 @@ TEST_F(EngineTest, MillionMessagesBothWaysWithoutRnr) {
   EXPECT_EQ(dc.rnr_naks, 0u) << "receiver-not-ready never happened";
   EXPECT_EQ(dc.rnr_retry_exceeded, 0u);
   for (Side* s : {&a_, &b_}) {
-    s->io->Run([s] {
+    s->io->RunAndWait([s] {
       EXPECT_LE(s->engine->send_credits().available(), s->engine->send_credits().limit());
     });
   }
@@ -143,7 +143,7 @@ TEST_F(EngineTest, WritesIntoAKnownRemoteBufferSkipTheExchange) {
   std::memset(tensor.data(), 0, tensor.size());
   RemoteBuffer target{reinterpret_cast<uint64_t>(tensor.data()), tensor.rkey()};
   Buffer update = MakeMessage(1 << 20, 77);
-  a_.io->Run([&] {
+  a_.io->RunAndWait([&] {
     a_.engine->EnqueueWrite(a_.channel, OutgoingMessage{std::move(update), {}}, target, 42);
     a_.io->MarkDirty(a_.engine.get());
   });

@@ -10,9 +10,12 @@
 
 namespace bx::rdma {
 
-RdmaConnection::RdmaConnection(RdmaTransportImpl& transport, engine::IoThread& io, std::string peer,
-                               std::shared_ptr<AcceptState> accept)
-    : transport_(transport), io_(io), peer_(std::move(peer)), accept_(std::move(accept)) {
+RdmaConnection::RdmaConnection(RdmaTransportImpl& transport, std::shared_ptr<engine::IoThread> io,
+                               std::string peer, std::shared_ptr<AcceptState> accept)
+    : transport_(transport),
+      io_(std::move(io)),
+      peer_(std::move(peer)),
+      accept_(std::move(accept)) {
   if (initiator()) ids_in_use_.assign(engine::kMaxChannels, false);
 }
 
@@ -49,21 +52,21 @@ engine::Engine::Callbacks RdmaConnection::EngineCallbacks() {
   cb.on_failure = [this](const Status& why) {
     // Not from inside the engine's own call stack: tear down on the next turn of the loop.
     auto self = shared_from_this();
-    io_.Post([self, why] { self->Teardown(why); });
+    io_->Post([self, why] { self->Teardown(why); });
   };
   return cb;
 }
 
 void RdmaConnection::Register() {
-  io_.AddEngine(engine_.get());
+  io_->AddEngine(engine_.get());
   registered_ = true;
 }
 
 void RdmaConnection::Activate() {
   if (torn_down_) return;
   engine_->Start();
-  io_.MarkDirty(engine_.get());
-  io_.Watch(bootstrap_fd_, [this] { OnBootstrapReadable(); });
+  io_->MarkDirty(engine_.get());
+  io_->Watch(bootstrap_fd_, [this] { OnBootstrapReadable(); });
 }
 
 Status RdmaConnection::OpenSocket(const std::shared_ptr<RdmaSocket>& socket,
@@ -78,7 +81,7 @@ Status RdmaConnection::OpenSocket(const std::shared_ptr<RdmaSocket>& socket,
     ids_in_use_[id] = true;
     socket->Bind(id, std::move(handlers), /*accepted=*/false);
     sockets_[id] = socket;
-    io_.MarkDirty(engine_.get());
+    io_->MarkDirty(engine_.get());
     return Status::Ok();
   }
   return ResourceExhausted("all " + std::to_string(engine::kMaxChannels) +
@@ -89,7 +92,7 @@ void RdmaConnection::CloseSocket(engine::ChannelId channel) {
   sockets_.erase(channel);
   if (torn_down_) return;
   engine_->CloseChannel(channel, Aborted("socket closed"));
-  io_.MarkDirty(engine_.get());
+  io_->MarkDirty(engine_.get());
 }
 
 RdmaSocket* RdmaConnection::Find(engine::ChannelId channel) {
@@ -106,7 +109,7 @@ void RdmaConnection::OnRemoteWrite(engine::ChannelId channel, uint16_t tag) {
 }
 
 void RdmaConnection::OnChannelOpen(engine::ChannelId channel) {
-  if (initiator() || accept_->closed.load()) {
+  if (torn_down_ || initiator() || accept_->closed.load()) {
     // Only the connecting side opens channels; a closed listener accepts no more sockets.
     engine_->CloseChannel(channel, Aborted("not accepting"));
     return;
@@ -129,11 +132,11 @@ void RdmaConnection::OnChannelClosed(engine::ChannelId channel) {
 }
 
 void RdmaConnection::OnChannelReleased(engine::ChannelId channel) {
-  if (!initiator()) return;
+  if (torn_down_ || !initiator()) return;
   ids_in_use_[channel] = false;
   // Outside the engine's call stack: the last release may close this connection.
   auto self = shared_from_this();
-  io_.Post([self] { self->transport_.ReleaseUser(self); });
+  io_->Post([self] { self->transport_.ReleaseUser(self); });
 }
 
 void RdmaConnection::OnBootstrapReadable() {
@@ -158,24 +161,31 @@ std::map<std::string, uint64_t> RdmaConnection::Counters() const {
 
 void RdmaConnection::Teardown(const Status& why) {
   if (torn_down_.exchange(true)) return;
-  auto self = shared_from_this();  // the transport drops its reference below
+  auto self = shared_from_this();  // the transport drops its reference now
+  // What refers to the transport happens now: it may be destroyed before Release runs.
   transport_.Forget(this);
+  peer_slot_.Release();  // the peer's address may connect again
+  // The engine may be inside one of its own calls (a callback whose handler closed or destroyed
+  // the transport): it is failed and freed on the next turn of the loop, which has returned.
+  io_->Post([self, why] { self->Release(why); });
+}
+
+void RdmaConnection::Release(const Status& why) {
   if (engine_) {
     final_counters_ = Counters();
-    if (registered_) io_.RemoveEngine(engine_.get());
+    if (registered_) io_->RemoveEngine(engine_.get());
     engine_->Fail(why, /*notify=*/false);  // pending sends complete with the reason first
   }
   auto sockets = std::move(sockets_);
   sockets_.clear();
   for (auto& [channel, socket] : sockets) socket->Teardown(why, false);
   if (bootstrap_fd_ >= 0) {
-    io_.Unwatch(bootstrap_fd_);
+    io_->Unwatch(bootstrap_fd_);
     close(bootstrap_fd_);  // the peer sees EOF
     bootstrap_fd_ = -1;
   }
   engine_.reset();
   qp_.reset();
-  peer_slot_.Release();  // the peer's address may connect again
 }
 
 }  // namespace bx::rdma

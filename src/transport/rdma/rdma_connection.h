@@ -38,8 +38,8 @@ struct AcceptState {
 
 class RdmaConnection : public std::enable_shared_from_this<RdmaConnection> {
  public:
-  RdmaConnection(RdmaTransportImpl& transport, engine::IoThread& io, std::string peer,
-                 std::shared_ptr<AcceptState> accept);
+  RdmaConnection(RdmaTransportImpl& transport, std::shared_ptr<engine::IoThread> io,
+                 std::string peer, std::shared_ptr<AcceptState> accept);
   ~RdmaConnection();
   RdmaConnection(const RdmaConnection&) = delete;
   RdmaConnection& operator=(const RdmaConnection&) = delete;
@@ -52,7 +52,8 @@ class RdmaConnection : public std::enable_shared_from_this<RdmaConnection> {
   void MarkPrivilegedPeer() { privileged_peer_ = true; }
   engine::Engine::Callbacks EngineCallbacks();
   engine::Engine& engine() { return *engine_; }
-  engine::IoThread& io() { return io_; }
+  engine::IoThread& io() { return *io_; }
+  const std::shared_ptr<engine::IoThread>& io_thread() const { return io_; }
   ibv_qp* qp() { return qp_->qp(); }
   const std::string& peer() const { return peer_; }
   bool initiator() const { return accept_ == nullptr; }
@@ -86,8 +87,11 @@ class RdmaConnection : public std::enable_shared_from_this<RdmaConnection> {
   void OnBootstrapReadable();
   RdmaSocket* Find(engine::ChannelId channel);
 
-  RdmaTransportImpl& transport_;
-  engine::IoThread& io_;
+  // Ends the engine, its sockets and the QP (the second half of Teardown, on a later turn).
+  void Release(const Status& why);
+
+  RdmaTransportImpl& transport_;  // used until Teardown only: the connection may outlive it
+  const std::shared_ptr<engine::IoThread> io_;
   const std::string peer_;
   std::shared_ptr<AcceptState> accept_;  // null on the connecting side
   bool privileged_peer_ = false;         // set before the handshake ends

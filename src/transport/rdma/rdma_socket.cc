@@ -5,7 +5,7 @@ namespace bx::rdma {
 RdmaSocket::RdmaSocket(std::shared_ptr<RdmaConnection> connection, std::string peer,
                        size_t max_message_bytes, size_t max_queued_bytes)
     : connection_(std::move(connection)),
-      io_(connection_->io()),
+      io_(connection_->io_thread()),
       peer_(std::move(peer)),
       max_message_bytes_(max_message_bytes),
       max_queued_bytes_(max_queued_bytes) {}
@@ -78,7 +78,7 @@ void RdmaSocket::Submit(Buffer message, std::optional<engine::RemoteBuffer> targ
         self->queued_bytes_.fetch_sub(size, std::memory_order_acq_rel);
         if (done) done(s);
       }};
-  io_.Post([self, out, target, tag] {
+  io_->Post([self, out, target, tag] {
     std::unique_ptr<engine::OutgoingMessage> m(out);
     if (self->torn_down_) {
       m->done(self->status());
@@ -90,7 +90,7 @@ void RdmaSocket::Submit(Buffer message, std::optional<engine::RemoteBuffer> targ
     } else {
       engine.Enqueue(self->channel_, std::move(*m));
     }
-    self->io_.MarkDirty(&engine);
+    self->io_->MarkDirty(&engine);
   });
 }
 
@@ -100,7 +100,7 @@ Result<Buffer> RdmaSocket::Receive(std::chrono::milliseconds timeout) {
 
 void RdmaSocket::Close() {
   auto self = shared_from_this();
-  io_.Post([self] {
+  io_->Post([self] {
     if (self->torn_down_) return;
     self->connection_->CloseSocket(self->channel_);
     self->Teardown(Status::Ok(), /*local_close=*/true);
@@ -113,20 +113,19 @@ Status RdmaSocket::status() const {
 }
 
 std::map<std::string, uint64_t> RdmaSocket::counters() const {
+  {
+    std::lock_guard lock(status_mu_);
+    if (ended_) return final_counters_;  // without the I/O thread, which may have stopped
+  }
   std::map<std::string, uint64_t> out;
-  auto read = [&] {
+  io_->RunAndWait([&] {
     if (torn_down_) {
       std::lock_guard lock(status_mu_);
       out = final_counters_;
     } else {
       out = connection_->Counters();
     }
-  };
-  if (io_.InThread()) {
-    read();
-  } else {
-    io_.Run(read);
-  }
+  });
   return out;
 }
 
@@ -146,6 +145,7 @@ void RdmaSocket::Teardown(const Status& why, bool local_close) {
   {
     std::lock_guard lock(status_mu_);
     status_ = final_status;
+    ended_ = true;
     final_counters_ = connection_->Counters();
   }
   queue_.Close(final_status);

@@ -60,7 +60,7 @@ class RdmaSocket : public Socket, public std::enable_shared_from_this<RdmaSocket
               SendCallback done);
 
   const std::shared_ptr<RdmaConnection> connection_;
-  engine::IoThread& io_;
+  const std::shared_ptr<engine::IoThread> io_;  // held: the socket may outlive its transport
   const std::string peer_;
   const size_t max_message_bytes_;
   const size_t max_queued_bytes_;
@@ -78,6 +78,7 @@ class RdmaSocket : public Socket, public std::enable_shared_from_this<RdmaSocket
 
   mutable std::mutex status_mu_;
   Status status_;
+  bool ended_ = false;                              // Teardown has run
   std::map<std::string, uint64_t> final_counters_;  // kept after the socket has ended
 };
 

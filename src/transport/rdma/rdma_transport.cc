@@ -14,6 +14,7 @@
 #include <random>
 
 #include "alloc/verbs_registrar.h"
+#include "base/loop_tasks.h"
 #include "bx/bemalloc.h"
 #include "transport/rdma/handshake_pool.h"
 #include "transport/rdma/pending_hellos.h"
@@ -302,21 +303,9 @@ Result<std::unique_ptr<RdmaTransportImpl>> RdmaTransportImpl::Create(
     engine::IoThreadOptions io_options;
     io_options.busy_poll_us = rdma.busy_poll_us;
     io_options.name = "bx-rdma-io" + std::to_string(i);
-    auto io = engine::IoThread::Create(lib, t->device_->context(), io_options);
+    auto io = engine::IoThread::Create(lib, t->device_->context(), t->device_->pd(), io_options);
     if (!io.ok()) return io.status().WithContext("rdma transport");
-    // QPs of one I/O thread live in a parent domain carrying its thread domain, so on hardware
-    // no two threads share the provider's locks or doorbell pages.
-    ibv_pd* domain = t->device_->pd();
-    if ((*io)->td() != nullptr) {
-      ibv_parent_domain_init_attr attr{};
-      attr.pd = t->device_->pd();
-      attr.td = (*io)->td();
-      if (ibv_pd* parent = verbs::Library::AllocParentDomain(t->device_->context(), &attr)) {
-        domain = parent;
-        ++t->parent_domains_;
-      }
-    }
-    if (domain == t->device_->pd()) {
+    if (!(*io)->has_own_domain()) {
       // Works without (the provider locks instead); said once per process, not per thread.
       static std::once_flag said;
       std::call_once(said, [&] {
@@ -326,7 +315,6 @@ Result<std::unique_ptr<RdmaTransportImpl>> RdmaTransportImpl::Create(
                      t->device_->name().c_str());
       });
     }
-    t->io_domains_.push_back(domain);
     t->io_.push_back(std::move(io).value());
   }
   return t;
@@ -345,11 +333,11 @@ RdmaTransportImpl::~RdmaTransportImpl() {
     for (auto& [raw, c] : connections_) connections.push_back(c);
   }
   for (auto& c : connections)
-    c->io().Run([&] { c->Teardown(Aborted("rdma transport shut down")); });
+    c->io().RunAndWait([&] { c->Teardown(Aborted("rdma transport shut down")); });
   connections.clear();
+  // Each thread runs what its connections left it (their QPs' destruction) before it ends; a
+  // thread goes with its domain and CQ when the last socket using it does.
   for (auto& io : io_) io->Stop();
-  for (ibv_pd* domain : io_domains_)
-    if (domain != device_->pd()) device_->lib().dealloc_pd(domain);
   io_.clear();
 }
 
@@ -438,6 +426,13 @@ Result<std::shared_ptr<Socket>> RdmaTransportImpl::Connect(std::string_view url_
                                                            std::chrono::milliseconds timeout) {
   Result<Url> url = ParseRdmaUrl(url_text);
   if (!url.ok()) return url.status();
+  // A socket is handed out once the peer accepted it, an answer an I/O thread brings (perhaps
+  // this one): waiting for it here could only end in the timeout.
+  if (LoopTasks::OnAnyLoop()) {
+    return FailedPrecondition("rdma: Connect(" + std::string(url_text) +
+                              ") on an I/O thread (a socket callback) would wait for an I/O "
+                              "thread; connect from another thread");
+  }
   auto deadline = std::chrono::steady_clock::now() + timeout;
   auto connection = Acquire(*url, deadline);
   if (!connection.ok()) return connection.status().WithContext("connect " + url->ToString());
@@ -445,7 +440,7 @@ Result<std::shared_ptr<Socket>> RdmaTransportImpl::Connect(std::string_view url_
   auto socket = std::make_shared<RdmaSocket>(c, url->ToString(), options_.max_message_bytes,
                                              options_.max_queued_bytes);
   Status opened;
-  c->io().Run([&] {
+  c->io().RunAndWait([&] {
     opened = c->OpenSocket(socket, std::move(handlers));
     if (!opened.ok()) ReleaseUser(c);
   });
@@ -465,9 +460,10 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
   engines_created_.fetch_add(1, std::memory_order_relaxed);
   verbs::Library& lib = device_->lib();
   size_t index = next_io_.fetch_add(1, std::memory_order_relaxed) % io_.size();
-  engine::IoThread& io = *io_[index];
+  const std::shared_ptr<engine::IoThread>& io_thread = io_[index];
+  engine::IoThread& io = *io_thread;
   // From here on the connection owns fd and closes it however set-up ends.
-  auto connection = std::make_shared<RdmaConnection>(*this, io, peer, std::move(accept));
+  auto connection = std::make_shared<RdmaConnection>(*this, io_thread, peer, std::move(accept));
   connection->HoldPeerSlot(std::move(slot));
   if (auth != nullptr && auth->privileged) connection->MarkPrivilegedPeer();
   // The accepting side proves the secret the peer proved; the connecting side its own choice.
@@ -478,7 +474,7 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
   attrs.max_send_wr = config.send_queue_depth;
   attrs.max_recv_wr = config.recv_queue_depth;
   attrs.max_inline_data = kInlineBytes;
-  auto qp = verbs::CreateRcQueuePair(lib, device_->context(), io_domains_[index], attrs, io.cq());
+  auto qp = verbs::CreateRcQueuePair(lib, device_->context(), io.pd(), attrs, io.cq());
   if (!qp.ok()) {
     ::close(fd);
     return qp.status();
@@ -536,13 +532,13 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
       {theirs.recv_queue_depth, theirs.eager_limit, theirs.max_message_bytes});
 
   // Registered with the I/O thread before the peer can send.
-  io.Run([&] { connection->Register(); });
+  io.RunAndWait([&] { connection->Register(); });
   {
     std::lock_guard lock(mu_);
     connections_[connection.get()] = connection;
   }
   auto fail = [&](const Status& s) {
-    io.Run([&] { connection->Teardown(s); });
+    io.RunAndWait([&] { connection->Teardown(s); });
     return s;
   };
   if (theirs.link_layer != mine.link_layer) {
@@ -581,7 +577,8 @@ RdmaTransportInfo RdmaTransportImpl::Info() {
   RdmaTransportInfo info;
   info.io_threads = int(io_.size());
   for (auto& io : io_) info.thread_domains += io->td() != nullptr ? 1 : 0;
-  info.parent_domains = int(parent_domains_);
+  info.parent_domains = 0;
+  for (auto& io : io_) info.parent_domains += io->has_own_domain() ? 1 : 0;
   info.port = port_;
   info.link_layer = LinkLayerName(default_address_.link_layer);
   info.gid_index = int(default_address_.gid_index);
@@ -597,16 +594,14 @@ RdmaTransportInfo RdmaTransportImpl::Info() {
     for (auto& [raw, c] : connections_) connections.push_back(c);
   }
   for (auto& c : connections) {
-    c->io().Run([&] {
+    c->io().RunAndWait([&] {
       if (c->torn_down()) return;
       RdmaEngineInfo e;
       e.peer = c->peer();
       e.initiator = c->initiator();
       e.sockets = c->sockets();
       e.in_thread_domain = false;
-      for (size_t i = 0; i < io_.size(); ++i)
-        if (io_[i].get() == &c->io())
-          e.in_thread_domain = c->qp()->pd == io_domains_[i] && io_domains_[i] != device_->pd();
+      e.in_thread_domain = c->io().has_own_domain() && c->qp()->pd == c->io().pd();
       e.counters = c->Counters();
       ibv_qp_attr attr{};
       ibv_qp_init_attr init{};

@@ -73,9 +73,7 @@ class RdmaTransportImpl : public Transport {
   // The port's address for a connection bound to no particular local address, chosen at Create.
   verbs::PortAddress default_address_;
   uint8_t port_ = 1;  // the device's first active port
-  std::vector<std::unique_ptr<engine::IoThread>> io_;
-  std::vector<ibv_pd*> io_domains_;  // a parent domain per I/O thread (its thread domain)
-  size_t parent_domains_ = 0;
+  std::vector<std::shared_ptr<engine::IoThread>> io_;
   std::atomic<size_t> next_io_{0};
   // Accepting side: engines per remote address (max_connections_per_peer).
   transport::PeerLimiter limiter_;

@@ -11,8 +11,6 @@
 namespace bx::tcp {
 namespace {
 
-thread_local const IoThread* g_current_io_thread = nullptr;
-
 // epoll_event.data.ptr of the wakeup eventfd; handlers are never at this address.
 char g_wakeup_tag;
 
@@ -41,13 +39,21 @@ Result<std::shared_ptr<IoThread>> IoThread::Start(const std::string& name) {
   }
   std::shared_ptr<IoThread> thread(new IoThread(epoll_fd, wakeup_fd));
   IoThread* self = thread.get();
-  thread->thread_ = std::thread([self] { self->Loop(); });
+  thread->thread_ = std::thread([self] {
+    self->Loop();
+    // Stopped from inside: this may be the last reference, and the object ends on its thread.
+    std::shared_ptr<IoThread> last = std::move(self->keep_alive_);
+  });
   pthread_setname_np(thread->thread_.native_handle(), name.substr(0, 15).c_str());
   return thread;
 }
 
 IoThread::~IoThread() {
-  Stop(Aborted("tcp transport shut down"));
+  if (thread_.joinable() && thread_.get_id() == std::this_thread::get_id()) {
+    thread_.detach();  // the loop has ended (Stop from inside); a thread cannot join itself
+  } else {
+    Stop(Aborted("tcp transport shut down"));
+  }
   close(wakeup_fd_);
   close(epoll_fd_);
 }
@@ -92,48 +98,6 @@ std::vector<std::shared_ptr<IoThread::Handler>> IoThread::Handlers() {
   return all;
 }
 
-void IoThread::Post(std::function<void()> task) {
-  bool wake = false;
-  bool run_here = false;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopped_) {
-      run_here = true;
-    } else {
-      // One wakeup per batch: a non-empty queue means a wakeup is already on its way (or the
-      // loop is about to look at the queue anyway).
-      wake = tasks_.empty() && !IsCurrent();
-      tasks_.push_back(std::move(task));
-    }
-  }
-  if (run_here) {
-    task();
-  } else if (wake) {
-    Wake();
-  }
-}
-
-void IoThread::RunAndWait(const std::function<void()>& task) {
-  if (IsCurrent()) {
-    task();
-    return;
-  }
-  std::promise<void> done;
-  Post([&] {
-    task();
-    done.set_value();
-  });
-  done.get_future().wait();
-}
-
-bool IoThread::IsCurrent() const {
-  return g_current_io_thread == this;
-}
-
-bool IoThread::OnAnyIoThread() {
-  return g_current_io_thread != nullptr;
-}
-
 void IoThread::Stop(const Status& reason) {
   if (!thread_.joinable()) return;
   RunAndWait([&] {
@@ -141,6 +105,10 @@ void IoThread::Stop(const Status& reason) {
   });
   stop_requested_ = true;
   Wake();
+  if (IsCurrent()) {
+    keep_alive_ = shared_from_this();
+    return;
+  }
   thread_.join();
 }
 
@@ -152,25 +120,18 @@ void IoThread::Wake() {
 }
 
 bool IoThread::RunTasks() {
-  std::vector<std::function<void()>> tasks;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    tasks.swap(tasks_);
-  }
-  for (std::function<void()>& task : tasks) task();
+  bool more = tasks_.RunPending();
   // Released outside the lock: a handler's destructor may close its fd or free buffers.
   std::vector<std::shared_ptr<Handler>> released;
-  bool more = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     released.swap(removed_);
-    more = !tasks_.empty();
   }
   return more;
 }
 
 void IoThread::Loop() {
-  g_current_io_thread = this;
+  tasks_.EnterLoop();
   epoll_event events[kEventsPerWait];
   bool tasks_pending = false;
   while (!stop_requested_.load(std::memory_order_relaxed)) {
@@ -191,14 +152,12 @@ void IoThread::Loop() {
     }
     tasks_pending = RunTasks();
   }
-  // Tasks posted from now on run on their caller's thread; run what is already queued here.
-  std::vector<std::function<void()>> leftover;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopped_ = true;
-    leftover.swap(tasks_);
   }
-  for (std::function<void()>& task : leftover) task();
+  // Tasks posted from now on run on their caller's thread; run what is already queued here.
+  tasks_.Finish();
   std::vector<std::shared_ptr<Handler>> released;
   std::lock_guard<std::mutex> lock(mutex_);
   released.swap(removed_);

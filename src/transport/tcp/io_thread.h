@@ -17,11 +17,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/loop_tasks.h"
 #include "bx/status.h"
 
 namespace bx::tcp {
 
-class IoThread {
+class IoThread : public std::enable_shared_from_this<IoThread> {
  public:
   class Handler {
    public:
@@ -50,21 +51,23 @@ class IoThread {
   std::vector<std::shared_ptr<Handler>> Handlers();
 
   // Runs `task` on the I/O thread after the current round of events. After Stop, runs it at once
-  // on the caller's thread, so work handed over is never lost.
-  void Post(std::function<void()> task);
+  // on the caller's thread, so work handed over is never lost (base/loop_tasks.h).
+  void Post(std::function<void()> task) { tasks_.Post(std::move(task)); }
   // Runs `task` on the I/O thread and waits for it; runs it inline on the I/O thread itself.
-  void RunAndWait(const std::function<void()>& task);
-  bool IsCurrent() const;
-  // Whether the caller is the thread of any IoThread (where blocking on another one could
-  // deadlock).
-  static bool OnAnyIoThread();
+  void RunAndWait(const std::function<void()>& task) { tasks_.RunAndWait(task); }
+  bool IsCurrent() const { return tasks_.IsCurrent(); }
+  // Whether the caller is the thread of any I/O thread, tcp or rdma (where blocking on another
+  // one could deadlock).
+  static bool OnAnyIoThread() { return LoopTasks::OnAnyLoop(); }
 
-  // Asks every handler to Shutdown(reason), then ends the loop and joins the thread. Idempotent;
-  // must not be called from the I/O thread.
+  // Asks every handler to Shutdown(reason), then ends the loop and joins the thread. Idempotent.
+  // From the I/O thread itself (a handler destroying its transport) it does not wait: the loop
+  // ends when the handler returns, and the thread keeps this object alive until then.
   void Stop(const Status& reason);
 
  private:
-  IoThread(int epoll_fd, int wakeup_fd) : epoll_fd_(epoll_fd), wakeup_fd_(wakeup_fd) {}
+  IoThread(int epoll_fd, int wakeup_fd)
+      : epoll_fd_(epoll_fd), wakeup_fd_(wakeup_fd), tasks_([this] { Wake(); }) {}
   void Loop();
   bool RunTasks();  // true when tasks remain (posted by the tasks themselves)
   void Wake();
@@ -73,10 +76,11 @@ class IoThread {
   const int wakeup_fd_;  // an eventfd: Post wakes epoll_wait through it
   std::thread thread_;
   std::atomic<bool> stop_requested_{false};
+  std::shared_ptr<IoThread> keep_alive_;  // I/O thread: set when it was stopped from inside
+  LoopTasks tasks_;
 
-  std::mutex mutex_;  // guards everything below
-  std::vector<std::function<void()>> tasks_;
-  bool stopped_ = false;  // the loop has exited: Post runs tasks inline
+  std::mutex mutex_;      // guards everything below
+  bool stopped_ = false;  // the loop has exited: Add refuses
   std::unordered_map<Handler*, std::shared_ptr<Handler>> handlers_;
   std::vector<std::shared_ptr<Handler>> removed_;  // released after the current round
 };
