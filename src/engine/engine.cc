@@ -349,7 +349,7 @@ void Engine::Push(ChannelId channel, std::unique_ptr<Outgoing> out) {
 }
 
 // Control payloads go inline: the NIC copies them at post time, so no buffer has to be kept.
-void Engine::SetInline(WorkRequestChain::Slot& slot, const void* payload, uint32_t size) {
+void Engine::SetInlineBytes(WorkRequestChain::Slot& slot, const void* payload, uint32_t size) {
   std::memcpy(slot.inline_payload, payload, size);
   slot.wr.send_flags = IBV_SEND_INLINE;
   slot.sge = {reinterpret_cast<uint64_t>(slot.inline_payload), size, 0};
@@ -387,7 +387,7 @@ void Engine::EmitControl() {
   auto& slot = chain_.Prepare();
   slot.wr.opcode = IBV_WR_SEND_WITH_IMM;
   if (control.kind == Kind::kRendezvousReply) {
-    SetInline(slot, &control.reply, sizeof(control.reply));
+    SetInline(slot, control.reply);
     if (callbacks_.on_granted)
       callbacks_.on_granted(control.id, RemoteBuffer{control.reply.addr, control.reply.rkey},
                             control.length);
@@ -537,7 +537,7 @@ Engine::Step Engine::PumpChannel(ChannelId id) {
     out.id = AllocateRendezvousId();
     rendezvous_[out.id] = id;
     RendezvousRequest request{out.size(), id, {}};
-    SetInline(slot, &request, sizeof(request));
+    SetInline(slot, request);
     PrepareImm(slot, Kind::kRendezvousRequest, out.id);
     out.state = Outgoing::State::kAwaitingReply;
     ++counters_.rendezvous_sent;
@@ -583,7 +583,7 @@ Engine::Step Engine::PumpChannel(ChannelId id) {
     auto& notify = chain_.Prepare();
     notify.wr.opcode = IBV_WR_SEND_WITH_IMM;
     RemoteWriteDone done{id, out.id, 0};
-    SetInline(notify, &done, sizeof(done));
+    SetInline(notify, done);
     PrepareImm(notify, Kind::kRemoteWriteDone, 0);
     FinishMessage(id, *channel, notify);
   } else {
@@ -747,7 +747,6 @@ void Engine::OnPeerClosed(ChannelId id) {
 void Engine::OnReceive(const ibv_wc& wc) {
   uint64_t seq = wc.wr_id & ~kReceiveTag;
   uint32_t slot = uint32_t(seq % config_.recv_queue_depth);
-  ++receives_completed_;
   if (!(wc.wc_flags & IBV_WC_WITH_IMM)) {
     Fail(DataLoss("message without immediate on QP " + std::to_string(qp_->qp_num)));
     return;

@@ -45,6 +45,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -247,7 +248,15 @@ class Engine {
   Status RepostReceives(uint32_t count);
   // Fills a slot for a SEND_WITH_IMM / WRITE_WITH_IMM, piggybacking owed credits.
   void PrepareImm(WorkRequestChain::Slot& slot, Kind kind, uint16_t id);
-  void SetInline(WorkRequestChain::Slot& slot, const void* payload, uint32_t size);
+  // Sends `payload` (a wire struct) inline, from the slot's own bytes.
+  template <typename WireStruct>
+  void SetInline(WorkRequestChain::Slot& slot, const WireStruct& payload) {
+    static_assert(std::is_trivially_copyable_v<WireStruct>);
+    static_assert(sizeof(WireStruct) <= sizeof(slot.inline_payload),
+                  "a wire struct must fit the work request's inline bytes");
+    SetInlineBytes(slot, &payload, sizeof(WireStruct));
+  }
+  void SetInlineBytes(WorkRequestChain::Slot& slot, const void* payload, uint32_t size);
   void Push(ChannelId channel, std::unique_ptr<Outgoing> out);
   void Retire(WorkRequestChain::Slot& slot, const Status& status);
   // Scoped remote writes.
@@ -277,7 +286,6 @@ class Engine {
   std::vector<Buffer> receive_buffers_;
   std::vector<ibv_recv_wr> receive_wrs_;
   std::vector<ibv_sge> receive_sges_;
-  uint64_t receives_completed_ = 0;
   uint64_t receives_posted_ = 0;
 
   SendWindow window_;

@@ -74,4 +74,13 @@ struct RemoteWriteDone {
   uint32_t reserved;
 };
 
+// The payloads are sent inline as they are laid out here: both ends must agree on every byte.
+static_assert(sizeof(RendezvousRequest) == 16 && sizeof(RendezvousReply) == 16 &&
+              sizeof(RemoteWriteDone) == 8);
+// Inline sends ask the device for 64 bytes (the transport's max_inline_data): every payload fits.
+inline constexpr uint32_t kMaxInlinePayloadBytes = 64;
+static_assert(sizeof(RendezvousRequest) <= kMaxInlinePayloadBytes &&
+              sizeof(RendezvousReply) <= kMaxInlinePayloadBytes &&
+              sizeof(RemoteWriteDone) <= kMaxInlinePayloadBytes);
+
 }  // namespace bx::engine

@@ -4,22 +4,15 @@
 #include <cstdlib>
 #include <memory>
 
-#include "alloc/tests/fake_registrar.h"
-#include "bx/bemalloc.h"
-#ifdef BX_ALLOC_HAS_VERBS
 #include "alloc/verbs_registrar.h"
+#include "bx/bemalloc.h"
 #include "verbs/verbs.h"
-#endif
 
 namespace bx::bemalloc::testing {
 namespace {
 
 std::string g_backend_name;
-#ifdef BX_ALLOC_HAS_VERBS
 verbs::Device* g_device = nullptr;  // leaked: bemalloc needs it until exit
-#else
-FakeRegistrar* g_fake = nullptr;
-#endif
 
 [[noreturn]] void Fail(const Status& status) {
   std::fprintf(stderr, "bx_alloc_test: cannot initialise bemalloc: %s\n",
@@ -35,7 +28,6 @@ void InitTestPool() {
   Options options;
   options.min_region_bytes = size_t{4} << 20;
   options.keep_empty_bytes = size_t{16} << 20;
-#ifdef BX_ALLOC_HAS_VERBS
   setenv("BX_VERBS", "sim", /*overwrite=*/0);
   Result<verbs::Device> device = verbs::Device::Open();
   if (!device.ok()) Fail(device.status());
@@ -45,12 +37,6 @@ void InitTestPool() {
   }
   Status status = Init(*g_device, options);
   g_backend_name = "simnic";
-#else
-  auto fake = std::make_unique<FakeRegistrar>();
-  g_fake = fake.get();
-  Status status = Init(std::move(fake), options);
-  g_backend_name = "fake";
-#endif
   if (!status.ok()) Fail(status);
 }
 
@@ -59,11 +45,7 @@ const std::string& BackendName() {
 }
 
 bool NicHasRegistered(const void* p, size_t n) {
-#ifdef BX_ALLOC_HAS_VERBS
   return g_device->lib().sim().is_registered(g_device->pd(), p, n, kRegionAccess) == 1;
-#else
-  return g_fake->IsRegistered(p, n);
-#endif
 }
 
 }  // namespace bx::bemalloc::testing

@@ -1,5 +1,5 @@
 // The registrar behind the process-wide bemalloc pool in bx_alloc_test: the simnic through the
-// verbs loader when the verbs layer is built (BX_VERBS=sim), else FakeRegistrar.
+// verbs loader (BX_VERBS=sim). FakeRegistrar serves the tests of a RegionPool on its own.
 #pragma once
 
 #include <cstddef>

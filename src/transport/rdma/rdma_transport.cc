@@ -41,8 +41,8 @@ constexpr HandshakePool::Limits kHandshakeLimits{16, 256};
 constexpr int kAcceptPollMs = 100;
 // How long the acceptor waits when accept fails for want of descriptors and none can be freed.
 constexpr std::chrono::milliseconds kNoDescriptorBackoff{10};
-// Inline capacity asked of the QP: rendezvous control payloads (16 bytes) go inline.
-constexpr uint32_t kInlineBytes = 64;
+// Inline capacity asked of the QP: the engine's control payloads go inline (engine/wire.h).
+constexpr uint32_t kInlineBytes = engine::kMaxInlinePayloadBytes;
 
 // A random 24-bit first PSN per connection, as rdma_cm picks one: a stale packet of an earlier
 // connection between the same QP numbers then cannot fall into the new one's window.

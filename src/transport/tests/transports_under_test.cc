@@ -8,9 +8,7 @@
 #include "bx/bemalloc.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/tcp/tcp_transport.h"
-#ifdef BX_ALLOC_HAS_VERBS
 #include "verbs/verbs.h"
-#endif
 
 namespace bx::transport::testing {
 
@@ -42,13 +40,6 @@ namespace {
 
 verbs::Device* g_device = nullptr;  // leaked: bemalloc needs it until exit
 
-// Registers nothing: for builds without the verbs layer, where only tcp:// runs.
-class NoRegistrar : public bemalloc::Registrar {
- public:
-  Result<bemalloc::RegionKeys> Register(void*, size_t) override { return bemalloc::RegionKeys{}; }
-  Status Deregister(const bemalloc::RegionKeys&) override { return Status::Ok(); }
-};
-
 [[noreturn]] void Fail(const Status& status) {
   std::fprintf(stderr, "bx_transport_test: cannot initialise bemalloc: %s\n",
                status.ToString().c_str());
@@ -58,16 +49,12 @@ class NoRegistrar : public bemalloc::Registrar {
 }  // namespace
 
 void InitTestMemoryPool() {
-#ifdef BX_ALLOC_HAS_VERBS
   setenv("BX_VERBS", "sim", /*overwrite=*/0);
   const char* name = std::getenv("BX_DEVICE");
   Result<verbs::Device> device = verbs::Device::Open(name != nullptr ? name : "bxsim0");
   if (!device.ok()) Fail(device.status());
   g_device = new verbs::Device(std::move(device).value());
   Status status = bemalloc::Init(*g_device);
-#else
-  Status status = bemalloc::Init(std::make_unique<NoRegistrar>());
-#endif
   if (!status.ok()) Fail(status);
 }
 

@@ -29,11 +29,11 @@ const std::vector<TransportUnderTest>& TransportsUnderTest();
 std::vector<std::string> SchemesUnderTest();
 const TransportUnderTest& FindTransport(const std::string& scheme);
 
-// Initialises bemalloc for the test binary (simnic device when the verbs layer is built, else a
-// registrar that registers nothing). Aborts the binary when that fails.
+// Initialises bemalloc for the test binary on the simnic device (BX_DEVICE names another).
+// Aborts the binary when that fails.
 void InitTestMemoryPool();
-// The device bemalloc registers with (null without the verbs layer): an rdma:// transport under
-// test must use this one, so that buffer keys are valid on its QPs.
+// The device bemalloc registers with: an rdma:// transport under test must use this one, so that
+// buffer keys are valid on its QPs.
 verbs::Device* TestDevice();
 
 // A message of `size` bytes whose content is determined by `seed`.
