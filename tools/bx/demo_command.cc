@@ -327,7 +327,7 @@ void RunInference(const DemoOptions& options, PsClient& client, double seconds,
         std::vector<uint64_t> request(n);
         for (auto& key : request) key = keys.Next(rng);
         auto start = Clock::now();
-        client.FetchAsync(kTable, request, 2s, [&, start](Result<ps::FetchResult> result) {
+        client.FetchRowsAsync(kTable, request, 2s, [&, start](Result<ps::FetchedRows> result) {
           if (result.ok()) {
             recorder.Fetch(Clock::now() - start);
             recorder.requests.fetch_add(1);
@@ -367,7 +367,7 @@ uint64_t RunTraining(const DemoOptions& options, PsClient& client, double second
         std::vector<uint64_t> batch(n);
         for (auto& key : batch) key = keys.Next(rng);
         auto start = Clock::now();
-        Result<ps::FetchResult> rows = client.Fetch(kTable, batch, 2s);
+        Result<ps::FetchedRows> rows = client.FetchRows(kTable, batch, 2s);
         if (!rows.ok()) {
           recorder.errors.fetch_add(1);
           continue;
@@ -377,11 +377,12 @@ uint64_t RunTraining(const DemoOptions& options, PsClient& client, double second
         // Stand-in forward/backward: busy for compute_us, deriving a gradient from the rows.
         uint64_t cpu_start = ThreadCpuNs();
         auto busy_until = Clock::now() + std::chrono::microseconds(options.compute_us);
-        gradients.resize(rows->values.size());
+        gradients.resize(rows->rows() * rows->dim());
+        const float* values = rows->data();
         float acc = 0;
         do {
           for (size_t i = 0; i < gradients.size(); ++i) {
-            acc = acc * 0.5f + rows->values[i];
+            acc = acc * 0.5f + values[i];
             gradients[i] = 0.001f * acc;
           }
         } while (Clock::now() < busy_until);

@@ -103,6 +103,8 @@ class BX_EXPORT PsClient {
   void FetchRowsAsync(uint32_t table, std::span<const uint64_t> keys,
                       std::chrono::microseconds timeout,
                       std::function<void(Result<FetchedRows>)> done);
+  Result<FetchedRows> FetchRows(uint32_t table, std::span<const uint64_t> keys,
+                                std::chrono::microseconds timeout);
 
   // Pushes `gradients` (keys.size() * dim floats, row i for key i) into `table`; `done` gets OK
   // once every shard acknowledged its part, or the error that stopped one by `timeout`.

@@ -1,6 +1,7 @@
 // bx::ps::PsClient (include/bx/ps/client.h): the public face of PsClientCore.
 #include "bx/ps/client.h"
 
+#include <future>
 #include <utility>
 
 #include "ps/service/ps_service.h"
@@ -32,6 +33,16 @@ void PsClient::FetchRowsAsync(uint32_t table, std::span<const uint64_t> keys,
                               std::chrono::microseconds timeout,
                               std::function<void(Result<FetchedRows>)> done) {
   core_->FetchRowsAsync(table, keys, timeout, std::move(done));
+}
+
+Result<FetchedRows> PsClient::FetchRows(uint32_t table, std::span<const uint64_t> keys,
+                                        std::chrono::microseconds timeout) {
+  std::promise<Result<FetchedRows>> promise;
+  auto future = promise.get_future();
+  core_->FetchRowsAsync(table, keys, timeout, [&promise](Result<FetchedRows> rows) {
+    promise.set_value(std::move(rows));
+  });
+  return future.get();
 }
 
 FetchedRows FetchedRows::View(rpc::Message reply, const float* values, size_t rows, uint32_t dim) {
