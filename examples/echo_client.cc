@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "bx/init.h"
+#include "bx/log.h"
 #include "bx/transport.h"
 
 namespace {
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   const size_t bytes = argc > 3 ? std::strtoul(argv[3], nullptr, 10) : 4096;
   bx::Result<bx::Url> url = bx::ParseUrl(argv[1]);
   if (!url.ok()) return Fail(url.status());
+  bx::SetLogSink(bx::StderrLogSink());  // the library says nothing unless given a sink
   bx::InitOptions init;
   init.rdma = url->scheme == "rdma";
   if (bx::Status s = bx::Init(init); !s.ok()) return Fail(s);

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "bx/init.h"
+#include "bx/log.h"
 #include "bx/transport.h"
 #include "wait_for_signal.h"
 
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   // A TCP-only server needs no RDMA device.
+  bx::SetLogSink(bx::StderrLogSink());  // the library says nothing unless given a sink
   bx::InitOptions init;
   init.rdma = url->scheme == "rdma";
   if (bx::Status s = bx::Init(init); !s.ok()) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bx/init.h"
+#include "bx/log.h"
 #include "bx/ps/client.h"
 #include "bx/ps/cluster.h"
 
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   const uint32_t table = argc == 3 ? static_cast<uint32_t>(std::atoi(argv[2])) : 1;
   bx::Result<bx::ps::ClusterSpec> spec = bx::ps::LoadClusterFile(argv[1]);
   if (!spec.ok()) return Fail(spec.status());
+  bx::SetLogSink(bx::StderrLogSink());  // the library says nothing unless given a sink
   bx::InitOptions init;
   init.rdma = spec->transport == "rdma";
   if (bx::Status s = bx::Init(init); !s.ok()) return Fail(s);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bx/init.h"
+#include "bx/log.h"
 #include "bx/ps/cluster.h"
 #include "bx/ps/server.h"
 #include "wait_for_signal.h"
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   if (shard >= spec->shards.size() || replica >= spec->shards[shard].replicas.size()) {
     return Fail(bx::InvalidArgument("no such shard or replica in the cluster file"));
   }
+  bx::SetLogSink(bx::StderrLogSink());  // the library says nothing unless given a sink
   bx::InitOptions init;
   init.rdma = spec->transport == "rdma";
   if (bx::Status s = bx::Init(init); !s.ok()) return Fail(s);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bx/init.h"
+#include "bx/log.h"
 #include "bx/rpc.h"
 
 namespace {
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   const std::string text = argc == 3 ? argv[2] : "bexpress";
   bx::Result<bx::rpc::ReplicaAddress> replica = bx::rpc::ReplicaAddress::Parse(argv[1]);
   if (!replica.ok()) return Fail(replica.status());
+  bx::SetLogSink(bx::StderrLogSink());  // the library says nothing unless given a sink
   bx::InitOptions init;
   init.rdma = !replica->rdma_url.empty();
   if (bx::Status s = bx::Init(init); !s.ok()) return Fail(s);

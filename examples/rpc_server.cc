@@ -9,6 +9,7 @@
 #include <string>
 
 #include "bx/init.h"
+#include "bx/log.h"
 #include "bx/rpc.h"
 #include "wait_for_signal.h"
 
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   }
   const std::string host = argv[1];
   const bool tcp_only = argc == 3 && std::string(argv[2]) == "tcp";
+  bx::SetLogSink(bx::StderrLogSink());  // the library says nothing unless given a sink
   bx::InitOptions init;
   init.rdma = !tcp_only;
   if (bx::Status s = bx::Init(init); !s.ok()) {

@@ -8,6 +8,7 @@
 #include "bindings.h"
 #include "bx/devices.h"
 #include "bx/init.h"
+#include "bx/log.h"
 #include "bx/metrics.h"
 #include "completion_thread.h"
 #include "status_error.h"
@@ -65,6 +66,9 @@ PYBIND11_MODULE(_bexpress, m) {
   using namespace bx::python;
   m.doc() = "bexpress: zero-copy messaging over RDMA and a sharded parameter server";
   RegisterStatusError(m);
+  // The library's messages on stderr, as the bx command prints them (Python programs see what a
+  // `bx ps serve` log shows).
+  bx::SetLogSink(bx::StderrLogSink());
   m.def("init", &Init, py::arg("rdma") = true, py::arg("device") = "",
         "Sets up the process (bx::Init): rdma:// and tcp://, or tcp:// only with rdma=False.");
   m.def("is_initialized", &bx::IsInitialized);

@@ -12,6 +12,9 @@
 // its memory with the device, which stays open until the process exits; its keys are valid only
 // on that device, so every rdma:// transport of the process runs on it.
 //
+// The library writes nothing to stderr by itself: its messages go to the sink set with
+// bx::SetLogSink (bx/log.h), none by default.
+//
 // There is no shutdown: the pool and the device live until exit, since Buffers received by the
 // application may be held on any thread until then (as libibverbs keeps its device list).
 //

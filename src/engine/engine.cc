@@ -10,6 +10,7 @@
 
 #include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
+#include "bx/log.h"
 
 namespace bx::engine {
 namespace {
@@ -22,10 +23,8 @@ constexpr uint64_t kReceiveTag = uint64_t{1} << 63;
 void SayUnscopedOnce(const std::string& why) {
   static std::once_flag once;
   std::call_once(once, [&] {
-    std::fprintf(stderr,
-                 "bexpress: scoped remote writes are off (%s); rendezvous replies grant the "
-                 "whole bemalloc region's rkey\n",
-                 why.c_str());
+    bx::Log(LogLevel::kWarning, "bexpress: scoped remote writes are off (" + why +
+                                    "); rendezvous replies grant the whole bemalloc region's rkey");
   });
 }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "bx/log.h"
 #include "rpc/client_core.h"
 #include "transport/transport_registry.h"
 
@@ -37,7 +38,7 @@ Status Client::Core::Init(std::vector<ReplicaAddress> addresses) {
       if (options.log) {
         options.log(line);
       } else {
-        std::fprintf(stderr, "bx rpc: %s\n", line.c_str());
+        bx::Log(LogLevel::kWarning, "bx rpc: " + line);
       }
     }
   }
@@ -121,7 +122,7 @@ void Client::Core::RunActions(Actions& actions) {
     if (options.log) {
       options.log(line);
     } else {
-      std::fprintf(stderr, "bx rpc: %s\n", line.c_str());
+      bx::Log(LogLevel::kInfo, "bx rpc: " + line);
     }
   }
   for (auto& [done, result] : actions.completions) done(std::move(result));

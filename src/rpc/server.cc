@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "bx/log.h"
 #include "rpc/server_impl.h"
 #include "transport/transport_registry.h"
 
@@ -24,7 +25,7 @@ void Server::Impl::Log(std::string_view line) const {
   if (options.log) {
     options.log(line);
   } else {
-    std::fprintf(stderr, "bx rpc server: %.*s\n", static_cast<int>(line.size()), line.data());
+    bx::Log(LogLevel::kInfo, "bx rpc server: " + std::string(line));
   }
 }
 

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "bx/log.h"
+
 namespace bx::transport {
 
 void RefusalLog::Log(const std::string& peer, const Status& why) {
@@ -13,8 +15,7 @@ void RefusalLog::Log(const std::string& peer, const Status& why) {
   }
   std::string more =
       unsaid_ == 0 ? "" : " (and " + std::to_string(unsaid_) + " more refused since)";
-  std::fprintf(stderr, "%s: refused %s: %s%s\n", who_.c_str(), peer.c_str(), why.ToString().c_str(),
-               more.c_str());
+  bx::Log(LogLevel::kWarning, who_ + ": refused " + peer + ": " + why.ToString() + more);
   last_ = now;
   unsaid_ = 0;
 }

@@ -1,9 +1,11 @@
 // bx: the bexpress command. Subcommands are registered from tools/bx/commands.h.
 #include <CLI/CLI.hpp>
 
+#include "bx/log.h"
 #include "commands.h"
 
 int main(int argc, char** argv) {
+  bx::SetLogSink(bx::StderrLogSink());  // the library's messages, one line each
   CLI::App app{"bx: bexpress, a communication layer over RDMA"};
   app.require_subcommand(1);
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "bx/log.h"
 #include "ps/byte_io.h"
 #include "ps/service/ps_service.h"
 
@@ -75,7 +76,7 @@ FailoverMonitorCore::~FailoverMonitorCore() {
 void FailoverMonitorCore::Log(const std::string& line) const {
   std::string text = "failover: " + line;
   if (options_.log) return options_.log(text);
-  std::fprintf(stderr, "%s\n", text.c_str());
+  bx::Log(LogLevel::kInfo, text);
 }
 
 bool FailoverMonitorCore::Sleep(std::chrono::milliseconds d) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "bx/log.h"
 #include "ps/service/ps_service.h"
 
 namespace bx::ps {
@@ -91,7 +92,7 @@ LeasedFailoverCore::~LeasedFailoverCore() {
 void LeasedFailoverCore::Log(const std::string& line) const {
   std::string text = "failover: " + line;
   if (options_.log) return options_.log(text);
-  std::fprintf(stderr, "%s\n", text.c_str());
+  bx::Log(LogLevel::kInfo, text);
 }
 
 void LeasedFailoverCore::LogOnce(const std::string& line) {

@@ -16,6 +16,7 @@
 #include "alloc/verbs_registrar.h"
 #include "base/loop_tasks.h"
 #include "bx/bemalloc.h"
+#include "bx/log.h"
 #include "transport/rdma/handshake_pool.h"
 #include "transport/rdma/pending_hellos.h"
 #include "transport/rdma/rdma_transport_impl.h"
@@ -245,8 +246,8 @@ class RdmaListener : public Listener {
         transport_.Establish(fd, peer, &*hello, accept_, kAcceptHandshakeTimeout,
                              auth->has_value() ? &**auth : nullptr, std::move(slot).value());
     if (!connection.ok() && !stop_.load()) {
-      std::fprintf(stderr, "bx rdma: handshake with %s failed: %s\n", peer.c_str(),
-                   connection.status().ToString().c_str());
+      bx::Log(LogLevel::kWarning,
+              "bx rdma: handshake with " + peer + " failed: " + connection.status().ToString());
     }
   }
 
@@ -309,10 +310,9 @@ Result<std::unique_ptr<RdmaTransportImpl>> RdmaTransportImpl::Create(
       // Works without (the provider locks instead); said once per process, not per thread.
       static std::once_flag said;
       std::call_once(said, [&] {
-        std::fprintf(stderr,
-                     "bx rdma: %s refuses thread or parent domains; QPs share its protection "
-                     "domain and the provider's locks\n",
-                     t->device_->name().c_str());
+        bx::Log(LogLevel::kWarning, "bx rdma: " + t->device_->name() +
+                                        " refuses thread or parent domains; QPs share its "
+                                        "protection domain and the provider's locks");
       });
     }
     t->io_.push_back(std::move(io).value());
@@ -551,6 +551,7 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
     return fail(mismatch);
   }
   if (DebugAddressing()) {
+    // Asked for with BX_DEBUG=1: on stderr whatever the sink, as before.
     std::fprintf(stderr, "bx rdma: %s: %s port %u, GID index %u %s (%s), traffic class %u, SL %u\n",
                  connection->peer().c_str(), device_->name().c_str(), unsigned(port_),
                  unsigned(address->gid_index), verbs::FormatGidAddress(address->gid).c_str(),

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <future>
 
+#include "bx/log.h"
+
 namespace bx::tcp {
 namespace {
 
@@ -138,7 +140,8 @@ void IoThread::Loop() {
     int count = epoll_wait(epoll_fd_, events, kEventsPerWait, tasks_pending ? 0 : -1);
     if (count < 0) {
       if (errno == EINTR) continue;
-      std::perror("bx tcp io thread: epoll_wait");
+      bx::Log(LogLevel::kError,
+              Status::FromErrno(errno, "bx tcp io thread: epoll_wait").ToString());
       break;
     }
     for (int i = 0; i < count; ++i) {

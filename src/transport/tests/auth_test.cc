@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "bx/log.h"
 #include "bx/transport.h"
 #include "transport/auth.h"
 #include "transport/rdma/bootstrap.h"
@@ -143,6 +144,29 @@ TEST_P(AuthTest, WrongSecretIsRefusedBeforeAnythingIsAllocated) {
   auto socket = ConnectWith(options.auth_secret);
   ASSERT_TRUE(socket.ok()) << socket.status().ToString();
   ExpectEcho(**socket, 3);
+}
+
+// The library says what it refused through the program's log sink (bx/log.h), never on stderr
+// by itself.
+TEST_P(AuthTest, ARefusalIsLoggedThroughTheSinkNotOnStderr) {
+  Waiter logged;
+  std::vector<std::string> lines;  // guarded by logged.mutex
+  SetLogSink(
+      [&](LogLevel, std::string_view line) { logged.Notify([&] { lines.emplace_back(line); }); });
+  ::testing::internal::CaptureStderr();
+  TransportOptions options;
+  options.auth_secret = "server secret";
+  StartServer(options);
+  ExpectAuthFailure(ConnectWith("not the server secret"));
+  const bool seen = logged.WaitFor([&] {
+    for (const std::string& line : lines)
+      if (line.find("refused") != std::string::npos) return true;
+    return false;
+  });
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  SetLogSink(nullptr);
+  EXPECT_TRUE(seen) << "the refusal never reached the sink";
+  EXPECT_EQ(err.find("refused"), std::string::npos) << err;
 }
 
 TEST_P(AuthTest, PeerWithoutSecretIsRefusedByServerWithOne) {
