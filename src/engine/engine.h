@@ -150,6 +150,8 @@ class Engine {
   // `qp` is an RC QP in INIT (or later) whose both queues complete to the I/O thread's CQ; the
   // engine does not own it.
   Engine(verbs::Library& lib, ibv_qp* qp, const EngineConfig& config, Callbacks callbacks);
+  // Fails the engine if it has not failed. Destroy it after the QP (Fail first while the QP
+  // exists): a failed engine keeps every buffer the NIC may still touch until it is destroyed.
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -181,8 +183,10 @@ class Engine {
   void OnCompletion(const ibv_wc& wc);
   // Moves queued work into the chain and posts it with one doorbell.
   void Pump();
-  // Ends the engine: every queued or in-flight message completes with `why`; on_failure runs
-  // (unless `notify` is false, when the owner is closing it on purpose).
+  // Ends the engine: moves the QP to the error state; every queued or in-flight message completes
+  // with `why`; on_failure runs (unless `notify` is false, when the owner is closing it on
+  // purpose). Buffers that posted work requests name (sends, receives, rendezvous destinations)
+  // stay allocated until the engine is destroyed: the NIC may use them until their flush.
   void Fail(const Status& why, bool notify = true);
 
   bool failed() const { return failed_; }
@@ -304,6 +308,8 @@ class Engine {
     int32_t window = -1;  // granted through this window, or -1 (region rkey)
   };
   std::unordered_map<uint16_t, Incoming> incoming_;
+  // After Fail: buffers posted work requests named, freed with the engine (after the QP).
+  std::vector<Buffer> nic_may_touch_;
 
   // Scoped remote writes: the window pool (indices stay valid; free ones listed), invalidates
   // waiting for a chain slot, and channels whose receive events wait behind an invalidate.

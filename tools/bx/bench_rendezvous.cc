@@ -100,9 +100,14 @@ class EnginePair {
   ~EnginePair() {
     for (End* e : {&a_, &b_}) {
       if (!e->io) continue;
-      if (e->engine) e->io->RunAndWait([e] { e->io->RemoveEngine(e->engine.get()); });
+      if (e->engine) {
+        e->io->RunAndWait([e] {
+          e->io->RemoveEngine(e->engine.get());
+          e->engine->Fail(Aborted("benchmark over"), /*notify=*/false);
+        });
+      }
+      e->qp.reset();  // before the engine (Engine::~Engine)
       e->engine.reset();
-      e->qp.reset();
       e->io.reset();
     }
   }

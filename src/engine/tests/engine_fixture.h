@@ -192,9 +192,12 @@ class EngineTest : public ::testing::Test {
   void TearDown() override {
     for (Side* s : {&a_, &b_, &c_, &d_}) {
       if (!s->io) continue;
-      s->io->RunAndWait([s] { s->io->RemoveEngine(s->engine.get()); });
+      s->io->RunAndWait([s] {
+        s->io->RemoveEngine(s->engine.get());
+        s->engine->Fail(Aborted("test over"), /*notify=*/false);
+      });
+      s->qp.reset();  // before the engine, which holds what the NIC may still touch
       s->engine.reset();
-      s->qp.reset();
       s->io.reset();
     }
   }

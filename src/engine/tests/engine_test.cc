@@ -174,5 +174,41 @@ TEST_F(EngineTest, QpErrorFailsQueuedSendsOnceAndReportsIt) {
   EXPECT_EQ(a_.send_errors.load(), 1u);
 }
 
+// Moving a QP to ERR does not stop the NIC at once: a request it has started may still read its
+// send buffer (or write a receive) until its flush completion. With the simnic's completion delay
+// a send is still in flight when its engine fails; its buffer must stay allocated (not be handed
+// out again) until the QP is destroyed.
+TEST_F(EngineTest, AFailedEngineKeepsInFlightBuffersUntilItsQpIsDestroyed) {
+  Build();
+  verbs::Library& lib = g_device->lib();
+  ASSERT_NE(lib.sim().set_completion_delay, nullptr);
+  ASSERT_EQ(lib.sim().set_completion_delay(g_device->context(), 5'000'000'000), 0);  // 5 s
+  constexpr size_t kSize = 4096;  // one eager SEND
+  Buffer message = MakeMessage(kSize, 7);
+  const std::byte* in_flight = message.data();
+  const uint64_t posted_before = CountersOf(a_).requests_posted;
+  a_.Send(std::move(message));
+  bool posted = false;
+  for (int i = 0; i < 10000 && !(posted = CountersOf(a_).requests_posted > posted_before); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(posted);
+  ASSERT_EQ(a_.sends_done.load(), 0u) << "the send completed despite the delay";
+
+  // Fail it on its own thread, and ask for blocks of the same size there and here: a freed
+  // block comes back first.
+  std::vector<Buffer> fresh;
+  a_.io->RunAndWait([&] {
+    a_.engine->Fail(Aborted("failed by the test"), /*notify=*/false);
+    for (int i = 0; i < 16; ++i) fresh.push_back(Buffer::Allocate(kSize).value());
+  });
+  for (int i = 0; i < 16; ++i) fresh.push_back(Buffer::Allocate(kSize).value());
+  ASSERT_EQ(lib.sim().set_completion_delay(g_device->context(), 0), 0);
+  EXPECT_EQ(a_.sends_done.load(), 1u);
+  EXPECT_EQ(a_.send_errors.load(), 1u);
+  for (const Buffer& b : fresh) {
+    EXPECT_NE(b.data(), in_flight) << "the buffer of a send still in flight was reused";
+  }
+}
+
 }  // namespace
 }  // namespace bx::engine

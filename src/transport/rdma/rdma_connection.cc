@@ -21,9 +21,10 @@ RdmaConnection::RdmaConnection(RdmaTransportImpl& transport, std::shared_ptr<eng
 
 RdmaConnection::~RdmaConnection() {
   // Destroyed after Teardown, or never registered (a failed handshake): no I/O thread refers to
-  // it. The engine goes before its QP.
-  engine_.reset();
+  // it. The engine fails while its QP exists, and is freed after it (Engine::~Engine).
+  if (engine_) engine_->Fail(Aborted("connection closed"), /*notify=*/false);
   qp_.reset();
+  engine_.reset();
   if (bootstrap_fd_ >= 0) close(bootstrap_fd_);
 }
 
@@ -184,8 +185,9 @@ void RdmaConnection::Release(const Status& why) {
     close(bootstrap_fd_);  // the peer sees EOF
     bootstrap_fd_ = -1;
   }
-  engine_.reset();
+  // The QP first: once it is destroyed the NIC touches none of the buffers the engine kept.
   qp_.reset();
+  engine_.reset();
 }
 
 }  // namespace bx::rdma
