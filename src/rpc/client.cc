@@ -2,7 +2,6 @@
 // or parked until one is ready; an attempt that fails is retried when the call is idempotent or
 // its request provably never left, the retry budget allows it and the backoff fits before the
 // deadline. Every call ends by its deadline: the timer thread holds a deadline event for each.
-#include <cstdio>
 #include <cstring>
 
 #include "bx/log.h"

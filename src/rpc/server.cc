@@ -3,7 +3,6 @@
 #include <pthread.h>
 
 #include <algorithm>
-#include <cstdio>
 
 #include "bx/log.h"
 #include "rpc/server_impl.h"

@@ -1,7 +1,5 @@
 #include "transport/refusal_log.h"
 
-#include <cstdio>
-
 #include "bx/log.h"
 
 namespace bx::transport {

@@ -1,7 +1,6 @@
 // FailoverMonitorCore: the failure detector and promotion rule of `bx ps serve` (docs/PS.md
 // "Automatic failover"), plus the "ps.Ping" reply codec it uses.
 #include <algorithm>
-#include <cstdio>
 #include <optional>
 #include <utility>
 

@@ -1,7 +1,6 @@
 // LeasedFailoverCore: failover through the shard's configuration in a KvStore (ps_service.h,
 // docs/PS.md "Configuration and leases").
 #include <algorithm>
-#include <cstdio>
 #include <utility>
 
 #include "bx/log.h"
