@@ -51,14 +51,22 @@
 
 #include "bx/buffer.h"
 #include "bx/status.h"
-#include "engine/fragment_scheduler.h"
-#include "engine/receive_credits.h"
-#include "engine/send_window.h"
+#include "engine/window_pool.h"
 #include "engine/wire.h"
-#include "engine/work_request_chain.h"
+#include "flow_control/fragment_scheduler.h"
+#include "flow_control/receive_credits.h"
+#include "flow_control/send_window.h"
+#include "flow_control/work_request_chain.h"
 #include "verbs/verbs.h"
 
 namespace bx::engine {
+
+// The flow-control classes the engine drives (src/flow_control), under their own names here.
+using flow_control::CreditReturner;
+using flow_control::FragmentScheduler;
+using flow_control::SendCredits;
+using flow_control::SendWindow;
+using flow_control::WorkRequestChain;
 
 struct EngineConfig {
   // Send-queue depth = chain length. Shallow, as the paper runs (32): deep enough to keep a
@@ -191,7 +199,7 @@ class Engine {
 
   bool failed() const { return failed_; }
   // Whether rendezvous replies grant memory windows (config asked for it and the device has them).
-  bool scoped_remote_writes() const { return scoped_; }
+  bool scoped_remote_writes() const { return windows_.enabled(); }
   const Status& failure() const { return failure_; }
   uint32_t qp_num() const { return qp_->qp_num; }
   EngineCounters counters() const;
@@ -203,6 +211,13 @@ class Engine {
   bool dirty = false;
 
  private:
+  // The engine's code is split by concern, one file each:
+  //   engine.cc           construction, completions (to the send or receive side), counters
+  //   engine_send.cc      the send path: queueing, the pump, control messages, retiring
+  //   engine_receive.cc   receives: reposting, dispatch by kind, handing events up in order
+  //   engine_channels.cc  channel control: open, accept, close, release
+  //   engine_failure.cc   failure
+  //   window_pool.cc      the memory windows of scoped remote writes
   struct Outgoing;  // a message being sent
   struct Channel;
   // What preparing a channel's next request came to.
@@ -211,21 +226,12 @@ class Engine {
   struct Control {
     Kind kind;
     uint16_t id;
-    RendezvousReply reply;  // kRendezvousReply only
-    int32_t window = -1;    // kRendezvousReply: the window to bind first, or -1 (region rkey)
-    uint64_t length = 0;    // the granted bytes
-    ibv_mr* mr = nullptr;   // the region the window is bound in
+    RendezvousReply reply;    // kRendezvousReply only
+    uint64_t length = 0;      // kRendezvousReply: the granted bytes
+    WindowPool::Grant grant;  // kRendezvousReply: the window to bind first (window -1: none)
   };
-  // A memory window of the pool.
-  struct Window {
-    ibv_mw* mw = nullptr;
-    uint32_t rkey = 0;      // the key of the latest bind (the next one bumps its tag)
-    bool releases = false;  // its invalidate releases a held message of `channel`
-    ChannelId channel = 0;
-    Buffer buffer;  // an aborted destination, freed once the invalidate completes
-  };
-  // A receive-side event of one channel waiting behind a message whose window is being
-  // invalidated.
+  // A receive-side event of one channel, handed up in order: it waits behind a message whose
+  // window is being invalidated.
   struct Held {
     enum class What : uint8_t { kMessage, kRemoteWrite, kPeerClose } what;
     Buffer buffer;        // kMessage
@@ -233,23 +239,16 @@ class Engine {
     int32_t window = -1;  // waiting for this window's invalidate; -1 when ready
   };
 
-  void OnReceive(const ibv_wc& wc);
-  // Handles one received control or data message; false if it was a protocol violation (the
-  // engine has failed).
-  bool Dispatch(const Imm& imm, uint32_t slot, uint32_t byte_len);
-  Channel* Find(ChannelId channel);
-  void Deliver(ChannelId channel, Buffer message);
-  void OnPeerOpened(ChannelId channel);
-  void OnPeerClosed(ChannelId channel);
-  void QueueClose(ChannelId id, Channel& channel);
-  void MaybeRelease(ChannelId channel);
-  void EmitControl();
+  // Send path (engine_send.cc).
+  void Push(ChannelId channel, std::unique_ptr<Outgoing> out);
+  void PrepareControl();
   Step PumpChannel(ChannelId id);
   Step Admit(uint32_t bytes, bool spends_credit, uint32_t slots);
   void FinishMessage(ChannelId id, Channel& channel, WorkRequestChain::Slot& last);
   uint16_t AllocateRendezvousId();
+  void PostPending();
   void OnSendCompletion(const ibv_wc& wc);
-  Status RepostReceives(uint32_t count);
+  void Retire(WorkRequestChain::Slot& slot, const Status& status);
   // Fills a slot for a SEND_WITH_IMM / WRITE_WITH_IMM, piggybacking owed credits.
   void PrepareImm(WorkRequestChain::Slot& slot, Kind kind, uint16_t id);
   // Sends `payload` (a wire struct) inline, from the slot's own bytes.
@@ -261,20 +260,33 @@ class Engine {
     SetInlineBytes(slot, &payload, sizeof(WireStruct));
   }
   void SetInlineBytes(WorkRequestChain::Slot& slot, const void* payload, uint32_t size);
-  void Push(ChannelId channel, std::unique_ptr<Outgoing> out);
-  void Retire(WorkRequestChain::Slot& slot, const Status& status);
-  // Scoped remote writes.
-  void ProbeWindows();
-  void NoWindows(const std::string& why);
-  int32_t AcquireWindow();
-  void EmitInvalidations();
-  void OnInvalidated(uint32_t window);
-  void DeallocWindows();
-  // Hands `event` of `channel` over now, or queues it behind held ones.
-  void Emit(ChannelId channel, Held event);
-  void Process(ChannelId channel, Held& event);
-  void FlushHeld(ChannelId channel);
+
+  // Receive path (engine_receive.cc). Each On<Kind> handles one received control or data
+  // message and returns false if it was a protocol violation (the engine has failed).
+  Status RepostReceives(uint32_t count);
+  void OnReceive(const ibv_wc& wc);
+  bool Dispatch(const Imm& imm, const Buffer& payload, uint32_t slot, uint32_t byte_len);
+  bool OnRendezvousRequest(uint16_t id, const Buffer& payload, uint32_t byte_len);
+  bool OnRendezvousReply(uint16_t id, const Buffer& payload, uint32_t byte_len);
+  bool OnRendezvousDone(uint16_t id);
+  bool OnRendezvousAbort(uint16_t id);
+  bool OnRemoteWriteDone(const Buffer& payload, uint32_t byte_len);
+  bool OnPeerAccepted(ChannelId channel);
+  // Hands `event` of `channel` up to the application now, or queues it behind held ones.
+  void HandUp(ChannelId channel, Held event);
+  void HandUpNow(ChannelId channel, Held& event);
+  // Hands up the channel's held events up to the first one still waiting for an invalidate.
+  void HandUpReleased(ChannelId channel);
+  void Deliver(ChannelId channel, Buffer message);
   void OnRemoteWrite(ChannelId channel, uint16_t tag);
+  void OnInvalidated(uint32_t window);
+
+  // Channel control (engine_channels.cc).
+  Channel* Find(ChannelId channel);
+  void OnPeerOpened(ChannelId channel);
+  void OnPeerClosed(ChannelId channel);
+  void QueueClose(ChannelId id, Channel& channel);
+  void MaybeRelease(ChannelId channel);
 
   verbs::Library& lib_;
   ibv_qp* qp_;
@@ -311,13 +323,10 @@ class Engine {
   // After Fail: buffers posted work requests named, freed with the engine (after the QP).
   std::vector<Buffer> nic_may_touch_;
 
-  // Scoped remote writes: the window pool (indices stay valid; free ones listed), invalidates
-  // waiting for a chain slot, and channels whose receive events wait behind an invalidate.
-  bool scoped_ = false;
-  std::vector<Window> windows_;
-  std::vector<uint32_t> free_windows_;
-  std::deque<uint32_t> invalidations_;
-  std::vector<uint32_t> invalidated_;  // completed in the current retiring pass
+  // Scoped remote writes: the window pool, the windows whose invalidate completed in the current
+  // retiring pass, and channels whose receive events wait behind an invalidate.
+  WindowPool windows_;
+  std::vector<uint32_t> invalidated_;
   std::unordered_map<ChannelId, std::deque<Held>> held_;
 
   bool started_ = false;

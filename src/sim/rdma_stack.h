@@ -1,6 +1,6 @@
 // Simulated hosts running RDMA: one engine per (trainer, server) queue pair at each end, driven by
-// the production flow-control classes (bx::engine::SendWindow, FragmentScheduler, SendCredits,
-// CreditReturner, header-only, the same code the engine compiles), over a simulated RNIC.
+// the production flow-control classes (bx::flow_control::SendWindow, FragmentScheduler,
+// SendCredits, CreditReturner: the code the engine runs), over a simulated RNIC.
 //
 // Engine (software): messages leave in order. Up to the eager limit a message is one SEND; larger
 // ones send a rendezvous request (RTS), wait for the reply (CTS) and then post WRITE fragments,
@@ -19,9 +19,9 @@
 #include <deque>
 #include <vector>
 
-#include "engine/fragment_scheduler.h"
-#include "engine/receive_credits.h"
-#include "engine/send_window.h"
+#include "flow_control/fragment_scheduler.h"
+#include "flow_control/receive_credits.h"
+#include "flow_control/send_window.h"
 #include "sim/config.h"
 #include "sim/dcqcn.h"
 #include "sim/endpoint_map.h"
@@ -70,10 +70,10 @@ class RdmaStack : public HostStack, public Transport {
   // One end of a QP: the software engine and the NIC's send state for it.
   struct Endpoint {
     Endpoint(const SimConfig& config, uint32_t fragment, double line_mbps);
-    engine::SendWindow window;
-    engine::FragmentScheduler scheduler;
-    engine::SendCredits credits;
-    engine::CreditReturner returner;
+    flow_control::SendWindow window;
+    flow_control::FragmentScheduler scheduler;
+    flow_control::SendCredits credits;
+    flow_control::CreditReturner returner;
     uint32_t message_head = kNoMessage, message_tail = kNoMessage;
     WorkRequestList control;  // CTS and credit messages waiting to be posted
     WorkRequestList nic;      // posted, cells still to transmit

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "alloc/testing/test_memory.h"
 #include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
 #include "verbs/verbs.h"
@@ -12,7 +13,7 @@ namespace bx::bemalloc::testing {
 namespace {
 
 std::string g_backend_name;
-verbs::Device* g_device = nullptr;  // leaked: bemalloc needs it until exit
+verbs::Device* g_device = nullptr;
 
 [[noreturn]] void Fail(const Status& status) {
   std::fprintf(stderr, "bx_alloc_test: cannot initialise bemalloc: %s\n",
@@ -28,16 +29,11 @@ void InitTestPool() {
   Options options;
   options.min_region_bytes = size_t{4} << 20;
   options.keep_empty_bytes = size_t{16} << 20;
-  setenv("BX_VERBS", "sim", /*overwrite=*/0);
-  Result<verbs::Device> device = verbs::Device::Open();
-  if (!device.ok()) Fail(device.status());
-  g_device = new verbs::Device(std::move(device).value());
+  g_device = &test_support::InitTestMemory(options);
   if (g_device->lib().sim().is_registered == nullptr) {
     Fail(FailedPrecondition("the verbs library is not the simnic (no bxsim_is_registered)"));
   }
-  Status status = Init(*g_device, options);
   g_backend_name = "simnic";
-  if (!status.ok()) Fail(status);
 }
 
 const std::string& BackendName() {

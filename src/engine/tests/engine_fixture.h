@@ -12,6 +12,7 @@
 #include <random>
 #include <tuple>
 
+#include "alloc/testing/test_memory.h"
 #include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
 #include "engine/io_thread.h"
@@ -96,14 +97,7 @@ struct Side {
 
 class EngineTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    if (g_device == nullptr) {
-      auto dev = verbs::Device::Open("bxsim0");
-      ASSERT_TRUE(dev.ok()) << dev.status().ToString();
-      g_device = new verbs::Device(std::move(dev).value());
-      ASSERT_TRUE(bemalloc::Init(*g_device).ok());
-    }
-  }
+  static void SetUpTestSuite() { g_device = &test_support::InitTestMemory(); }
 
   void Build(const EngineConfig& config = {}) { BuildPair(a_, b_, config); }
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "alloc/verbs_registrar.h"
+#include "alloc/testing/test_memory.h"
 #include "bx/bemalloc.h"
 #include "bx/observe.h"
 #include "metrics/http_request.h"
@@ -346,17 +346,7 @@ TEST(ObserveTest, ParameterServerCountersMove) {
 
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
-  setenv("BX_VERBS", "sim", 0);
-  bx::Result<bx::verbs::Device> device = bx::verbs::Device::Open("bxsim0");
-  if (!device.ok()) {
-    std::fprintf(stderr, "simnic: %s\n", device.status().ToString().c_str());
-    return 2;
-  }
-  auto* kept = new bx::verbs::Device(std::move(device).value());  // bemalloc uses it until exit
-  if (bx::Status s = bx::bemalloc::Init(*kept); !s.ok()) {
-    std::fprintf(stderr, "bemalloc: %s\n", s.ToString().c_str());
-    return 2;
-  }
+  bx::test_support::InitTestMemory();
   bx::tcp::RegisterTcpTransport();
   bx::rdma::RegisterRdmaTransport();
   return RUN_ALL_TESTS();

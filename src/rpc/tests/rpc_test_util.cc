@@ -4,8 +4,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "alloc/verbs_registrar.h"
-#include "bx/bemalloc.h"
+#include "alloc/testing/test_memory.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/tcp/tcp_transport.h"
 #include "verbs/verbs.h"
@@ -14,7 +13,7 @@ namespace bx::rpc::testing {
 
 namespace {
 
-verbs::Device* g_device = nullptr;  // leaked: bemalloc uses it until exit
+verbs::Device* g_device = nullptr;
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "rpc test set-up: %s\n", what.c_str());
@@ -31,12 +30,7 @@ const verbs::Library::SimControl& Sim() {
 }  // namespace
 
 void InitProcess() {
-  setenv("BX_VERBS", "sim", /*overwrite=*/0);
-  Result<verbs::Device> device = verbs::Device::Open("bxsim0");
-  if (!device.ok()) Die(device.status().ToString());
-  g_device = new verbs::Device(std::move(device).value());
-  Status status = bemalloc::Init(*g_device);
-  if (!status.ok()) Die(status.ToString());
+  g_device = &test_support::InitTestMemory();
   tcp::RegisterTcpTransport();
   rdma::RegisterRdmaTransport();
 }

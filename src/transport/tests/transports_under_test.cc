@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "alloc/verbs_registrar.h"
+#include "alloc/testing/test_memory.h"
 #include "bx/bemalloc.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/tcp/tcp_transport.h"
@@ -49,13 +49,7 @@ verbs::Device* g_device = nullptr;  // leaked: bemalloc needs it until exit
 }  // namespace
 
 void InitTestMemoryPool() {
-  setenv("BX_VERBS", "sim", /*overwrite=*/0);
-  const char* name = std::getenv("BX_DEVICE");
-  Result<verbs::Device> device = verbs::Device::Open(name != nullptr ? name : "bxsim0");
-  if (!device.ok()) Fail(device.status());
-  g_device = new verbs::Device(std::move(device).value());
-  Status status = bemalloc::Init(*g_device);
-  if (!status.ok()) Fail(status);
+  g_device = &test_support::InitTestMemory();
 }
 
 verbs::Device* TestDevice() {

@@ -1,10 +1,10 @@
-#include "engine/work_request_chain.h"
+#include "flow_control/work_request_chain.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-namespace bx::engine {
+namespace bx::flow_control {
 namespace {
 
 // A stand-in for ibv_post_send that records each call's list.
@@ -84,4 +84,4 @@ TEST(WorkRequestChainTest, FailedPostLeavesRequestsPendingAndDropAllReturnsThem)
 }
 
 }  // namespace
-}  // namespace bx::engine
+}  // namespace bx::flow_control

@@ -16,7 +16,7 @@
 #include <cassert>
 #include <cstdint>
 
-namespace bx::engine {
+namespace bx::flow_control {
 
 class SendCredits {
  public:
@@ -82,4 +82,4 @@ class CreditReturner {
   uint32_t owed_ = 0;
 };
 
-}  // namespace bx::engine
+}  // namespace bx::flow_control

@@ -21,7 +21,7 @@
 #include <deque>
 #include <vector>
 
-namespace bx::engine {
+namespace bx::flow_control {
 
 class FragmentScheduler {
  public:
@@ -107,4 +107,4 @@ class FragmentScheduler {
   uint64_t rounds_ = 0;
 };
 
-}  // namespace bx::engine
+}  // namespace bx::flow_control

@@ -1,11 +1,11 @@
-#include "engine/fragment_scheduler.h"
+#include "flow_control/fragment_scheduler.h"
 
 #include <gtest/gtest.h>
 
 #include <deque>
 #include <map>
 
-namespace bx::engine {
+namespace bx::flow_control {
 namespace {
 
 // Drives the scheduler the way the engine does: each flow has a queue of unit sizes (a large
@@ -91,4 +91,4 @@ TEST(FragmentScheduler, RemoveTakesAFlowOutWherever) {
 }
 
 }  // namespace
-}  // namespace bx::engine
+}  // namespace bx::flow_control

@@ -1,8 +1,8 @@
-#include "engine/send_window.h"
+#include "flow_control/send_window.h"
 
 #include <gtest/gtest.h>
 
-namespace bx::engine {
+namespace bx::flow_control {
 namespace {
 
 TEST(SendWindow, BoundsOutstandingBytes) {
@@ -39,4 +39,4 @@ TEST(SendWindow, ZeroTurnsItOff) {
 }
 
 }  // namespace
-}  // namespace bx::engine
+}  // namespace bx::flow_control

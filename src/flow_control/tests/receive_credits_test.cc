@@ -1,13 +1,14 @@
-#include "engine/receive_credits.h"
-
-#include "engine/wire.h"
+#include "flow_control/receive_credits.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
-namespace bx::engine {
+namespace bx::flow_control {
 namespace {
+
+// The most credits one message returns (the engine's 12-bit immediate field).
+constexpr uint32_t kMaxCreditsPerMessage = 0xfff;
 
 TEST(SendCreditsTest, DataKeepsTheLastCreditForCreditUpdates) {
   SendCredits credits(3);
@@ -75,10 +76,10 @@ TEST(CreditProtocolTest, RandomTrafficNeverOverrunsAndNeverDeadlocks) {
         }
       } else if (me.credits.CanSendData()) {
         me.credits.Spend();
-        wire[1 - i].push_back({false, me.returner.Take(kMaxCreditsPerImm)});
+        wire[1 - i].push_back({false, me.returner.Take(kMaxCreditsPerMessage)});
       } else if (me.returner.NeedsCreditMessage() && me.credits.CanSendCreditUpdate()) {
         me.credits.Spend();
-        wire[1 - i].push_back({true, me.returner.Take(kMaxCreditsPerImm)});
+        wire[1 - i].push_back({true, me.returner.Take(kMaxCreditsPerMessage)});
       }
       (void)peer;
     }
@@ -87,4 +88,4 @@ TEST(CreditProtocolTest, RandomTrafficNeverOverrunsAndNeverDeadlocks) {
 }
 
 }  // namespace
-}  // namespace bx::engine
+}  // namespace bx::flow_control

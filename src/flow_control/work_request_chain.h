@@ -19,7 +19,7 @@
 
 #include "verbs/verbs.h"
 
-namespace bx::engine {
+namespace bx::flow_control {
 
 class WorkRequestChain {
  public:
@@ -71,4 +71,4 @@ class WorkRequestChain {
   uint64_t batches_ = 0, requests_posted_ = 0;
 };
 
-}  // namespace bx::engine
+}  // namespace bx::flow_control

@@ -1,9 +1,9 @@
-#include "engine/work_request_chain.h"
+#include "flow_control/work_request_chain.h"
 
 #include <cassert>
 #include <cstring>
 
-namespace bx::engine {
+namespace bx::flow_control {
 
 WorkRequestChain::WorkRequestChain(uint32_t depth) : depth_(depth), slots_(depth) {
   assert(depth > 0);
@@ -61,4 +61,4 @@ void WorkRequestChain::DropAll(const std::function<void(Slot&)>& dropped) {
   posted_ = head_ = tail_;
 }
 
-}  // namespace bx::engine
+}  // namespace bx::flow_control

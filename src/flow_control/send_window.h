@@ -14,7 +14,7 @@
 #include <cassert>
 #include <cstdint>
 
-namespace bx::engine {
+namespace bx::flow_control {
 
 class SendWindow {
  public:
@@ -57,4 +57,4 @@ class SendWindow {
   uint64_t stalls_ = 0;
 };
 
-}  // namespace bx::engine
+}  // namespace bx::flow_control

@@ -1,0 +1,67 @@
+// What the engine's source files share (engine*.cc): a channel's sending state and the receive
+// tag. Not for users of Engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "engine/engine.h"
+
+namespace bx::engine {
+
+// Receive work requests carry this bit in wr_id: error completions have no reliable opcode, so
+// the wr_id is what tells a failed receive from a failed send.
+inline constexpr uint64_t kReceiveTag = uint64_t{1} << 63;
+
+struct Engine::Outgoing {
+  OutgoingMessage message;
+  enum class State { kQueued, kAwaitingReply, kWriting } state = State::kQueued;
+  uint16_t id = 0;           // rendezvous id, or the tag of a known-target write
+  uint64_t offset = 0;       // next byte to write (rendezvous)
+  uint64_t remote_addr = 0;  // from the reply, or known in advance
+  uint32_t rkey = 0;
+  bool known_target = false;  // EnqueueWrite: no rendezvous, ends with a kRemoteWriteDone
+  // Its channel closed mid-message: `done` has run; the rest of a rendezvous is replaced by a
+  // kRendezvousAbort so that the peer frees the destination.
+  bool abandoned = false;
+  std::unique_ptr<Outgoing> next;  // the channel's queue
+  uint64_t size() const { return message.data.size(); }
+};
+
+// A logical socket's sending state. Idle channels cost a few words: 10,000 sockets on one engine
+// are 10,000 of these.
+struct Engine::Channel {
+  std::unique_ptr<Outgoing> head;  // messages not started yet, oldest first
+  Outgoing* tail = nullptr;
+  std::unique_ptr<Outgoing> current;  // the message being sent, until its last request is posted
+  bool closing = false;               // our side has ended: no more sends, incoming dropped
+  bool close_queued = false;          // our kChannelClose is in control_ (or sent)
+  bool close_sent = false;
+  bool peer_closed = false;
+
+  bool has_work() const { return current != nullptr || head != nullptr; }
+  void Append(std::unique_ptr<Outgoing> out) {
+    Outgoing* raw = out.get();
+    if (tail) {
+      tail->next = std::move(out);
+    } else {
+      head = std::move(out);
+    }
+    tail = raw;
+  }
+  std::unique_ptr<Outgoing> PopFront() {
+    std::unique_ptr<Outgoing> out = std::move(head);
+    head = std::move(out->next);
+    if (!head) tail = nullptr;
+    return out;
+  }
+  // Completes every message not started with `why`.
+  void FailQueued(const Status& why) {
+    while (head) {
+      auto out = PopFront();
+      if (out->message.done) out->message.done(why);
+    }
+  }
+};
+
+}  // namespace bx::engine
