@@ -55,7 +55,7 @@ TcpSocket::~TcpSocket() {
 
 Status TcpSocket::Start(SocketHandlers handlers) {
   handlers_ = std::move(handlers);
-  queue_mode_ = !handlers_.on_message;
+  has_message_handler_ = bool(handlers_.on_message);
   staging_.resize(kStagingBytes);
   Status status = io_thread_->Add(fd_, EPOLLIN, shared_from_this());
   if (!status.ok()) {
@@ -196,7 +196,7 @@ void TcpSocket::BeginEndingLocked(Status reason) {
 }
 
 Result<Buffer> TcpSocket::Receive(std::chrono::milliseconds timeout) {
-  if (!queue_mode_) {
+  if (has_message_handler_) {
     return FailedPrecondition("tcp socket to " + peer_ +
                               ": Receive() on a socket with an on_message handler");
   }

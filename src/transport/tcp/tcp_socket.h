@@ -113,7 +113,9 @@ class TcpSocket final : public Socket,
   Status GrowIncoming();
 
   transport::MessageQueue received_;
-  std::atomic<bool> queue_mode_{false};  // no on_message: messages wait for Receive()
+  // Start gave an on_message handler, so Receive() is refused. False until then: the accept
+  // handler hands the socket to the application before Start, which may Receive at once.
+  std::atomic<bool> has_message_handler_{false};
   std::atomic<bool> close_requested_{false};
 
   mutable std::mutex send_mutex_;  // guards what follows

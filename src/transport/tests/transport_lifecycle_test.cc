@@ -161,6 +161,23 @@ TEST_P(TransportTest, ClosedListenerRefusesNewSocketsButKeepsOldOnes) {
   EXPECT_TRUE(HasPattern(*echoed, 1000, 7));
 }
 
+// The accept handler hands the socket over before its handlers are in place: an application that
+// takes it there (Python's Listener.accept does) may call Receive on it at once.
+TEST_P(TransportTest, AnAcceptedSocketMayReceiveBeforeItsAcceptHandlerReturns) {
+  Waiter waiter;
+  std::optional<StatusCode> code;
+  auto listener = server_->Listen(AnyPortUrl(), [&](const std::shared_ptr<Socket>& socket) {
+    Result<Buffer> nothing = socket->Receive(std::chrono::milliseconds(0));
+    waiter.Notify([&] { code = nothing.status().code(); });
+    return SocketHandlers{};  // messages queue for Receive
+  });
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  auto socket = Connect(**listener, {});
+  ASSERT_TRUE(socket);
+  ASSERT_TRUE(waiter.WaitFor([&] { return code.has_value(); }));
+  EXPECT_EQ(*code, StatusCode::kDeadlineExceeded) << "nothing has arrived yet; Receive waits";
+}
+
 TEST_P(TransportTest, ListenerReportsItsPortAndSchemeChecked) {
   auto listener = ListenEcho();
   Result<Url> url = ParseUrl(listener->url());
