@@ -98,6 +98,33 @@ void IoThread::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+IoThreadCounters& IoThreadCounters::operator+=(const IoThreadCounters& o) {
+  busy_polls += o.busy_polls;
+  empty_polls += o.empty_polls;
+  yields += o.yields;
+  sleeps += o.sleeps;
+  cq_wakeups += o.cq_wakeups;
+  task_wakeups += o.task_wakeups;
+  return *this;
+}
+
+std::map<std::string, uint64_t> IoThreadCounters::ToMap() const {
+  return {{"io_busy_polls", busy_polls}, {"io_empty_polls", empty_polls},
+          {"io_yields", yields},         {"io_sleeps", sleeps},
+          {"io_cq_wakeups", cq_wakeups}, {"io_task_wakeups", task_wakeups}};
+}
+
+IoThreadCounters IoThread::counters() const {
+  IoThreadCounters c;
+  c.busy_polls = busy_polls_.Get();
+  c.empty_polls = empty_polls_.Get();
+  c.yields = yields_.Get();
+  c.sleeps = sleeps_.Get();
+  c.cq_wakeups = cq_wakeups_.Get();
+  c.task_wakeups = task_wakeups_.Get();
+  return c;
+}
+
 void IoThread::Wake() {
   // Only a sleeping thread needs the syscall; a polling one sees the task on its next pass.
   if (sleeping_.load(std::memory_order_seq_cst)) {
@@ -198,6 +225,7 @@ void IoThread::Sleep() {
     sleeping_.store(false);
     return;
   }
+  sleeps_.Add();
   n = epoll_wait(epoll_fd_, events, 16, -1);
   sleeping_.store(false, std::memory_order_seq_cst);
   epoll_event watched[16];
@@ -208,8 +236,10 @@ void IoThread::Sleep() {
       uint64_t v;
       ssize_t r = read(wake_fd_, &v, sizeof(v));
       (void)r;
+      task_wakeups_.Add();
     } else if (fd == channel_->fd) {
       cq_ready = true;
+      cq_wakeups_.Add();
     } else {
       watched[watched_count++] = events[i];
     }
@@ -231,10 +261,12 @@ void IoThread::Loop() {
   int idle_polls = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     if (PollOnce()) {
+      busy_polls_.Add();
       last_work = NowNs();
       idle_polls = 0;
       continue;
     }
+    empty_polls_.Add();
     if (++idle_polls % kWatchCheckInterval == 0 && !watched_.empty()) {
       epoll_event events[16];
       int n = epoll_wait(epoll_fd_, events, 16, 0);
@@ -243,6 +275,7 @@ void IoThread::Loop() {
     if (NowNs() - last_work < busy_ns) {
       // Busy polling that yields: free when the core is ours alone, and it does not starve the
       // thread (application, peer, NIC) whose work we are waiting for when cores are scarce.
+      yields_.Add();
       std::this_thread::yield();
       continue;
     }

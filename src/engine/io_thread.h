@@ -20,8 +20,10 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -40,6 +42,18 @@ struct IoThreadOptions {
   // highest latency), a large value is pure busy polling.
   int busy_poll_us = 200;
   std::string name = "bx-io";
+};
+
+// How an I/O thread spent its loop, so that what polling costs can be measured (issue 22).
+struct IoThreadCounters {
+  uint64_t busy_polls = 0;    // passes that found work: completions, tasks or engines to pump
+  uint64_t empty_polls = 0;   // passes that found none
+  uint64_t yields = 0;        // empty passes inside the busy-poll window, each a sched_yield
+  uint64_t sleeps = 0;        // times the thread armed the CQ and slept in epoll
+  uint64_t cq_wakeups = 0;    // sleeps ended by a completion event
+  uint64_t task_wakeups = 0;  // sleeps ended by a task posted from another thread
+  IoThreadCounters& operator+=(const IoThreadCounters& o);
+  std::map<std::string, uint64_t> ToMap() const;
 };
 
 class IoThread : public std::enable_shared_from_this<IoThread> {
@@ -75,6 +89,8 @@ class IoThread : public std::enable_shared_from_this<IoThread> {
 
   // CPU time this thread has used, nanoseconds (for host-CPU-per-message accounting).
   uint64_t CpuNs() const { return cpu_clock_.Ns(); }
+  // Any thread: the loop's counters so far.
+  IoThreadCounters counters() const;
 
  private:
   IoThread(verbs::Library& lib, const IoThreadOptions& options)
@@ -103,6 +119,16 @@ class IoThread : public std::enable_shared_from_this<IoThread> {
 
   LoopTasks tasks_;
   std::atomic<bool> sleeping_{false};
+
+  // Written by the I/O thread only (a load and a store, no locked add), read by any.
+  struct LoopCount {
+    std::atomic<uint64_t> value{0};
+    void Add() {
+      value.store(value.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    }
+    uint64_t Get() const { return value.load(std::memory_order_relaxed); }
+  };
+  LoopCount busy_polls_, empty_polls_, yields_, sleeps_, cq_wakeups_, task_wakeups_;
 
   std::unordered_map<uint32_t, Engine*> engines_;
   std::vector<Engine*> dirty_;

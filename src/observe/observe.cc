@@ -75,6 +75,13 @@ void WriteRdma(SampleWriter& w, const rdma::RdmaTransportInfo& info, const Label
           double(info.thread_domains));
   w.Gauge("bx_rdma_parent_domains", "I/O threads whose thread domain has a parent domain.", labels,
           double(info.parent_domains));
+  // bx_rdma_io_busy_polls_total, ..._empty_polls_, _yields_, _sleeps_, _cq_wakeups_,
+  // _task_wakeups_total: what the I/O threads' polling costs.
+  for (const auto& [key, value] : info.io_loop.ToMap()) {
+    w.Counter("bx_rdma_" + key + "_total",
+              "I/O thread loop passes and sleeps of this rdma transport (" + key + ").", labels,
+              double(value));
+  }
   std::map<std::pair<std::string, bool>, int> next_index;  // (peer, initiator) -> engines seen
   for (const rdma::RdmaEngineInfo& e : info.engines) {
     int index = next_index[{e.peer, e.initiator}]++;

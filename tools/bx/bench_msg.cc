@@ -31,6 +31,7 @@
 #include "bx/buffer.h"
 #include "bx/transport.h"
 #include "commands.h"
+#include "transport/rdma/rdma_transport.h"
 #include "transport/transport_registry.h"
 #include "verbs/verbs.h"
 
@@ -88,6 +89,23 @@ struct Pair {
     server.reset();
   }
 };
+
+// The I/O-thread loop counters of both ends (rdma:// only; zero for tcp://).
+engine::IoThreadCounters LoopCounters(Pair& pair) {
+  engine::IoThreadCounters sum;
+  for (Transport* t : {pair.server.get(), pair.client.get()}) {
+    if (auto info = rdma::GetRdmaTransportInfo(*t); info.ok()) sum += info->io_loop;
+  }
+  return sum;
+}
+
+// Adds what the loops did per message between `before` and `after` to `counters`.
+void AddLoopCounters(const engine::IoThreadCounters& before, const engine::IoThreadCounters& after,
+                     uint64_t messages, std::map<std::string, uint64_t>& counters) {
+  const auto b = before.ToMap();
+  for (const auto& [key, value] : after.ToMap()) counters[key] = value - b.at(key);
+  counters["messages"] = messages;
+}
 
 Result<std::unique_ptr<Pair>> MakePair(const std::string& scheme, const BenchMsgOptions& options,
                                        std::function<void(Socket&, Buffer)> server_on_message) {
@@ -200,6 +218,7 @@ Status MeasureThroughput(const std::string& scheme, size_t size, const BenchMsgO
     changed.notify_all();
   };
 
+  const engine::IoThreadCounters loop_before = LoopCounters(**pair);
   uint64_t cpu_before = ProcessCpuNs();
   uint64_t hardware_before = HardwareCpuNs();
   Clock::time_point start = Clock::now();
@@ -232,6 +251,7 @@ Status MeasureThroughput(const std::string& scheme, size_t size, const BenchMsgO
   result->host_cpu_ns_per_msg =
       static_cast<double>(cpu_ns - std::min(cpu_ns, hardware_ns)) / static_cast<double>(total);
   result->counters = (*socket)->counters();
+  AddLoopCounters(loop_before, LoopCounters(**pair), total, result->counters);
   std::lock_guard<std::mutex> lock((*pair)->mutex);
   if ((*pair)->server_socket) {
     for (auto& [name, value] : (*pair)->server_socket->counters()) {

@@ -580,6 +580,7 @@ RdmaTransportInfo RdmaTransportImpl::Info() {
   for (auto& io : io_) info.thread_domains += io->td() != nullptr ? 1 : 0;
   info.parent_domains = 0;
   for (auto& io : io_) info.parent_domains += io->has_own_domain() ? 1 : 0;
+  for (auto& io : io_) info.io_loop += io->counters();
   info.port = port_;
   info.link_layer = LinkLayerName(default_address_.link_layer);
   info.gid_index = int(default_address_.gid_index);

@@ -21,6 +21,7 @@
 
 #include "bx/transport.h"
 #include "engine/engine.h"
+#include "engine/io_thread.h"
 
 namespace bx::rdma {
 
@@ -62,6 +63,8 @@ struct RdmaTransportInfo {
   // Bootstrap connections refused before anything was allocated (malformed Hello, failed
   // authentication, max_connections_per_peer).
   uint64_t peers_refused = 0;
+  // The I/O threads' loops, summed: how often they polled, yielded and slept.
+  engine::IoThreadCounters io_loop;
   std::vector<RdmaEngineInfo> engines;
 };
 // `transport` must be an rdma:// transport (InvalidArgument otherwise). Visits every I/O
