@@ -124,3 +124,21 @@ class [[nodiscard]] BX_EXPORT Result {
     ::bx::Status bx_status_ = (expr);        \
     if (!bx_status_.ok()) return bx_status_; \
   } while (0)
+
+// Evaluates `expr`, a bx::Result<T>, once. When it is not OK, returns its Status from the
+// enclosing function (which may return Status or any Result<U>); otherwise move-assigns its
+// value to `lhs`, which may declare a variable or name an existing one:
+//   BX_ASSIGN_OR_RETURN(auto qp, CreateQp(...));
+//   BX_ASSIGN_OR_RETURN(existing, F());
+// It expands to more than one statement, so it cannot be the body of an unbraced if or loop.
+// The temporary's name carries __LINE__ so that several uses can share a scope; `expr` is
+// variadic so that a comma inside it (template arguments) needs no extra parentheses.
+#define BX_ASSIGN_OR_RETURN(lhs, ...) \
+  BX_ASSIGN_OR_RETURN_IMPL_(BX_STATUS_CONCAT_(bx_result_, __LINE__), lhs, (__VA_ARGS__))
+
+#define BX_STATUS_CONCAT_INNER_(a, b) a##b
+#define BX_STATUS_CONCAT_(a, b) BX_STATUS_CONCAT_INNER_(a, b)
+#define BX_ASSIGN_OR_RETURN_IMPL_(result, lhs, expr) \
+  auto result = expr;                                \
+  if (!result.ok()) return result.status();          \
+  lhs = std::move(result).value()

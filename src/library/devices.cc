@@ -9,14 +9,11 @@
 namespace bx {
 
 Result<DeviceList> ListDevices() {
-  Result<verbs::Library*> library = verbs::Library::Get();
-  if (!library.ok()) return library.status();
-  Result<std::vector<verbs::DeviceInfo>> devices = verbs::ListDevices(**library);
-  if (!devices.ok()) return devices.status();
+  BX_ASSIGN_OR_RETURN(auto* library, verbs::Library::Get());
   DeviceList list;
-  list.backend = std::string(verbs::BackendName((*library)->backend()));
-  list.library = (*library)->path();
-  list.devices = std::move(devices).value();
+  BX_ASSIGN_OR_RETURN(list.devices, verbs::ListDevices(*library));
+  list.backend = std::string(verbs::BackendName(library->backend()));
+  list.library = library->path();
   // The class and level every rdma:// transport would give its QPs.
   Result<RdmaOptions> rdma = ApplyRdmaEnvironment(RdmaOptions{});
   for (DeviceInfo& device : list.devices) {

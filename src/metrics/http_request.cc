@@ -81,8 +81,7 @@ Result<Url> ParseUrl(std::string_view url) {
 
 Result<std::string> HttpGet(std::string_view url_text, std::chrono::milliseconds timeout,
                             size_t max_bytes) {
-  auto url = ParseUrl(url_text);
-  if (!url.ok()) return url.status();
+  BX_ASSIGN_OR_RETURN(Url url, ParseUrl(url_text));
   auto deadline = std::chrono::steady_clock::now() + timeout;
   auto left_ms = [&deadline] {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -92,8 +91,8 @@ Result<std::string> HttpGet(std::string_view url_text, std::chrono::milliseconds
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (int rc = getaddrinfo(url->host.c_str(), url->port.c_str(), &hints, &found); rc != 0)
-    return Unavailable("resolving " + url->host + ": " + gai_strerror(rc));
+  if (int rc = getaddrinfo(url.host.c_str(), url.port.c_str(), &hints, &found); rc != 0)
+    return Unavailable("resolving " + url.host + ": " + gai_strerror(rc));
   int fd = -1;
   Status error = Unavailable("no address");
   for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
@@ -109,7 +108,7 @@ Result<std::string> HttpGet(std::string_view url_text, std::chrono::milliseconds
   if (fd < 0) return Unavailable("connecting to " + std::string(url_text) + ": " + error.message());
 
   std::string request =
-      "GET " + url->path + " HTTP/1.0\r\nHost: " + url->host + "\r\nConnection: close\r\n\r\n";
+      "GET " + url.path + " HTTP/1.0\r\nHost: " + url.host + "\r\nConnection: close\r\n\r\n";
   std::string answer;
   Status status = Status::Ok();
   for (size_t sent = 0; sent < request.size() && status.ok();) {

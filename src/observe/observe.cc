@@ -232,8 +232,7 @@ std::string_view RoleName(ps::ShardReplica::Role role) {
 Result<CollectorHandle> ExportRdmaTransport(Transport& transport, Labels labels,
                                             Registry& registry) {
   // Refuse a transport that is not rdma:// now rather than exporting nothing later.
-  if (Result<rdma::RdmaTransportInfo> info = rdma::GetRdmaTransportInfo(transport); !info.ok())
-    return info.status();
+  BX_RETURN_IF_ERROR(rdma::GetRdmaTransportInfo(transport).status());
   return registry.AddCollector([&transport, labels = std::move(labels)](SampleWriter& w) {
     Result<rdma::RdmaTransportInfo> info = rdma::GetRdmaTransportInfo(transport);
     if (info.ok()) WriteRdma(w, *info, labels);
@@ -304,8 +303,8 @@ CollectorHandle ExportPsClient(const ps::PsClient& client, Labels labels, Regist
 }
 
 Status Exports::Add(Result<CollectorHandle> handle) {
-  if (!handle.ok()) return handle.status();
-  handles_.push_back(std::move(handle).value());
+  BX_ASSIGN_OR_RETURN(CollectorHandle added, std::move(handle));
+  handles_.push_back(std::move(added));
   return Status();
 }
 

@@ -673,9 +673,8 @@ Result<uint32_t> ShardReplica::TableDim(uint32_t table_id) const {
 
 Status ShardReplica::EncodeFetchResponse(const FetchRequest& request,
                                          std::span<std::byte> out) const {
-  Result<uint32_t> dim = TableDim(request.table_id);
-  if (!dim.ok()) return dim.status();
-  BX_RETURN_IF_ERROR(EncodeFetchResponseHeader(request.table_id, *dim, request.keys.size(), out));
+  BX_ASSIGN_OR_RETURN(uint32_t dim, TableDim(request.table_id));
+  BX_RETURN_IF_ERROR(EncodeFetchResponseHeader(request.table_id, dim, request.keys.size(), out));
   return Fetch(request.table_id, request.keys, FetchResponseValues(out));
 }
 

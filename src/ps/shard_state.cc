@@ -24,9 +24,8 @@ Status ShardState::CreateTable(const TableConfig& config) {
     return FailedPrecondition("table " + std::to_string(config.id) +
                               " exists with a different config");
   }
-  Result<std::unique_ptr<Table>> table = Table::Create(config);
-  if (!table.ok()) return table.status();
-  tables_.emplace(config.id, std::move(table).value());
+  BX_ASSIGN_OR_RETURN(std::unique_ptr<Table> table, Table::Create(config));
+  tables_.emplace(config.id, std::move(table));
   return Status::Ok();
 }
 
@@ -71,9 +70,8 @@ Status ShardState::Adopt(ShardState& other) {
   }
   for (uint32_t id : mine) {
     Table* to = table(id);
-    Result<std::unique_ptr<Table>> empty = Table::Create(to->config());
-    if (!empty.ok()) return empty.status();
-    BX_RETURN_IF_ERROR(to->TakeRows(**empty));
+    BX_ASSIGN_OR_RETURN(std::unique_ptr<Table> empty, Table::Create(to->config()));
+    BX_RETURN_IF_ERROR(to->TakeRows(*empty));
   }
   BX_RETURN_IF_ERROR(dedup_.Import(other.dedup_.Export()));
   epoch = other.epoch;

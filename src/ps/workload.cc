@@ -41,12 +41,11 @@ Result<LogNormalParams> LogNormalFromMeanP99(double mean, double p99) {
 
 Result<LogNormalSizes> LogNormalSizes::Create(double mean, double p99, uint64_t min_bytes,
                                               uint64_t max_bytes) {
-  Result<LogNormalParams> params = LogNormalFromMeanP99(mean, p99);
-  if (!params.ok()) return params.status();
+  BX_ASSIGN_OR_RETURN(LogNormalParams params, LogNormalFromMeanP99(mean, p99));
   if (min_bytes == 0 || min_bytes > max_bytes) {
     return InvalidArgument("lognormal sizes: need 0 < min_bytes <= max_bytes");
   }
-  return LogNormalSizes(*params, mean, p99, min_bytes, max_bytes);
+  return LogNormalSizes(params, mean, p99, min_bytes, max_bytes);
 }
 
 uint64_t LogNormalSizes::Sample(Rng& rng) const {

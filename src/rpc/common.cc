@@ -13,15 +13,13 @@ namespace bx::rpc {
 static_assert(Message::kHeaderBytes == kFrameHeaderBytes);
 
 Result<Message> Message::Allocate(size_t size) {
-  Result<Buffer> buffer = Buffer::Allocate(kHeaderBytes + size);
-  if (!buffer.ok()) return buffer.status();
-  return Message(std::move(buffer).value());
+  BX_ASSIGN_OR_RETURN(Buffer buffer, Buffer::Allocate(kHeaderBytes + size));
+  return Message(std::move(buffer));
 }
 
 Result<Message> Message::CopyOf(std::string_view bytes) {
-  Result<Message> message = Allocate(bytes.size());
-  if (!message.ok()) return message;
-  if (!bytes.empty()) std::memcpy(message->data(), bytes.data(), bytes.size());
+  BX_ASSIGN_OR_RETURN(Message message, Allocate(bytes.size()));
+  if (!bytes.empty()) std::memcpy(message.data(), bytes.data(), bytes.size());
   return message;
 }
 

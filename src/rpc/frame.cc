@@ -13,11 +13,10 @@ Result<FrameHeader> DecodeHeader(const Buffer& frame) {
 }
 
 Result<Buffer> MakeFrame(const FrameHeader& header, std::string_view payload) {
-  Result<Buffer> frame = Buffer::Allocate(kFrameHeaderBytes + payload.size());
-  if (!frame.ok()) return frame.status();
-  EncodeHeader(header, *frame);
+  BX_ASSIGN_OR_RETURN(Buffer frame, Buffer::Allocate(kFrameHeaderBytes + payload.size()));
+  EncodeHeader(header, frame);
   if (!payload.empty())
-    std::memcpy(frame->data() + kFrameHeaderBytes, payload.data(), payload.size());
+    std::memcpy(frame.data() + kFrameHeaderBytes, payload.data(), payload.size());
   return frame;
 }
 

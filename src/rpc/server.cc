@@ -232,15 +232,14 @@ Status Server::Start(const std::vector<std::string>& urls) {
   }
   std::weak_ptr<Impl> weak = impl_;
   for (const std::string& text : urls) {
-    Result<Url> url = ParseUrl(text);
-    if (!url.ok()) return url.status();
-    std::unique_ptr<Transport>& transport = url->scheme == "rdma" ? impl.rdma : impl.tcp;
+    BX_ASSIGN_OR_RETURN(Url url, ParseUrl(text));
+    std::unique_ptr<Transport>& transport = url.scheme == "rdma" ? impl.rdma : impl.tcp;
     if (!transport) {
-      auto created = transport::CreateTransport(url->scheme, impl.options.transport);
+      auto created = transport::CreateTransport(url.scheme, impl.options.transport);
       if (!created.ok()) return created.status().WithContext("rpc server");
       transport = std::move(created).value();
     }
-    std::string scheme = url->scheme;
+    std::string scheme = url.scheme;
     auto listener = transport->Listen(text, [weak, scheme](const std::shared_ptr<Socket>& socket) {
       auto connection = std::make_shared<ServerConnection>();
       connection->server = weak;
@@ -261,7 +260,7 @@ Status Server::Start(const std::vector<std::string>& urls) {
           [connection](Socket&, const Status&) { connection->OnClose(); }};
     });
     if (!listener.ok()) return listener.status().WithContext("rpc server");
-    (url->scheme == "rdma" ? impl.address.rdma_url : impl.address.tcp_url) = (*listener)->url();
+    (url.scheme == "rdma" ? impl.address.rdma_url : impl.address.tcp_url) = (*listener)->url();
     impl.listeners.push_back(std::move(listener).value());
   }
   return Status::Ok();

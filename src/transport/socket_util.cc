@@ -69,10 +69,9 @@ Result<int> ConnectOne(const addrinfo& address, std::chrono::steady_clock::time_
 
 Result<ConnectedSocket> ConnectFirst(const Url& url,
                                      std::chrono::steady_clock::time_point deadline) {
-  Result<AddressList> addresses = Resolve(url, /*passive=*/false);
-  if (!addresses.ok()) return addresses.status();
+  BX_ASSIGN_OR_RETURN(AddressList addresses, Resolve(url, /*passive=*/false));
   Status last_error = Unavailable("connect " + url.ToString() + ": no address");
-  for (const addrinfo* address = addresses->get(); address; address = address->ai_next) {
+  for (const addrinfo* address = addresses.get(); address; address = address->ai_next) {
     Result<int> fd = ConnectOne(*address, deadline, url.ToString());
     if (fd.ok())
       return ConnectedSocket{*fd, FormatAddress(url.scheme, address->ai_addr, address->ai_addrlen)};
@@ -82,9 +81,8 @@ Result<ConnectedSocket> ConnectFirst(const Url& url,
 }
 
 Result<ListeningSocket> ListenOn(const Url& url, int backlog) {
-  Result<AddressList> addresses = Resolve(url, /*passive=*/true);
-  if (!addresses.ok()) return addresses.status();
-  const addrinfo& address = *addresses->get();
+  BX_ASSIGN_OR_RETURN(AddressList addresses, Resolve(url, /*passive=*/true));
+  const addrinfo& address = *addresses.get();
   int fd = ::socket(address.ai_family, address.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                     address.ai_protocol);
   if (fd < 0) return Status::FromErrno(errno, "socket");

@@ -32,22 +32,20 @@ std::string_view DefaultDeviceName() {
 
 Result<Device> Device::Open(std::string_view name) {
   if (name.empty()) name = DefaultDeviceName();
-  Result<Library*> lib = Library::ForDevice(name);
-  if (!lib.ok()) return lib.status();
-  return Open(*lib.value(), name);
+  BX_ASSIGN_OR_RETURN(auto* lib, Library::ForDevice(name));
+  return Open(*lib, name);
 }
 
 Result<Device> Device::Open(Library& lib, std::string_view name) {
-  Result<DeviceList> list = DeviceList::Get(lib);
-  if (!list.ok()) return list.status();
+  BX_ASSIGN_OR_RETURN(DeviceList list, DeviceList::Get(lib));
   // A device by its name, or by the network device one of its ports serves ("eth0").
-  ibv_device* device = name.empty() ? list->devices().front() : list->Find(name);
-  if (device == nullptr && !name.empty()) device = list->FindByNetdev(name);
+  ibv_device* device = name.empty() ? list.devices().front() : list.Find(name);
+  if (device == nullptr && !name.empty()) device = list.FindByNetdev(name);
   if (device == nullptr) {
     return NotFound("no RDMA device named '" + std::string(name) +
                     "', nor one serving a network "
                     "device of that name, in " +
-                    lib.path() + "; devices: " + list->Names());
+                    lib.path() + "; devices: " + list.Names());
   }
   Device result;
   result.lib_ = &lib;
@@ -122,39 +120,36 @@ std::string FormatGid(const union ibv_gid& gid) {
 }
 
 Result<std::vector<DeviceInfo>> ListDevices() {
-  Result<Library*> lib = Library::Get();
-  if (!lib.ok()) return lib.status();
-  return ListDevices(*lib.value());
+  BX_ASSIGN_OR_RETURN(auto* lib, Library::Get());
+  return ListDevices(*lib);
 }
 
 Result<std::vector<DeviceInfo>> ListDevices(Library& lib) {
-  Result<DeviceList> list = DeviceList::Get(lib);
-  if (!list.ok()) return list.status();
+  BX_ASSIGN_OR_RETURN(DeviceList list, DeviceList::Get(lib));
   std::vector<DeviceInfo> infos;
-  for (ibv_device* device : list->devices()) {
-    Result<Device> opened = Device::Open(lib, lib.get_device_name(device));
-    if (!opened.ok()) return opened.status();
-    const ibv_device_attr& attr = opened->attr();
-    Result<uint8_t> active = FirstActivePort(*opened);
+  for (ibv_device* device : list.devices()) {
+    BX_ASSIGN_OR_RETURN(Device opened, Device::Open(lib, lib.get_device_name(device)));
+    const ibv_device_attr& attr = opened.attr();
+    Result<uint8_t> active = FirstActivePort(opened);
     const uint8_t port_num = active.ok() ? *active : 1;
-    ibv_port_attr port = opened->port(port_num);
+    ibv_port_attr port = opened.port(port_num);
     DeviceInfo info;
-    info.name = opened->name();
+    info.name = opened.name();
     info.kind = lib.is_sim() ? "sim" : "hardware";
     info.port_state = lib.port_state_str(port.state);
     info.link_layer = LinkLayerName(port.link_layer);
     info.port = port_num;
-    info.gid = FormatGid(opened->gid(port_num, 0));
+    info.gid = FormatGid(opened.gid(port_num, 0));
     info.active_mtu = port.active_mtu >= IBV_MTU_256 ? 128 << int(port.active_mtu) : 0;
     info.lid = port.lid;
-    info.numa_node = DeviceNumaNode(*opened);
-    if (auto table = QueryGidTable(*opened, port_num); table.ok()) {
+    info.numa_node = DeviceNumaNode(opened);
+    if (auto table = QueryGidTable(opened, port_num); table.ok()) {
       for (const GidTableEntry& e : *table)
         info.gids.push_back({e.index, FormatGidAddress(e.gid), std::string(GidTypeName(e.type))});
     }
     Result<int> override_index = GidIndexFromEnvironment(-1);
     Result<PortAddress> address =
-        override_index.ok() ? ResolvePortAddress(*opened, port_num, nullptr, *override_index)
+        override_index.ok() ? ResolvePortAddress(opened, port_num, nullptr, *override_index)
                             : Result<PortAddress>(override_index.status());
     if (address.ok()) {
       info.gid_index = int(address->gid_index);

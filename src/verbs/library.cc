@@ -208,9 +208,8 @@ Result<std::unique_ptr<Library>> Library::Open(Backend backend) {
 
 Result<std::unique_ptr<Library>> Library::Load(std::string_view mode,
                                                std::string_view device_hint) {
-  Result<Mode> parsed = ParseMode(mode);
-  if (!parsed.ok()) return parsed.status();
-  switch (parsed.value()) {
+  BX_ASSIGN_OR_RETURN(Mode parsed, ParseMode(mode));
+  switch (parsed) {
     case Mode::kSystem:
       return Open(Backend::kSystem);
     case Mode::kSim:
@@ -265,9 +264,8 @@ Result<Library*> Library::ForBackend(Backend backend) {
   std::lock_guard lock(mutex);
   Library*& slot = loaded[backend == Backend::kSim ? 1 : 0];
   if (slot == nullptr) {
-    Result<std::unique_ptr<Library>> library = Open(backend);
-    if (!library.ok()) return library.status();
-    slot = std::move(library).value().release();  // never destroyed: see Get()
+    BX_ASSIGN_OR_RETURN(std::unique_ptr<Library> library, Open(backend));
+    slot = library.release();  // never destroyed: see Get()
   }
   return slot;
 }

@@ -99,13 +99,12 @@ Result<json> RunConfiguration(const BenchAllocOptions& o, const std::string& all
                               const Configuration& c) {
   json best;
   for (int run = 0; run < o.repeat; ++run) {
-    Result<std::string> out =
-        RunWorker(WorkerPath(allocator),
-                  {"--pattern", c.pattern, "--sizes", c.sizes, "--threads",
-                   std::to_string(c.threads), "--seconds", fmt::format("{}", o.seconds)});
-    if (!out.ok()) return out.status();
-    json result = json::parse(out.value(), nullptr, /*allow_exceptions=*/false);
-    if (result.is_discarded()) return DataLoss(allocator + " worker printed: " + out.value());
+    BX_ASSIGN_OR_RETURN(std::string out, RunWorker(WorkerPath(allocator),
+                                                   {"--pattern", c.pattern, "--sizes", c.sizes,
+                                                    "--threads", std::to_string(c.threads),
+                                                    "--seconds", fmt::format("{}", o.seconds)}));
+    json result = json::parse(out, nullptr, /*allow_exceptions=*/false);
+    if (result.is_discarded()) return DataLoss(allocator + " worker printed: " + out);
     if (best.is_null() || result["ops_per_sec"].get<double>() > best["ops_per_sec"].get<double>()) {
       best = result;
     }

@@ -113,21 +113,17 @@ Result<std::unique_ptr<Pair>> MakePair(const std::string& scheme, const BenchMsg
   transport_options.io_threads = options.io_threads;
   transport_options.device = options.device;
   auto pair = std::make_unique<Pair>();
-  auto server = CreateTransport(scheme, transport_options);
-  if (!server.ok()) return server.status();
-  auto client = CreateTransport(scheme, transport_options);
-  if (!client.ok()) return client.status();
-  pair->server = std::move(server).value();
-  pair->client = std::move(client).value();
+  BX_ASSIGN_OR_RETURN(pair->server, CreateTransport(scheme, transport_options));
+  BX_ASSIGN_OR_RETURN(pair->client, CreateTransport(scheme, transport_options));
   Pair* raw = pair.get();
-  auto listener = pair->server->Listen(
-      scheme + "://127.0.0.1:0", [raw, server_on_message](const std::shared_ptr<Socket>& socket) {
-        std::lock_guard<std::mutex> lock(raw->mutex);
-        raw->server_socket = socket;
-        return SocketHandlers{server_on_message, {}};
-      });
-  if (!listener.ok()) return listener.status();
-  pair->listener = std::move(listener).value();
+  BX_ASSIGN_OR_RETURN(
+      pair->listener,
+      pair->server->Listen(scheme + "://127.0.0.1:0",
+                           [raw, server_on_message](const std::shared_ptr<Socket>& socket) {
+                             std::lock_guard<std::mutex> lock(raw->mutex);
+                             raw->server_socket = socket;
+                             return SocketHandlers{server_on_message, {}};
+                           }));
   return pair;
 }
 
@@ -138,10 +134,10 @@ double Percentile(std::vector<double>& sorted, double fraction) {
 
 Status MeasureLatency(const std::string& scheme, size_t size, const BenchMsgOptions& options,
                       MsgResult* result) {
-  auto pair = MakePair(scheme, options, [](Socket& socket, Buffer message) {
-    socket.Send(std::move(message));  // echo: the same buffer goes back, no copy
-  });
-  if (!pair.ok()) return pair.status();
+  BX_ASSIGN_OR_RETURN(
+      std::unique_ptr<Pair> pair, MakePair(scheme, options, [](Socket& socket, Buffer message) {
+        socket.Send(std::move(message));  // echo: the same buffer goes back, no copy
+      }));
   const int measured = LatencyIterations(options, size);
   const int warmup = std::max(100, measured / 10);
   const int total = warmup + measured;
@@ -165,13 +161,12 @@ Status MeasureLatency(const std::string& scheme, size_t size, const BenchMsgOpti
     done = true;
     finished.notify_all();
   };
-  auto socket =
-      (*pair)->client->Connect((*pair)->listener->url(), {on_echo, {}}, std::chrono::seconds(5));
-  if (!socket.ok()) return socket.status();
-  Result<Buffer> first = Buffer::Allocate(size);
-  if (!first.ok()) return first.status();
+  BX_ASSIGN_OR_RETURN(
+      std::shared_ptr<Socket> socket,
+      pair->client->Connect(pair->listener->url(), {on_echo, {}}, std::chrono::seconds(5)));
+  BX_ASSIGN_OR_RETURN(Buffer first, Buffer::Allocate(size));
   sent_at = Clock::now();
-  (*socket)->Send(std::move(first).value());
+  socket->Send(std::move(first));
   {
     std::unique_lock<std::mutex> lock(mutex);
     if (!finished.wait_for(lock, std::chrono::seconds(120), [&] { return done; })) {
@@ -180,7 +175,7 @@ Status MeasureLatency(const std::string& scheme, size_t size, const BenchMsgOpti
                                 size, rtt_us.size(), total));
     }
   }
-  (*socket)->Close();
+  socket->Close();
   std::vector<double> sorted(rtt_us.begin() + warmup, rtt_us.end());
   std::sort(sorted.begin(), sorted.end());
   result->p50_us = Percentile(sorted, 0.50);
@@ -195,13 +190,12 @@ Status MeasureThroughput(const std::string& scheme, size_t size, const BenchMsgO
   std::mutex mutex;
   std::condition_variable changed;
   uint64_t received = 0;  // guarded by mutex
-  auto pair = MakePair(scheme, options, [&](Socket&, Buffer) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (++received == total) changed.notify_all();
-  });
-  if (!pair.ok()) return pair.status();
-  auto socket = (*pair)->client->Connect((*pair)->listener->url(), {}, std::chrono::seconds(5));
-  if (!socket.ok()) return socket.status();
+  BX_ASSIGN_OR_RETURN(std::unique_ptr<Pair> pair, MakePair(scheme, options, [&](Socket&, Buffer) {
+                        std::lock_guard<std::mutex> lock(mutex);
+                        if (++received == total) changed.notify_all();
+                      }));
+  BX_ASSIGN_OR_RETURN(std::shared_ptr<Socket> socket,
+                      pair->client->Connect(pair->listener->url(), {}, std::chrono::seconds(5)));
 
   // Completions come in send order, so a callback on every kSignalEvery-th message acknowledges
   // all before it (as selective signalling does on a QP); the window bounds unacknowledged
@@ -218,7 +212,7 @@ Status MeasureThroughput(const std::string& scheme, size_t size, const BenchMsgO
     changed.notify_all();
   };
 
-  const engine::IoThreadCounters loop_before = LoopCounters(**pair);
+  const engine::IoThreadCounters loop_before = LoopCounters(*pair);
   uint64_t cpu_before = ProcessCpuNs();
   uint64_t hardware_before = HardwareCpuNs();
   Clock::time_point start = Clock::now();
@@ -230,9 +224,8 @@ Status MeasureThroughput(const std::string& scheme, size_t size, const BenchMsgO
       changed.wait(lock, [&] { return batch < acknowledged_batches + window_batches; });
       if (!send_error.ok()) return send_error;
     }
-    Result<Buffer> message = Buffer::Allocate(size);
-    if (!message.ok()) return message.status();
-    (*socket)->Send(std::move(message).value(), signalled ? SendCallback(on_batch_sent) : nullptr);
+    BX_ASSIGN_OR_RETURN(Buffer message, Buffer::Allocate(size));
+    socket->Send(std::move(message), signalled ? SendCallback(on_batch_sent) : nullptr);
   }
   {
     std::unique_lock<std::mutex> lock(mutex);
@@ -250,15 +243,15 @@ Status MeasureThroughput(const std::string& scheme, size_t size, const BenchMsgO
   result->gbytes_per_sec = total * static_cast<double>(size) / seconds / 1e9;
   result->host_cpu_ns_per_msg =
       static_cast<double>(cpu_ns - std::min(cpu_ns, hardware_ns)) / static_cast<double>(total);
-  result->counters = (*socket)->counters();
-  AddLoopCounters(loop_before, LoopCounters(**pair), total, result->counters);
-  std::lock_guard<std::mutex> lock((*pair)->mutex);
-  if ((*pair)->server_socket) {
-    for (auto& [name, value] : (*pair)->server_socket->counters()) {
+  result->counters = socket->counters();
+  AddLoopCounters(loop_before, LoopCounters(*pair), total, result->counters);
+  std::lock_guard<std::mutex> lock(pair->mutex);
+  if (pair->server_socket) {
+    for (auto& [name, value] : pair->server_socket->counters()) {
       result->counters["receiver_" + name] = value;
     }
   }
-  (*socket)->Close();
+  socket->Close();
   return Status::Ok();
 }
 

@@ -52,16 +52,16 @@ class EnginePair {
   Status Build(verbs::Device& device, const engine::EngineConfig& config) {
     verbs::Library& lib = device.lib();
     for (End* e : {&a_, &b_}) {
-      auto io = engine::IoThread::Create(lib, device.context(), nullptr, engine::IoThreadOptions{});
-      if (!io.ok()) return io.status();
-      e->io = std::move(io).value();
+      BX_ASSIGN_OR_RETURN(e->io, engine::IoThread::Create(lib, device.context(), nullptr,
+                                                          engine::IoThreadOptions{}));
       verbs::QueuePairAttrs attrs;
       attrs.max_send_wr = config.send_queue_depth;
       attrs.max_recv_wr = config.recv_queue_depth;
       attrs.max_inline_data = 64;
-      auto qp = verbs::CreateRcQueuePair(lib, device.context(), device.pd(), attrs, e->io->cq());
-      if (!qp.ok()) return qp.status();
-      e->qp.emplace(std::move(qp).value());
+      BX_ASSIGN_OR_RETURN(
+          verbs::RcQueuePair qp,
+          verbs::CreateRcQueuePair(lib, device.context(), device.pd(), attrs, e->io->cq()));
+      e->qp.emplace(std::move(qp));
       BX_RETURN_IF_ERROR(verbs::MoveRcToInit(lib, e->qp->qp(), 1, verbs::RcOptions{}));
       engine::Engine::Callbacks cb;
       cb.on_message = [e](engine::ChannelId, Buffer) {

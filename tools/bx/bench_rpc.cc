@@ -166,9 +166,8 @@ Result<Row> RunBxOpenLoop(rpc::Client& client, size_t size, double rate, int cal
   auto loop = std::make_shared<Loop>();
   // Warm-up, not measured: connections and buffers in place.
   for (int i = 0; i < 200; ++i) {
-    Result<rpc::Message> request = rpc::Message::Allocate(size);
-    if (!request.ok()) return request.status();
-    (void)client.Call("echo", std::move(request).value(), {.timeout = 10s}).get();
+    BX_ASSIGN_OR_RETURN(rpc::Message request, rpc::Message::Allocate(size));
+    (void)client.Call("echo", std::move(request), {.timeout = 10s}).get();
   }
   prctl(PR_SET_TIMERSLACK, 1UL);  // sleeps end on time (the default slack is 50 us)
   const auto period =
@@ -183,9 +182,8 @@ Result<Row> RunBxOpenLoop(rpc::Client& client, size_t size, double rate, int cal
       loop->changed.wait(lock, [&] { return loop->in_flight < kMaxInFlight; });
       ++loop->in_flight;
     }
-    Result<rpc::Message> request = rpc::Message::Allocate(size);
-    if (!request.ok()) return request.status();
-    client.Call("echo", std::move(request).value(), {.timeout = 10s},
+    BX_ASSIGN_OR_RETURN(rpc::Message request, rpc::Message::Allocate(size));
+    client.Call("echo", std::move(request), {.timeout = 10s},
                 [loop, scheduled](Result<rpc::Message> reply) {
                   const rpc::Clock::time_point now = rpc::Clock::now();
                   std::lock_guard lock(loop->mutex);
@@ -215,13 +213,12 @@ Result<Row> RunBxOpenLoop(rpc::Client& client, size_t size, double rate, int cal
 
 Status RunBx(const std::string& scheme, const BenchRpcOptions& options, std::vector<Row>& rows) {
   rpc::ServerOptions server_options;
-  auto server = rpc::Server::Create(server_options);
-  if (!server.ok()) return server.status();
-  BX_RETURN_IF_ERROR((*server)->AddMethod("echo", [](rpc::ServerCall call) {
+  BX_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Server> server, rpc::Server::Create(server_options));
+  BX_RETURN_IF_ERROR(server->AddMethod("echo", [](rpc::ServerCall call) {
     rpc::Message request = std::move(call.request());
     call.Respond(std::move(request));
   }));
-  BX_RETURN_IF_ERROR((*server)->Start({scheme + "://127.0.0.1:0"}));
+  BX_RETURN_IF_ERROR(server->Start({scheme + "://127.0.0.1:0"}));
   for (size_t size : kSizes) {
     for (int outstanding : kOutstanding) {
       if (options.rate > 0 && outstanding != kOutstanding[0]) continue;  // one open loop a size
@@ -231,16 +228,16 @@ Status RunBx(const std::string& scheme, const BenchRpcOptions& options, std::vec
         if (line.find("connecting -> up") != std::string_view::npos) return;
         std::fprintf(stderr, "bx rpc: %.*s\n", static_cast<int>(line.size()), line.data());
       };
-      auto client = rpc::Client::Create({(*server)->address()}, client_options);
-      if (!client.ok()) return client.status();
-      BX_RETURN_IF_ERROR((*client)->WaitReady(5s));
-      Result<Row> row = options.rate > 0
-                            ? RunBxOpenLoop(**client, size, options.rate, CallsFor(options, size))
-                            : RunBxLoop(**client, size, outstanding, CallsFor(options, size));
-      if (!row.ok()) return row.status();
-      row->system = "bx-rpc";
-      row->transport = scheme;
-      rows.push_back(*row);
+      BX_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Client> client,
+                          rpc::Client::Create({server->address()}, client_options));
+      BX_RETURN_IF_ERROR(client->WaitReady(5s));
+      BX_ASSIGN_OR_RETURN(Row row,
+                          options.rate > 0
+                              ? RunBxOpenLoop(*client, size, options.rate, CallsFor(options, size))
+                              : RunBxLoop(*client, size, outstanding, CallsFor(options, size)));
+      row.system = "bx-rpc";
+      row.transport = scheme;
+      rows.push_back(row);
     }
   }
   return Status::Ok();

@@ -301,9 +301,8 @@ class VerbsBench {
 
  private:
   Status OpenSide(Side& side, const std::string& name, size_t max_size) {
-    Result<verbs::Device> device = verbs::Device::Open(lib_, name);
-    if (!device.ok()) return device.status();
-    side.device.emplace(std::move(device).value());
+    BX_ASSIGN_OR_RETURN(verbs::Device device, verbs::Device::Open(lib_, name));
+    side.device.emplace(std::move(device));
     ibv_port_attr port = side.device->port(port_);
     if (port.state != IBV_PORT_ACTIVE) {
       return Unavailable(name + " port " + std::to_string(port_) + " is " +
@@ -442,8 +441,7 @@ class VerbsBench {
     ibv_wc wc[1];
     while (true) {
       // One at a time, so that nothing after the receive is taken from the CQ here.
-      Result<int> n = PollSome(side, wc, 1);
-      if (!n.ok()) return n.status();
+      BX_RETURN_IF_ERROR(PollSome(side, wc, 1).status());
       if (wc[0].opcode == IBV_WC_SEND) side.sends_completed = wc[0].wr_id;
       if (wc[0].opcode == IBV_WC_RECV) {
         if (wc[0].byte_len != size) {
@@ -460,9 +458,8 @@ class VerbsBench {
   Status WaitSendCompletion(Side& side, uint64_t wr_id) {
     ibv_wc wc[4];
     while (side.sends_completed < wr_id) {
-      Result<int> n = PollSome(side, wc, 4);
-      if (!n.ok()) return n.status();
-      for (int i = 0; i < *n; ++i) {
+      BX_ASSIGN_OR_RETURN(int n, PollSome(side, wc, 4));
+      for (int i = 0; i < n; ++i) {
         if (wc[i].opcode == IBV_WC_SEND) side.sends_completed = wc[i].wr_id;
       }
     }
@@ -492,9 +489,8 @@ class VerbsBench {
         }
         *post_ns += uint64_t((Clock::now() - start).count());
       }
-      Result<int> n = PollSome(a_, wc, 16);
-      if (!n.ok()) return n.status();
-      for (int i = 0; i < *n; ++i) completed = std::max<uint64_t>(completed, wc[i].wr_id);
+      BX_ASSIGN_OR_RETURN(int n, PollSome(a_, wc, 16));
+      for (int i = 0; i < n; ++i) completed = std::max<uint64_t>(completed, wc[i].wr_id);
       if (posted < count && Clock::now() > deadline) count = posted + 1;
     }
     return Status::Ok();
@@ -581,14 +577,13 @@ Status RunBenchVerbs(const BenchVerbsOptions& options) {
                "inflates these numbers (most of all the latency tails)\n",
                load);
   }
-  Result<verbs::Library*> lib = verbs::Library::ForDevice(options.device_a);
-  if (!lib.ok()) return lib.status();
+  BX_ASSIGN_OR_RETURN(auto* lib, verbs::Library::ForDevice(options.device_a));
 
   size_t max_size = 1;
   for (const std::string& test : options.tests) {
     for (size_t size : SizesFor(options, test)) max_size = std::max(max_size, size);
   }
-  VerbsBench bench(**lib, options);
+  VerbsBench bench(*lib, options);
   BX_RETURN_IF_ERROR(bench.SetUp(max_size));
 
   std::vector<VerbsResult> results;
@@ -606,8 +601,8 @@ Status RunBenchVerbs(const BenchVerbsOptions& options) {
     OrderedJson out;
     out["results"] = OrderedJson::array();
     for (const VerbsResult& r : results) out["results"].push_back(ToJson(r));
-    out["backend"] = std::string(verbs::BackendName((*lib)->backend()));
-    out["library"] = (*lib)->path();
+    out["backend"] = std::string(verbs::BackendName(lib->backend()));
+    out["library"] = lib->path();
     out["device_a"] = options.device_a;
     out["device_b"] = options.device_b;
     out["window"] = options.window;
@@ -617,8 +612,8 @@ Status RunBenchVerbs(const BenchVerbsOptions& options) {
     fmt::print("{}\n", out.dump(2));
     return Status::Ok();
   }
-  fmt::print("bx bench verbs: {} backend ({}), {}\n", verbs::BackendName((*lib)->backend()),
-             (*lib)->path(), bench.description());
+  fmt::print("bx bench verbs: {} backend ({}), {}\n", verbs::BackendName(lib->backend()),
+             lib->path(), bench.description());
   fmt::print(
       "write_lat: post to completion, 1 in flight; send_lat: round trip, one thread drives both "
       "QPs; write_bw: window {}, signal every {}\n\n",

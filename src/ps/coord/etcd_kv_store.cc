@@ -199,10 +199,9 @@ class EtcdKvStore final : public KvStore {
   }
 
   Result<std::optional<KvEntry>> Get(const std::string& key) override {
-    Result<json> answer = Call("/v3/kv/range", {{"key", Base64Encode(key)}});
-    if (!answer.ok()) return answer.status();
-    auto kvs = answer->find("kvs");
-    if (kvs == answer->end() || !kvs->is_array() || kvs->empty()) {
+    BX_ASSIGN_OR_RETURN(json answer, Call("/v3/kv/range", {{"key", Base64Encode(key)}}));
+    auto kvs = answer.find("kvs");
+    if (kvs == answer.end() || !kvs->is_array() || kvs->empty()) {
       return std::optional<KvEntry>();
     }
     const json& kv = kvs->front();
@@ -231,33 +230,31 @@ class EtcdKvStore final : public KvStore {
       if (p.lease != 0) put["lease"] = std::to_string(p.lease);
       success.push_back({{"request_put", std::move(put)}});
     }
-    Result<json> answer = Call("/v3/kv/txn", {{"compare", compare}, {"success", success}});
-    if (!answer.ok()) return answer.status();
-    auto succeeded = answer->find("succeeded");
-    return succeeded != answer->end() && succeeded->is_boolean() && succeeded->get<bool>();
+    BX_ASSIGN_OR_RETURN(json answer,
+                        Call("/v3/kv/txn", {{"compare", compare}, {"success", success}}));
+    auto succeeded = answer.find("succeeded");
+    return succeeded != answer.end() && succeeded->is_boolean() && succeeded->get<bool>();
   }
 
   Result<KvLease> GrantLease(std::chrono::milliseconds ttl) override {
     if (ttl.count() <= 0) return InvalidArgument("etcd grant lease: ttl must be positive");
     const int64_t seconds = (ttl.count() + 999) / 1000;  // etcd counts whole seconds
-    Result<json> answer = Call("/v3/lease/grant", {{"TTL", seconds}});
-    if (!answer.ok()) return answer.status();
-    Result<int64_t> id = Int64Field(*answer, "ID");
-    Result<int64_t> granted = Int64Field(*answer, "TTL");
+    BX_ASSIGN_OR_RETURN(json answer, Call("/v3/lease/grant", {{"TTL", seconds}}));
+    Result<int64_t> id = Int64Field(answer, "ID");
+    Result<int64_t> granted = Int64Field(answer, "TTL");
     if (!id.ok()) return id.status().WithContext(Where("/v3/lease/grant"));
     if (!granted.ok()) return granted.status().WithContext(Where("/v3/lease/grant"));
     if (*id == 0 || *granted <= 0) {
-      return DataLoss(Where("/v3/lease/grant") + ": no lease in the answer " + answer->dump());
+      return DataLoss(Where("/v3/lease/grant") + ": no lease in the answer " + answer.dump());
     }
     return KvLease{*id, std::chrono::seconds(*granted)};
   }
 
   Result<std::chrono::milliseconds> KeepAlive(int64_t lease) override {
-    Result<json> answer = Call("/v3/lease/keepalive", {{"ID", std::to_string(lease)}});
-    if (!answer.ok()) return answer.status();
-    auto result = answer->find("result");
-    if (result == answer->end() || !result->is_object()) {
-      return DataLoss(Where("/v3/lease/keepalive") + ": no result in the answer " + answer->dump());
+    BX_ASSIGN_OR_RETURN(json answer, Call("/v3/lease/keepalive", {{"ID", std::to_string(lease)}}));
+    auto result = answer.find("result");
+    if (result == answer.end() || !result->is_object()) {
+      return DataLoss(Where("/v3/lease/keepalive") + ": no result in the answer " + answer.dump());
     }
     Result<int64_t> ttl = Int64Field(*result, "TTL");
     if (!ttl.ok()) return ttl.status().WithContext(Where("/v3/lease/keepalive"));
@@ -371,13 +368,12 @@ class EtcdKvStore final : public KvStore {
 
 Result<std::unique_ptr<KvStore>> OpenEtcdKvStore(const std::string& endpoint,
                                                  std::chrono::milliseconds timeout) {
-  Result<std::string> normalized = NormalizeEndpoint(endpoint);
-  if (!normalized.ok()) return normalized.status();
+  BX_ASSIGN_OR_RETURN(std::string normalized, NormalizeEndpoint(endpoint));
   if (timeout.count() <= 0) {
     return InvalidArgument("etcd endpoint '" + endpoint + "': timeout must be positive");
   }
   BX_RETURN_IF_ERROR(InitCurlOnce());
-  return std::unique_ptr<KvStore>(new EtcdKvStore(std::move(normalized).value(), timeout));
+  return std::unique_ptr<KvStore>(new EtcdKvStore(std::move(normalized), timeout));
 }
 
 }  // namespace bx::ps

@@ -18,9 +18,8 @@ Result<std::shared_ptr<KvStore>> OpenKvStore(const std::string& url,
     if (!store) store = NewMemoryKvStore();
     return store;
   }
-  Result<std::unique_ptr<KvStore>> etcd = OpenEtcdKvStore(url, timeout);
-  if (!etcd.ok()) return etcd.status();
-  return std::shared_ptr<KvStore>(std::move(etcd).value());
+  BX_ASSIGN_OR_RETURN(std::unique_ptr<KvStore> etcd, OpenEtcdKvStore(url, timeout));
+  return std::shared_ptr<KvStore>(std::move(etcd));
 }
 
 }  // namespace bx::ps

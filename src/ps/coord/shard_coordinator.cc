@@ -82,41 +82,36 @@ std::string ShardCoordinator::Key(const std::string& name) const {
 
 Status ShardCoordinator::Register() {
   const KvPut put{Key("member/" + std::to_string(options_.self)), incarnation_, 0};
-  Result<bool> done = store_->Commit({}, {&put, 1});
-  if (!done.ok()) return done.status();
-  return *done ? Status::Ok() : Internal("unconditional put refused");
+  BX_ASSIGN_OR_RETURN(bool done, store_->Commit({}, {&put, 1}));
+  return done ? Status::Ok() : Internal("unconditional put refused");
 }
 
 Result<std::vector<std::optional<std::string>>> ShardCoordinator::Registered(uint32_t replicas) {
   std::vector<std::optional<std::string>> out;
   for (uint32_t r = 0; r < replicas; ++r) {
-    Result<std::optional<KvEntry>> entry = store_->Get(Key("member/" + std::to_string(r)));
-    if (!entry.ok()) return entry.status();
-    out.push_back(*entry ? std::optional<std::string>((*entry)->value) : std::nullopt);
+    BX_ASSIGN_OR_RETURN(std::optional<KvEntry> entry,
+                        store_->Get(Key("member/" + std::to_string(r))));
+    out.push_back(entry ? std::optional<std::string>(entry->value) : std::nullopt);
   }
   return out;
 }
 
 Result<std::optional<VersionedConfig>> ShardCoordinator::Read() {
-  Result<std::optional<KvEntry>> entry = store_->Get(Key("config"));
-  if (!entry.ok()) return entry.status();
-  if (!*entry) return std::optional<VersionedConfig>();
-  Result<ShardConfig> config = DecodeShardConfig((*entry)->value);
-  if (!config.ok()) return config.status();
-  return std::optional<VersionedConfig>(VersionedConfig{*config, (*entry)->mod_revision});
+  BX_ASSIGN_OR_RETURN(std::optional<KvEntry> entry, store_->Get(Key("config")));
+  if (!entry) return std::optional<VersionedConfig>();
+  BX_ASSIGN_OR_RETURN(ShardConfig config, DecodeShardConfig(entry->value));
+  return std::optional<VersionedConfig>(VersionedConfig{std::move(config), entry->mod_revision});
 }
 
 Result<bool> ShardCoordinator::PrimaryLeaseAlive() {
-  Result<std::optional<KvEntry>> entry = store_->Get(Key("lease"));
-  if (!entry.ok()) return entry.status();
-  return entry->has_value();
+  BX_ASSIGN_OR_RETURN(std::optional<KvEntry> entry, store_->Get(Key("lease")));
+  return entry.has_value();
 }
 
 Result<KvLease> ShardCoordinator::GrantLease() {
   const Clock::time_point sent = Clock::now();
-  Result<KvLease> lease = store_->GrantLease(options_.lease_ttl);
-  if (!lease.ok()) return lease.status();
-  SetDeadline(sent, lease->ttl);
+  BX_ASSIGN_OR_RETURN(KvLease lease, store_->GrantLease(options_.lease_ttl));
+  SetDeadline(sent, lease.ttl);
   return lease;
 }
 
@@ -167,20 +162,18 @@ Result<VersionedConfig> ShardCoordinator::Promote(const VersionedConfig& seen) {
 Result<VersionedConfig> ShardCoordinator::CommitOffice(std::span<const KvCompare> compares,
                                                        const ShardConfig& config,
                                                        const std::string& refused) {
-  Result<KvLease> lease = GrantLease();
-  if (!lease.ok()) return lease.status();
+  BX_ASSIGN_OR_RETURN(KvLease lease, GrantLease());
   const KvPut puts[] = {
       {Key("config"), EncodeShardConfig(config), 0},
-      {Key("lease"), std::to_string(options_.self) + " " + std::to_string(config.epoch),
-       lease->id}};
+      {Key("lease"), std::to_string(options_.self) + " " + std::to_string(config.epoch), lease.id}};
   Result<bool> done = store_->Commit(compares, puts);
   if (!done.ok() || !*done) {
-    (void)store_->RevokeLease(lease->id);
+    (void)store_->RevokeLease(lease.id);
     deadline_ns_.store(0);
     if (!done.ok()) return done.status();
     return FailedPrecondition(refused);
   }
-  return TakeOffice(*lease, config);
+  return TakeOffice(lease, config);
 }
 
 Result<VersionedConfig> ShardCoordinator::TakeOffice(const KvLease& lease,
@@ -243,17 +236,15 @@ Result<VersionedConfig> ShardCoordinator::ChangeMembers(
   const KvCompare compares[] = {{Key("config"), KvCompare::Target::kMod, office.revision},
                                 {Key("lease"), KvCompare::Target::kCreate, key_created}};
   const KvPut put{Key("config"), EncodeShardConfig(next), 0};
-  Result<bool> done = store_->Commit(compares, {&put, 1});
-  if (!done.ok()) return done.status();
-  if (!*done) return FailedPrecondition("the configuration changed or the lease expired");
-  Result<std::optional<VersionedConfig>> current = Read();
-  if (!current.ok()) return current.status();
-  if (!*current || (*current)->config != next) {
+  BX_ASSIGN_OR_RETURN(bool done, store_->Commit(compares, {&put, 1}));
+  if (!done) return FailedPrecondition("the configuration changed or the lease expired");
+  BX_ASSIGN_OR_RETURN(std::optional<VersionedConfig> current, Read());
+  if (!current || current->config != next) {
     return FailedPrecondition("the configuration changed after committing: " + what);
   }
   std::lock_guard lock(mu_);
-  office_ = **current;
-  return **current;
+  office_ = *current;
+  return *current;
 }
 
 void ShardCoordinator::RenewLoop() {

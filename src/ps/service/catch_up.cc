@@ -24,9 +24,8 @@ bool GetU64s(std::span<const std::byte> bytes, std::initializer_list<uint64_t*> 
 }
 
 Result<rpc::Message> U64Message(std::initializer_list<uint64_t> values) {
-  Result<rpc::Message> m = rpc::Message::Allocate(values.size() * sizeof(uint64_t));
-  if (!m.ok()) return m;
-  ByteWriter w({m->data(), m->size()});
+  BX_ASSIGN_OR_RETURN(rpc::Message m, rpc::Message::Allocate(values.size() * sizeof(uint64_t)));
+  ByteWriter w({m.data(), m.size()});
   for (uint64_t v : values) w.Put(v);
   return m;
 }
@@ -91,16 +90,15 @@ Result<CatchUpResult> CatchUpFrom(const rpc::ReplicaAddress& primary,
                                   const rpc::ClientOptions& options, uint32_t self,
                                   const std::string& incarnation, ShardReplica& replica,
                                   std::chrono::milliseconds timeout) {
-  Result<std::unique_ptr<rpc::Client>> client = rpc::Client::Create({primary}, options);
-  if (!client.ok()) return client.status();
+  BX_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Client> client, rpc::Client::Create({primary}, options));
 
-  Result<rpc::Message> request = rpc::Message::Allocate(2 * sizeof(uint32_t) + incarnation.size());
-  if (!request.ok()) return request.status();
-  ByteWriter w({request->data(), request->size()});
+  BX_ASSIGN_OR_RETURN(rpc::Message request,
+                      rpc::Message::Allocate(2 * sizeof(uint32_t) + incarnation.size()));
+  ByteWriter w({request.data(), request.size()});
   w.Put<uint32_t>(self);
   w.Put<uint32_t>(static_cast<uint32_t>(incarnation.size()));
   w.PutBytes(incarnation.data(), incarnation.size());
-  Result<rpc::Message> reply = CallOnce(**client, kJoinMethod, std::move(request).value(), timeout);
+  Result<rpc::Message> reply = CallOnce(*client, kJoinMethod, std::move(request), timeout);
   if (!reply.ok()) return reply.status().WithContext("ps.Join");
   uint64_t token = 0, size = 0;
   ShardReplica::Position at;
@@ -110,10 +108,9 @@ Result<CatchUpResult> CatchUpFrom(const rpc::ReplicaAddress& primary,
   std::vector<std::byte> snapshot;  // grows with what arrives, not with what the reply claims
   snapshot.reserve(std::min<uint64_t>(size, uint64_t{64} << 20));
   while (snapshot.size() < size) {
-    Result<rpc::Message> chunk_request = U64Message({token, snapshot.size()});
-    if (!chunk_request.ok()) return chunk_request.status();
+    BX_ASSIGN_OR_RETURN(rpc::Message chunk_request, U64Message({token, snapshot.size()}));
     Result<rpc::Message> chunk =
-        CallOnce(**client, kJoinChunkMethod, std::move(chunk_request).value(), timeout);
+        CallOnce(*client, kJoinChunkMethod, std::move(chunk_request), timeout);
     if (!chunk.ok()) return chunk.status().WithContext("ps.JoinChunk");
     if (chunk->size() == 0 || chunk->size() > size - snapshot.size()) {
       return DataLoss("ps.JoinChunk: chunk does not fit the snapshot");
@@ -123,9 +120,8 @@ Result<CatchUpResult> CatchUpFrom(const rpc::ReplicaAddress& primary,
   BX_RETURN_IF_ERROR(replica.InstallSnapshot(snapshot));
   if (replica.position() != at) return DataLoss("snapshot's position differs from the offer");
 
-  Result<rpc::Message> attach = U64Message({token});
-  if (!attach.ok()) return attach.status();
-  reply = CallOnce(**client, kJoinAttachMethod, std::move(attach).value(), timeout);
+  BX_ASSIGN_OR_RETURN(rpc::Message attach, U64Message({token}));
+  reply = CallOnce(*client, kJoinAttachMethod, std::move(attach), timeout);
   if (!reply.ok()) {
     replica.StepDown("attach to the primary failed");
     return reply.status().WithContext("ps.JoinAttach");
@@ -149,14 +145,13 @@ class LeasedFailoverCore::JoinDesk : public JoinService {
     std::lock_guard lock(mu_);  // one join at a time: each snapshot stalls pushes a little
     if (core_ == nullptr) return Unavailable("failover monitor stopped");
     BX_RETURN_IF_ERROR(core_->CheckJoiner(replica, incarnation));
-    Result<ShardReplica::JoinSnapshot> snapshot =
-        core_->server_->replica().SnapshotForJoin(replica);
-    if (!snapshot.ok()) return snapshot.status();
-    const ShardReplica::Position at = snapshot->position;
+    BX_ASSIGN_OR_RETURN(ShardReplica::JoinSnapshot snapshot,
+                        core_->server_->replica().SnapshotForJoin(replica));
+    const ShardReplica::Position at = snapshot.position;
     Pending& p = pending_[replica];  // replaces an earlier attempt of the same replica
     p.token = ++last_token_;
     p.incarnation = incarnation;
-    p.bytes = std::make_shared<const std::vector<std::byte>>(std::move(snapshot->bytes));
+    p.bytes = std::make_shared<const std::vector<std::byte>>(std::move(snapshot.bytes));
     core_->Log("snapshot for replica " + std::to_string(replica) + " at epoch " +
                std::to_string(at.epoch) + " lsn " + std::to_string(at.lsn) + " (" +
                std::to_string(p.bytes->size()) + " bytes)");
@@ -177,13 +172,12 @@ class LeasedFailoverCore::JoinDesk : public JoinService {
     const uint32_t replica = it->first;
     const ShardMember member{replica, it->second.incarnation};
     pending_.erase(it);
-    Result<std::shared_ptr<BackupLink>> link =
-        core_->server_->LinkTo(core_->options_.replicas[replica]);
-    if (!link.ok()) return link.status();
+    BX_ASSIGN_OR_RETURN(std::shared_ptr<BackupLink> link,
+                        core_->server_->LinkTo(core_->options_.replicas[replica]));
     auto add = [inbox = core_->inbox_, member](size_t index, std::function<void(Status)> done) {
       inbox->Submit(Change{true, member, index, std::move(done)});
     };
-    BX_RETURN_IF_ERROR(core_->server_->replica().AttachLearner(replica, *link, std::move(add)));
+    BX_RETURN_IF_ERROR(core_->server_->replica().AttachLearner(replica, link, std::move(add)));
     core_->Log("replica " + std::to_string(replica) + " attached; catching up");
     return Status::Ok();
   }
@@ -224,9 +218,9 @@ Status LeasedFailoverCore::CheckJoiner(uint32_t replica, const std::string& inca
   if (!office || !server_->replica().PrimaryWithLease()) {
     return FailedPrecondition("not the primary of the shard");
   }
-  Result<std::vector<std::optional<std::string>>> registered = coordinator_->Registered(n);
-  if (!registered.ok()) return registered.status();
-  if ((*registered)[replica] != incarnation) {
+  BX_ASSIGN_OR_RETURN(std::vector<std::optional<std::string>> registered,
+                      coordinator_->Registered(n));
+  if (registered[replica] != incarnation) {
     return FailedPrecondition("replica " + std::to_string(replica) +
                               " is registered by another process");
   }

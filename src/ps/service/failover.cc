@@ -92,19 +92,17 @@ Result<rpc::Message> CallOnce(rpc::Client& client, std::string_view method, rpc:
 }
 
 Result<PingReply> Ping(rpc::Client& client, std::chrono::milliseconds timeout) {
-  Result<rpc::Message> request = rpc::Message::Allocate(0);
-  if (!request.ok()) return request.status();
-  Result<rpc::Message> reply = CallOnce(client, kPingMethod, std::move(request).value(), timeout);
-  if (!reply.ok()) return reply.status();
-  return DecodePingReply(Bytes(*reply));
+  BX_ASSIGN_OR_RETURN(rpc::Message request, rpc::Message::Allocate(0));
+  BX_ASSIGN_OR_RETURN(rpc::Message reply,
+                      CallOnce(client, kPingMethod, std::move(request), timeout));
+  return DecodePingReply(Bytes(reply));
 }
 
 Result<PingReply> PingReplicaOnce(const rpc::ReplicaAddress& replica,
                                   const rpc::ClientOptions& options,
                                   std::chrono::milliseconds timeout) {
-  Result<std::unique_ptr<rpc::Client>> client = rpc::Client::Create({replica}, options);
-  if (!client.ok()) return client.status();
-  return Ping(**client, timeout);
+  BX_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Client> client, rpc::Client::Create({replica}, options));
+  return Ping(*client, timeout);
 }
 
 Result<PingReply> FailoverMonitorCore::PingReplica(size_t replica) const {

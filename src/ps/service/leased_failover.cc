@@ -28,10 +28,10 @@ Result<std::unique_ptr<LeasedFailoverCore>> LeasedFailoverCore::Start(PsServerCo
     return InvalidArgument("failover: need 0 < 3 x probe interval <= lease ttl");
   }
   server->LendSecrets(&options.client.transport);
-  Result<std::shared_ptr<KvStore>> store = OpenKvStore(options.config_store, kStoreTimeout);
-  if (!store.ok()) return store.status();
+  BX_ASSIGN_OR_RETURN(std::shared_ptr<KvStore> store,
+                      OpenKvStore(options.config_store, kStoreTimeout));
   std::unique_ptr<LeasedFailoverCore> core(
-      new LeasedFailoverCore(server, std::move(options), std::move(store).value()));
+      new LeasedFailoverCore(server, std::move(options), std::move(store)));
   // Reads (docs/PS.md "Reads"): the primary while its lease holds; a backup while it saw itself
   // in the set less than half a lease ttl ago (so a backup dropped without knowing it yet may
   // miss pushes acknowledged during at most that long); never a fenced replica.

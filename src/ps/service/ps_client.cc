@@ -99,13 +99,11 @@ Result<std::unique_ptr<PsClientCore>> PsClientCore::Create(const ClusterSpec& sp
                                                         options.transport + " address");
       }
       addresses.push_back(address);
-      Result<std::unique_ptr<rpc::Client>> one = rpc::Client::Create({address}, options.rpc);
-      if (!one.ok()) return one.status();
-      shard->replicas.push_back(std::move(one).value());
+      BX_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Client> one,
+                          rpc::Client::Create({address}, options.rpc));
+      shard->replicas.push_back(std::move(one));
     }
-    Result<std::unique_ptr<rpc::Client>> reads = rpc::Client::Create(addresses, options.rpc);
-    if (!reads.ok()) return reads.status();
-    shard->reads = std::move(reads).value();
+    BX_ASSIGN_OR_RETURN(shard->reads, rpc::Client::Create(addresses, options.rpc));
     client->shards_.push_back(std::move(shard));
   }
   client->timer_ = std::make_unique<Timer>();
@@ -145,15 +143,14 @@ struct PsClientCore::FetchJoin {
     for (size_t b = 0; b < batches.size(); ++b) {
       if (!results[b].ok()) return results[b].status();
       const rpc::Message& m = *results[b];
-      Result<FetchResponseView> view = DecodeFetchResponse({m.data(), m.size()});
-      if (!view.ok()) return view.status();
-      if (view->key_count() != batches[b].keys.size()) {
+      BX_ASSIGN_OR_RETURN(FetchResponseView view, DecodeFetchResponse({m.data(), m.size()}));
+      if (view.key_count() != batches[b].keys.size()) {
         return Status(StatusCode::kDataLoss, "fetch response key count");
       }
-      if (b > 0 && view->dim() != views[0].dim()) {
+      if (b > 0 && view.dim() != views[0].dim()) {
         return Status(StatusCode::kDataLoss, "shards disagree on dim");
       }
-      views.push_back(*view);
+      views.push_back(view);
     }
     if (views.empty()) return FetchedRows::Gathered({}, 0, 0);
     const uint32_t dim = views[0].dim();

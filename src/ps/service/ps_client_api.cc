@@ -13,9 +13,9 @@ PsClient::~PsClient() = default;
 
 Result<std::unique_ptr<PsClient>> PsClient::Create(const ClusterSpec& spec,
                                                    PsClientOptions options) {
-  Result<std::unique_ptr<PsClientCore>> core = PsClientCore::Create(spec, std::move(options));
-  if (!core.ok()) return core.status();
-  return std::unique_ptr<PsClient>(new PsClient(std::move(core).value()));
+  BX_ASSIGN_OR_RETURN(std::unique_ptr<PsClientCore> core,
+                      PsClientCore::Create(spec, std::move(options)));
+  return std::unique_ptr<PsClient>(new PsClient(std::move(core)));
 }
 
 void PsClient::FetchAsync(uint32_t table, std::span<const uint64_t> keys,

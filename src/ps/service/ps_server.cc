@@ -89,9 +89,7 @@ Result<std::unique_ptr<PsServerCore>> PsServerCore::Create(const std::vector<Tab
   }
   std::unique_ptr<PsServerCore> server(new PsServerCore(std::move(options)));
   for (const TableConfig& table : tables) BX_RETURN_IF_ERROR(server->replica_.CreateTable(table));
-  Result<std::unique_ptr<rpc::Server>> rpc_server = rpc::Server::Create(server->options_.rpc);
-  if (!rpc_server.ok()) return rpc_server.status();
-  server->server_ = std::move(rpc_server).value();
+  BX_ASSIGN_OR_RETURN(server->server_, rpc::Server::Create(server->options_.rpc));
   BX_RETURN_IF_ERROR(server->Register());
   return server;
 }
@@ -140,10 +138,8 @@ Status PsServerCore::BecomePrimary(uint64_t epoch, const std::vector<rpc::Replic
   std::vector<std::shared_ptr<BackupLink>> links;
   std::lock_guard lock(backups_mu_);
   for (const rpc::ReplicaAddress& address : backups) {
-    Result<std::unique_ptr<rpc::Client>> client =
-        rpc::Client::Create({address}, options_.backup_client);
-    if (!client.ok()) return client.status();
-    std::shared_ptr<rpc::Client> shared = std::move(client).value();
+    BX_ASSIGN_OR_RETURN(std::shared_ptr<rpc::Client> shared,
+                        rpc::Client::Create({address}, options_.backup_client));
     backup_clients_.push_back(shared);
     links.push_back(std::make_shared<RpcBackupLink>(shared, options_.forward_timeout));
   }
@@ -156,10 +152,7 @@ Result<std::shared_ptr<BackupLink>> PsServerCore::LinkTo(const rpc::ReplicaAddre
   std::lock_guard lock(backups_mu_);
   std::shared_ptr<rpc::Client>& shared = join_clients_[backup.rdma_url + " " + backup.tcp_url];
   if (!shared) {
-    Result<std::unique_ptr<rpc::Client>> client =
-        rpc::Client::Create({backup}, options_.backup_client);
-    if (!client.ok()) return client.status();
-    shared = std::move(client).value();
+    BX_ASSIGN_OR_RETURN(shared, rpc::Client::Create({backup}, options_.backup_client));
   }
   return std::shared_ptr<BackupLink>(
       std::make_shared<RpcBackupLink>(shared, options_.forward_timeout));

@@ -13,9 +13,9 @@ PsServer::~PsServer() = default;
 
 Result<std::unique_ptr<PsServer>> PsServer::Create(const std::vector<TableConfig>& tables,
                                                    PsServerOptions options) {
-  Result<std::unique_ptr<PsServerCore>> core = PsServerCore::Create(tables, std::move(options));
-  if (!core.ok()) return core.status();
-  return std::unique_ptr<PsServer>(new PsServer(std::move(core).value()));
+  BX_ASSIGN_OR_RETURN(std::unique_ptr<PsServerCore> core,
+                      PsServerCore::Create(tables, std::move(options)));
+  return std::unique_ptr<PsServer>(new PsServer(std::move(core)));
 }
 
 Status PsServer::Start(const std::vector<std::string>& urls) {
@@ -51,16 +51,13 @@ Result<std::unique_ptr<FailoverMonitor>> FailoverMonitor::Start(PsServer* server
                                                                 FailoverOptions options) {
   if (server == nullptr) return InvalidArgument("FailoverMonitor::Start: no server");
   if (!options.config_store.empty()) {
-    Result<std::unique_ptr<LeasedFailoverCore>> leased =
-        LeasedFailoverCore::Start(&server->core(), std::move(options));
-    if (!leased.ok()) return leased.status();
-    return std::unique_ptr<FailoverMonitor>(
-        new FailoverMonitor(nullptr, std::move(leased).value()));
+    BX_ASSIGN_OR_RETURN(std::unique_ptr<LeasedFailoverCore> leased,
+                        LeasedFailoverCore::Start(&server->core(), std::move(options)));
+    return std::unique_ptr<FailoverMonitor>(new FailoverMonitor(nullptr, std::move(leased)));
   }
-  Result<std::unique_ptr<FailoverMonitorCore>> core =
-      FailoverMonitorCore::Start(&server->core(), std::move(options));
-  if (!core.ok()) return core.status();
-  return std::unique_ptr<FailoverMonitor>(new FailoverMonitor(std::move(core).value(), nullptr));
+  BX_ASSIGN_OR_RETURN(std::unique_ptr<FailoverMonitorCore> core,
+                      FailoverMonitorCore::Start(&server->core(), std::move(options)));
+  return std::unique_ptr<FailoverMonitor>(new FailoverMonitor(std::move(core), nullptr));
 }
 
 uint64_t FailoverMonitor::promoted_epoch() const {

@@ -152,9 +152,7 @@ Result<Reply> DecodeReply(const uint8_t in[64]) {
   uint32_t magic = Get32(in);
   Reply reply;
   if (magic == kHelloMagic) {
-    Result<Hello> hello = DecodeHello(in);
-    if (!hello.ok()) return hello.status();
-    reply.hello = *hello;
+    BX_ASSIGN_OR_RETURN(reply.hello, DecodeHello(in));
     return reply;
   }
   if (magic != kChallengeMagic && magic != kRefusalMagic)

@@ -51,22 +51,21 @@ Result<std::optional<AcceptedAuth>> AuthenticateConnectingPeer(int fd, const Hel
     return std::optional<AcceptedAuth>();
   }
   if (!hello.auth) return refuse(Refusal::kAuthMissing);
-  Result<Nonce> mine = transport::auth::NewNonce();
-  if (!mine.ok()) return mine.status();
+  BX_ASSIGN_OR_RETURN(Nonce mine, transport::auth::NewNonce());
   uint8_t challenge[kRecordBytes];
-  EncodeChallenge(mine->data(), challenge);
+  EncodeChallenge(mine.data(), challenge);
   BX_RETURN_IF_ERROR(transport::WriteAll(fd, challenge, sizeof(challenge), deadline, "challenge"));
   Proof proof{};
   BX_RETURN_IF_ERROR(transport::ReadExactly(fd, proof.data(), proof.size(), deadline,
                                             "client proof", "bootstrap connection"));
   // A client echoing our nonce is trying to make us answer our own challenge.
-  if (theirs == *mine) return refuse(Refusal::kAuthFailed);
+  if (theirs == mine) return refuse(Refusal::kAuthFailed);
   const transport::auth::Proven proven = transport::auth::VerifyProofOfEither(
-      secret, privileged_secret, kAuthContext, theirs, *mine,
+      secret, privileged_secret, kAuthContext, theirs, mine,
       std::span<const uint8_t>(hello_raw, kRecordBytes), proof);
   if (proven == transport::auth::Proven::kNeither) return refuse(Refusal::kAuthFailed);
   return std::optional<AcceptedAuth>(
-      AcceptedAuth{*mine, theirs, proven == transport::auth::Proven::kPrivilegedSecret});
+      AcceptedAuth{mine, theirs, proven == transport::auth::Proven::kPrivilegedSecret});
 }
 
 Status SendAcceptingHello(int fd, Hello mine, const std::string& secret, const AcceptedAuth* auth,
@@ -93,36 +92,32 @@ Result<Hello> ConnectingHandshake(int fd, Hello mine, const std::string& secret,
   EncodeHello(mine, out);
   Nonce nonce{};
   if (auth) {
-    Result<Nonce> fresh = transport::auth::NewNonce();
-    if (!fresh.ok()) return fresh.status();
-    nonce = *fresh;
+    BX_ASSIGN_OR_RETURN(nonce, transport::auth::NewNonce());
     std::memcpy(out + kRecordBytes, nonce.data(), nonce.size());
   }
   BX_RETURN_IF_ERROR(
       transport::WriteAll(fd, out, auth ? sizeof(out) : kRecordBytes, deadline, "hello"));
 
   uint8_t raw[kRecordBytes];
-  Result<Reply> reply = ReceiveReply(fd, deadline, raw, auth ? "challenge" : "hello");
-  if (!reply.ok()) return reply.status();
-  if (reply->kind == Reply::Kind::kRefusal) return transport::auth::RefusedBy(peer, reply->refusal);
+  BX_ASSIGN_OR_RETURN(Reply reply, ReceiveReply(fd, deadline, raw, auth ? "challenge" : "hello"));
+  if (reply.kind == Reply::Kind::kRefusal) return transport::auth::RefusedBy(peer, reply.refusal);
   if (!auth) {
-    if (reply->kind == Reply::Kind::kChallenge || reply->hello.auth)
+    if (reply.kind == Reply::Kind::kChallenge || reply.hello.auth)
       return NotAuthenticated(peer, "the accepting side requires auth_secret; none is set here");
-    return reply->hello;
+    return reply.hello;
   }
-  if (reply->kind != Reply::Kind::kChallenge)
+  if (reply.kind != Reply::Kind::kChallenge)
     return NotAuthenticated(peer, "the accepting side sent no challenge: it has no auth_secret");
   Nonce theirs;
-  std::memcpy(theirs.data(), reply->nonce, theirs.size());
+  std::memcpy(theirs.data(), reply.nonce, theirs.size());
   if (theirs == nonce) return NotAuthenticated(peer, "the accepting side echoed our nonce");
   Proof proof = transport::auth::ComputeProof(secret, kAuthContext, Role::kConnecting, nonce,
                                               theirs, std::span<const uint8_t>(out, kRecordBytes));
   BX_RETURN_IF_ERROR(transport::WriteAll(fd, proof.data(), proof.size(), deadline, "proof"));
 
-  reply = ReceiveReply(fd, deadline, raw, "hello");
-  if (!reply.ok()) return reply.status();
-  if (reply->kind == Reply::Kind::kRefusal) return transport::auth::RefusedBy(peer, reply->refusal);
-  if (reply->kind != Reply::Kind::kHello || !reply->hello.auth)
+  BX_ASSIGN_OR_RETURN(reply, ReceiveReply(fd, deadline, raw, "hello"));
+  if (reply.kind == Reply::Kind::kRefusal) return transport::auth::RefusedBy(peer, reply.refusal);
+  if (reply.kind != Reply::Kind::kHello || !reply.hello.auth)
     return NotAuthenticated(peer, "the accepting side's Hello carries no proof");
   Proof theirs_proof{};
   BX_RETURN_IF_ERROR(transport::ReadExactly(fd, theirs_proof.data(), theirs_proof.size(), deadline,
@@ -130,7 +125,7 @@ Result<Hello> ConnectingHandshake(int fd, Hello mine, const std::string& secret,
   if (!transport::auth::VerifyProof(secret, kAuthContext, Role::kAccepting, theirs, nonce,
                                     std::span<const uint8_t>(raw, kRecordBytes), theirs_proof))
     return NotAuthenticated(peer, "the accepting side's proof does not match auth_secret");
-  return reply->hello;
+  return reply.hello;
 }
 
 }  // namespace bx::rdma

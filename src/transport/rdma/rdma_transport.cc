@@ -118,9 +118,8 @@ static_assert(RdmaOptions{}.send_queue_depth == engine::EngineConfig{}.send_queu
               RdmaOptions{}.scoped_remote_writes == engine::EngineConfig{}.scoped_remote_writes);
 
 Result<Url> ParseRdmaUrl(std::string_view text) {
-  Result<Url> url = ParseUrl(text);
-  if (!url.ok()) return url.status();
-  if (url->scheme != "rdma")
+  BX_ASSIGN_OR_RETURN(Url url, ParseUrl(text));
+  if (url.scheme != "rdma")
     return InvalidArgument("the rdma transport cannot use '" + std::string(text) + "'");
   return url;
 }
@@ -393,29 +392,26 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Acquire(
     std::lock_guard lock(mu_);
     if (auto pick = PickLocked(*destination)) return pick;
   }
-  Result<transport::ConnectedSocket> connected = transport::ConnectFirst(url, deadline);
-  if (!connected.ok()) return connected.status();
-  transport::SetBlocking(connected->fd);
+  BX_ASSIGN_OR_RETURN(transport::ConnectedSocket connected, transport::ConnectFirst(url, deadline));
+  transport::SetBlocking(connected.fd);
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
-  auto connection = Establish(connected->fd, key, nullptr, nullptr,
-                              std::max(left, std::chrono::milliseconds(1)), nullptr, {});
-  if (!connection.ok()) return connection.status();
+  BX_ASSIGN_OR_RETURN(std::shared_ptr<RdmaConnection> connection,
+                      Establish(connected.fd, key, nullptr, nullptr,
+                                std::max(left, std::chrono::milliseconds(1)), nullptr, {}));
   std::lock_guard lock(mu_);
-  if (!(*connection)->torn_down()) destination->connections.push_back(*connection);
-  ++(*connection)->users;
+  if (!connection->torn_down()) destination->connections.push_back(connection);
+  ++connection->users;
   return connection;
 }
 
 Result<std::unique_ptr<Listener>> RdmaTransportImpl::Listen(std::string_view url_text,
                                                             AcceptHandler on_accept) {
-  Result<Url> url = ParseRdmaUrl(url_text);
-  if (!url.ok()) return url.status();
-  Result<transport::ListeningSocket> listening = transport::ListenOn(*url, kListenBacklog);
-  if (!listening.ok()) return listening.status();
-  transport::SetBlocking(listening->fd);
-  auto listener =
-      std::make_unique<RdmaListener>(*this, std::move(listening).value(), std::move(on_accept));
+  BX_ASSIGN_OR_RETURN(Url url, ParseRdmaUrl(url_text));
+  BX_ASSIGN_OR_RETURN(transport::ListeningSocket listening,
+                      transport::ListenOn(url, kListenBacklog));
+  transport::SetBlocking(listening.fd);
+  auto listener = std::make_unique<RdmaListener>(*this, std::move(listening), std::move(on_accept));
   std::lock_guard lock(mu_);
   listeners_.push_back(listener.get());
   return std::unique_ptr<Listener>(std::move(listener));
@@ -424,8 +420,7 @@ Result<std::unique_ptr<Listener>> RdmaTransportImpl::Listen(std::string_view url
 Result<std::shared_ptr<Socket>> RdmaTransportImpl::Connect(std::string_view url_text,
                                                            SocketHandlers handlers,
                                                            std::chrono::milliseconds timeout) {
-  Result<Url> url = ParseRdmaUrl(url_text);
-  if (!url.ok()) return url.status();
+  BX_ASSIGN_OR_RETURN(Url url, ParseRdmaUrl(url_text));
   // A socket is handed out once the peer accepted it, an answer an I/O thread brings (perhaps
   // this one): waiting for it here could only end in the timeout.
   if (LoopTasks::OnAnyLoop()) {
@@ -434,21 +429,21 @@ Result<std::shared_ptr<Socket>> RdmaTransportImpl::Connect(std::string_view url_
                               "thread; connect from another thread");
   }
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto connection = Acquire(*url, deadline);
-  if (!connection.ok()) return connection.status().WithContext("connect " + url->ToString());
+  auto connection = Acquire(url, deadline);
+  if (!connection.ok()) return connection.status().WithContext("connect " + url.ToString());
   std::shared_ptr<RdmaConnection> c = std::move(connection).value();
-  auto socket = std::make_shared<RdmaSocket>(c, url->ToString(), options_.max_message_bytes,
+  auto socket = std::make_shared<RdmaSocket>(c, url.ToString(), options_.max_message_bytes,
                                              options_.max_queued_bytes);
   Status opened;
   c->io().RunAndWait([&] {
     opened = c->OpenSocket(socket, std::move(handlers));
     if (!opened.ok()) ReleaseUser(c);
   });
-  if (!opened.ok()) return opened.WithContext("connect " + url->ToString());
+  if (!opened.ok()) return opened.WithContext("connect " + url.ToString());
   // Connected means accepted: the peer's listener has taken the socket.
   if (Status accepted = socket->WaitAccepted(deadline); !accepted.ok()) {
     socket->Close();
-    return accepted.WithContext("connect " + url->ToString());
+    return accepted.WithContext("connect " + url.ToString());
   }
   return std::shared_ptr<Socket>(std::move(socket));
 }
@@ -521,10 +516,9 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
   mine.max_message_bytes = options_.max_message_bytes;
   Hello theirs;
   if (peer_hello == nullptr) {
-    auto hello =
-        ConnectingHandshake(fd, mine, transport::auth::ProvenSecret(options_), peer, deadline);
-    if (!hello.ok()) return hello.status();
-    theirs = *hello;
+    BX_ASSIGN_OR_RETURN(
+        theirs,
+        ConnectingHandshake(fd, mine, transport::auth::ProvenSecret(options_), peer, deadline));
   } else {
     theirs = *peer_hello;
   }
@@ -645,9 +639,9 @@ Result<RdmaOptions> ApplyRdmaEnvironment(RdmaOptions rdma) {
 namespace bx::rdma {
 
 Result<std::unique_ptr<Transport>> CreateRdmaTransport(const TransportOptions& options) {
-  auto t = RdmaTransportImpl::Create(options, options.rdma);
-  if (!t.ok()) return t.status();
-  return std::unique_ptr<Transport>(std::move(t).value());
+  BX_ASSIGN_OR_RETURN(std::unique_ptr<RdmaTransportImpl> t,
+                      RdmaTransportImpl::Create(options, options.rdma));
+  return std::unique_ptr<Transport>(std::move(t));
 }
 
 void RegisterRdmaTransport() {

@@ -93,9 +93,7 @@ Status ConnectingHandshake(int fd, const std::string& secret, const std::string&
   const bool auth = !secret.empty();
   Nonce nonce{};
   if (auth) {
-    Result<Nonce> fresh = transport::auth::NewNonce();
-    if (!fresh.ok()) return fresh.status();
-    nonce = *fresh;
+    BX_ASSIGN_OR_RETURN(nonce, transport::auth::NewNonce());
   }
   const HandshakeRecord hello = Encode(kHello, auth ? kFlagAuth : 0, auth ? nonce.data() : nullptr);
   BX_RETURN_IF_ERROR(transport::WriteAll(fd, hello.data(), hello.size(), deadline, "tcp hello"));

@@ -333,11 +333,11 @@ Status TcpSocket::ConsumeRead(size_t into_payload, size_t into_staging) {
   staged_end_ += into_staging;
   while (!reading_payload_ && staged_end_ - staged_begin_ >= kFrameHeaderBytes &&
          !close_requested_) {
-    Result<uint64_t> length = DecodeFrameHeader(&staging_[staged_begin_], max_message_bytes_);
-    if (!length.ok()) return length.status();
+    BX_ASSIGN_OR_RETURN(uint64_t length,
+                        DecodeFrameHeader(&staging_[staged_begin_], max_message_bytes_));
     staged_begin_ += kFrameHeaderBytes;
-    BX_RETURN_IF_ERROR(StartMessage(*length));
-    size_t copied = std::min<size_t>(*length, staged_end_ - staged_begin_);
+    BX_RETURN_IF_ERROR(StartMessage(length));
+    size_t copied = std::min<size_t>(length, staged_end_ - staged_begin_);
     if (copied > 0) std::memcpy(incoming_.data(), &staging_[staged_begin_], copied);
     counters_.staged_copy_bytes.fetch_add(copied, std::memory_order_relaxed);
     staged_begin_ += copied;
@@ -356,9 +356,7 @@ Status TcpSocket::ConsumeRead(size_t into_payload, size_t into_staging) {
 Status TcpSocket::StartMessage(uint64_t length) {
   // DecodeFrameHeader has bounded `length` by max_message_bytes; the buffer starts smaller still
   // (kFirstReceiveBytes) and grows only as the payload arrives.
-  Result<Buffer> buffer = Buffer::Allocate(std::min<uint64_t>(length, kFirstReceiveBytes));
-  if (!buffer.ok()) return buffer.status();
-  incoming_ = std::move(buffer).value();
+  BX_ASSIGN_OR_RETURN(incoming_, Buffer::Allocate(std::min<uint64_t>(length, kFirstReceiveBytes)));
   incoming_length_ = length;
   incoming_filled_ = 0;
   large_messages_ = length >= kDirectReadBytes;
@@ -370,11 +368,10 @@ Status TcpSocket::StartMessage(uint64_t length) {
 // message's length) takes over what arrived.
 Status TcpSocket::GrowIncoming() {
   const size_t next = std::min(incoming_length_, incoming_.size() * kReceiveGrowth);
-  Result<Buffer> bigger = Buffer::Allocate(next);
-  if (!bigger.ok()) return bigger.status();
-  std::memcpy(bigger->data(), incoming_.data(), incoming_filled_);
+  BX_ASSIGN_OR_RETURN(Buffer bigger, Buffer::Allocate(next));
+  std::memcpy(bigger.data(), incoming_.data(), incoming_filled_);
   counters_.grown_copy_bytes.fetch_add(incoming_filled_, std::memory_order_relaxed);
-  incoming_ = std::move(bigger).value();
+  incoming_ = std::move(bigger);
   return Status::Ok();
 }
 

@@ -25,9 +25,8 @@ namespace {
 constexpr int kListenBacklog = 4096;
 
 Result<Url> ParseTcpUrl(std::string_view text) {
-  Result<Url> url = ParseUrl(text);
-  if (!url.ok()) return url.status();
-  if (url->scheme != "tcp") {
+  BX_ASSIGN_OR_RETURN(Url url, ParseUrl(text));
+  if (url.scheme != "tcp") {
     return InvalidArgument("the tcp transport cannot use '" + std::string(text) + "'");
   }
   return url;
@@ -50,34 +49,32 @@ class TcpTransport final : public Transport {
 
   Result<std::unique_ptr<Listener>> Listen(std::string_view url_text,
                                            AcceptHandler on_accept) override {
-    Result<Url> url = ParseTcpUrl(url_text);
-    if (!url.ok()) return url.status();
-    Result<transport::ListeningSocket> listening = transport::ListenOn(*url, kListenBacklog);
-    if (!listening.ok()) return listening.status();
-    auto listener = TcpListener::Start(listening->fd, listening->url.ToString(), io_threads_,
-                                       options_, limiter_, std::move(on_accept));
-    if (!listener.ok()) return listener.status();
-    return std::unique_ptr<Listener>(std::move(listener).value());
+    BX_ASSIGN_OR_RETURN(Url url, ParseTcpUrl(url_text));
+    BX_ASSIGN_OR_RETURN(transport::ListeningSocket listening,
+                        transport::ListenOn(url, kListenBacklog));
+    BX_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> listener,
+                        TcpListener::Start(listening.fd, listening.url.ToString(), io_threads_,
+                                           options_, limiter_, std::move(on_accept)));
+    return std::unique_ptr<Listener>(std::move(listener));
   }
 
   Result<std::shared_ptr<Socket>> Connect(std::string_view url_text, SocketHandlers handlers,
                                           std::chrono::milliseconds timeout) override {
-    Result<Url> url = ParseTcpUrl(url_text);
-    if (!url.ok()) return url.status();
+    BX_ASSIGN_OR_RETURN(Url url, ParseTcpUrl(url_text));
     auto deadline = std::chrono::steady_clock::now() + timeout;
-    Result<transport::ConnectedSocket> connected = transport::ConnectFirst(*url, deadline);
-    if (!connected.ok()) return connected.status();
+    BX_ASSIGN_OR_RETURN(transport::ConnectedSocket connected,
+                        transport::ConnectFirst(url, deadline));
     // Connected means accepted: the peer authenticated us (and we it) and took the socket.
-    if (Status s = ConnectingHandshake(connected->fd, transport::auth::ProvenSecret(options_),
-                                       connected->peer, deadline);
+    if (Status s = ConnectingHandshake(connected.fd, transport::auth::ProvenSecret(options_),
+                                       connected.peer, deadline);
         !s.ok()) {
-      ::close(connected->fd);
-      return s.WithContext("connect " + url->ToString());
+      ::close(connected.fd);
+      return s.WithContext("connect " + url.ToString());
     }
     std::shared_ptr<IoThread> io_thread =
         io_threads_[next_thread_.fetch_add(1, std::memory_order_relaxed) % io_threads_.size()];
     std::shared_ptr<TcpSocket> socket =
-        TcpSocket::Create(connected->fd, io_thread, options_, connected->peer);
+        TcpSocket::Create(connected.fd, io_thread, options_, connected.peer);
     BX_RETURN_IF_ERROR(socket->Start(std::move(handlers)));
     return std::shared_ptr<Socket>(std::move(socket));
   }
@@ -99,9 +96,9 @@ Result<std::unique_ptr<Transport>> CreateTcpTransport(const TransportOptions& op
   }
   std::vector<std::shared_ptr<IoThread>> io_threads;
   for (int i = 0; i < options.io_threads; ++i) {
-    Result<std::shared_ptr<IoThread>> io_thread = IoThread::Start(fmt::format("bx-tcp-io{}", i));
-    if (!io_thread.ok()) return io_thread.status();
-    io_threads.push_back(std::move(io_thread).value());
+    BX_ASSIGN_OR_RETURN(std::shared_ptr<IoThread> io_thread,
+                        IoThread::Start(fmt::format("bx-tcp-io{}", i)));
+    io_threads.push_back(std::move(io_thread));
   }
   return std::unique_ptr<Transport>(new TcpTransport(options, std::move(io_threads)));
 }

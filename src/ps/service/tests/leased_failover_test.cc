@@ -57,11 +57,10 @@ class LeasedFailoverTest : public ::testing::TestWithParam<std::string> {
   }
 
   Result<std::optional<VersionedConfig>> Config() const {
-    Result<std::shared_ptr<KvStore>> store = OpenKvStore(StoreUrl(), 1s);
-    if (!store.ok()) return store.status();
+    BX_ASSIGN_OR_RETURN(std::shared_ptr<KvStore> store, OpenKvStore(StoreUrl(), 1s));
     ShardCoordinator::Options options;
     options.self = 99;
-    return ShardCoordinator(store->get(), options).Read();
+    return ShardCoordinator(store.get(), options).Read();
   }
 
   // Declared in this order so that the monitors go first, then the servers they watch.
