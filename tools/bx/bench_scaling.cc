@@ -30,6 +30,7 @@
 
 #include "alloc/verbs_registrar.h"
 #include "base/percentile.h"
+#include "base/wire_encoding.h"
 #include "bench_common.h"
 #include "bx/transport.h"
 #include "commands.h"
@@ -67,7 +68,7 @@ struct Receiver {
     SocketHandlers h;
     h.on_message = [this](Socket&, Buffer m) {
       uint64_t sent = 0;
-      std::memcpy(&sent, m.data(), sizeof(sent));
+      WireReader(std::span<const std::byte>(m.data(), m.size())).GetU64(&sent);
       double us = double(NowNs() - sent) / 1000.0;
       std::lock_guard lock(mu);
       latencies_us.push_back(us);
@@ -84,8 +85,7 @@ struct Receiver {
 Buffer Stamped(size_t size) {
   Buffer b = std::move(Buffer::Allocate(std::max<size_t>(size, 8))).value();
   std::memset(b.data(), 0x5a, b.size());
-  uint64_t now = NowNs();
-  std::memcpy(b.data(), &now, sizeof(now));
+  WireWriter(std::span<std::byte>(b.data(), b.size())).PutU64(NowNs());
   return b;
 }
 
