@@ -96,12 +96,11 @@ class BX_EXPORT Histogram {
   HistogramSnapshot Snapshot() const;
 
  private:
-  size_t BucketOf(double value) const;
-  double UpperBound(size_t bucket) const;  // +infinity for the overflow bucket
-
-  int min_exponent_;  // frexp exponent of `min`
+  // The library's one log-linear scheme (src/base/log_linear_buckets.h, which a public header
+  // does not include): octaves_ powers of two from 2^min_exponent_, each cut in sub_buckets_.
+  int min_exponent_;
+  int octaves_;
   int sub_buckets_;
-  size_t buckets_;                                   // including the overflow bucket
   std::unique_ptr<std::atomic<uint64_t>[]> counts_;  // the count is their sum
   std::atomic<double> sum_{0};
 };

@@ -75,7 +75,8 @@ struct BX_EXPORT ReplicaAddress {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Latency histogram: log-linear buckets (8 per power of two, < 9% error) from 1 us to ~1 hour.
+// Latency histogram: log-linear buckets (8 per power of two, < 9% error) from 1 us to ~50 days;
+// a latency beyond that counts in an overflow bucket, whose percentiles are MaxUs().
 // Thread-compatible.
 class BX_EXPORT LatencyHistogram {
  public:
@@ -89,8 +90,10 @@ class BX_EXPORT LatencyHistogram {
   double MaxUs() const { return max_us_; }
 
  private:
-  static constexpr int kSubBuckets = 8;
-  static constexpr int kBuckets = 42 * kSubBuckets;
+  // The library's one log-linear scheme (src/base/log_linear_buckets.h, which a public header
+  // does not include): 42 octaves of 8 from 1 us, plus its underflow bucket (unused: a latency
+  // counts as at least 1 us) and overflow bucket. common.cc checks that the scheme has kBuckets.
+  static constexpr int kBuckets = 42 * 8 + 2;
   uint64_t buckets_[kBuckets] = {};
   uint64_t count_ = 0;
   double sum_us_ = 0;

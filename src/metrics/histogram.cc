@@ -1,10 +1,10 @@
-// Log-linear histogram buckets (see HistogramOptions in bx/metrics.h).
-//
-// A positive value v is m * 2^e with m in [0.5, 1) (frexp). Its octave is e, and inside the
-// octave [2^(e-1), 2^e) the sub-bucket is floor((2m - 1) * sub_buckets). Bucket 0 holds what lies
-// below the octave of `min`; the last bucket holds what lies above the octave of `max`.
+// Log-linear histogram buckets (see HistogramOptions in bx/metrics.h): the scheme is
+// base/log_linear_buckets.h, with the octave of `min` as its first and the octave of `max` as its
+// last, so bucket 0 holds what lies below the octave of `min` and the last bucket what lies above
+// the octave of `max`.
 #include <cmath>
 
+#include "base/log_linear_buckets.h"
 #include "bx/metrics.h"
 
 namespace bx::metrics {
@@ -13,48 +13,31 @@ Histogram::Histogram(const HistogramOptions& options)
     : sub_buckets_(options.sub_buckets < 1 ? 1 : options.sub_buckets) {
   double min = options.min > 0 ? options.min : 1e-9;
   double max = options.max > min ? options.max : min;
-  int max_exponent;
-  std::frexp(min, &min_exponent_);
-  std::frexp(max, &max_exponent);
-  size_t octaves = size_t(max_exponent - min_exponent_ + 1);
-  buckets_ = 1 + octaves * size_t(sub_buckets_) + 1;
-  counts_ = std::make_unique<std::atomic<uint64_t>[]>(buckets_);
-}
-
-size_t Histogram::BucketOf(double value) const {
-  if (!(value > 0)) return 0;
-  int exponent;
-  double mantissa = std::frexp(value, &exponent);
-  if (exponent < min_exponent_) return 0;
-  size_t octave = size_t(exponent - min_exponent_);
-  size_t sub = size_t((2 * mantissa - 1) * sub_buckets_);
-  if (sub >= size_t(sub_buckets_)) sub = size_t(sub_buckets_) - 1;  // rounding at the top edge
-  size_t bucket = 1 + octave * size_t(sub_buckets_) + sub;
-  return bucket < buckets_ ? bucket : buckets_ - 1;
-}
-
-double Histogram::UpperBound(size_t bucket) const {
-  if (bucket + 1 >= buckets_) return INFINITY;
-  if (bucket == 0) return std::ldexp(1.0, min_exponent_ - 1);
-  size_t octave = (bucket - 1) / size_t(sub_buckets_);
-  size_t sub = (bucket - 1) % size_t(sub_buckets_);
-  return std::ldexp(1.0 + double(sub + 1) / sub_buckets_, min_exponent_ + int(octave) - 1);
+  // frexp(v) = m * 2^e with m in [0.5, 1): v lies in the octave [2^(e-1), 2^e).
+  int min_frexp_exponent, max_frexp_exponent;
+  std::frexp(min, &min_frexp_exponent);
+  std::frexp(max, &max_frexp_exponent);
+  min_exponent_ = min_frexp_exponent - 1;
+  octaves_ = max_frexp_exponent - min_frexp_exponent + 1;
+  counts_ = std::make_unique<std::atomic<uint64_t>[]>(
+      LogLinearBuckets(min_exponent_, octaves_, sub_buckets_).size());
 }
 
 void Histogram::Observe(double value) {
   if (std::isnan(value)) return;
-  counts_[BucketOf(value)].fetch_add(1, std::memory_order_relaxed);
+  const size_t bucket = LogLinearBuckets(min_exponent_, octaves_, sub_buckets_).IndexOf(value);
+  counts_[bucket].fetch_add(1, std::memory_order_relaxed);
   double sum = sum_.load(std::memory_order_relaxed);
   while (!sum_.compare_exchange_weak(sum, sum + value, std::memory_order_relaxed)) {
   }
 }
 
 HistogramSnapshot Histogram::Snapshot() const {
+  const LogLinearBuckets buckets(min_exponent_, octaves_, sub_buckets_);
   HistogramSnapshot s;
-  s.upper_bounds.resize(buckets_);
-  s.counts.resize(buckets_);
-  for (size_t b = 0; b < buckets_; ++b) {
-    s.upper_bounds[b] = UpperBound(b);
+  s.upper_bounds = buckets.UpperBounds();
+  s.counts.resize(buckets.size());
+  for (size_t b = 0; b < buckets.size(); ++b) {
     s.counts[b] = counts_[b].load(std::memory_order_relaxed);
     s.count += s.counts[b];
   }
@@ -63,21 +46,7 @@ HistogramSnapshot Histogram::Snapshot() const {
 }
 
 double HistogramSnapshot::Percentile(double q) const {
-  if (count == 0) return 0;
-  q = q < 0 ? 0 : (q > 1 ? 1 : q);
-  double rank = q * double(count);
-  uint64_t below = 0;
-  for (size_t b = 0; b < counts.size(); ++b) {
-    if (counts[b] == 0) continue;
-    if (double(below + counts[b]) >= rank) {
-      double lower = b == 0 ? 0 : upper_bounds[b - 1];
-      double upper = upper_bounds[b];
-      if (std::isinf(upper)) return lower;  // the overflow bucket: only its lower edge is known
-      return lower + (upper - lower) * (rank - double(below)) / double(counts[b]);
-    }
-    below += counts[b];
-  }
-  return upper_bounds.size() > 1 ? upper_bounds[upper_bounds.size() - 2] : 0;
+  return PercentileOfBuckets(counts, upper_bounds, q, BucketPercentile::kInterpolated);
 }
 
 }  // namespace bx::metrics

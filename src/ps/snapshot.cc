@@ -16,8 +16,9 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <string>
 
-#include "ps/byte_io.h"
+#include "base/wire_encoding.h"
 #include "ps/shard_state.h"
 
 namespace bx::ps {
@@ -39,25 +40,27 @@ struct Fnv1a64 {
   }
 };
 
-// Buffered writer, to a file or to memory, that checksums everything after the header.
+// Buffered writer of the body, to a file or to memory, that checksums what it writes out. The
+// body is encoded into out(), which appends to a buffer that Flush hands on.
 class SnapshotWriter {
  public:
   explicit SnapshotWriter(FILE* f) : f_(f) {}
   explicit SnapshotWriter(std::vector<std::byte>* memory) : memory_(memory) {}
-  template <typename T>
-  void Put(T v) {
-    PutBytes(&v, sizeof v);
-  }
-  void PutBytes(const void* p, size_t n) {
-    const auto* b = static_cast<const std::byte*>(p);
-    sum_.Add(b, n);
-    bytes_ += n;
-    buffer_.insert(buffer_.end(), b, b + n);
+  SnapshotWriter(const SnapshotWriter&) = delete;
+  SnapshotWriter& operator=(const SnapshotWriter&) = delete;
+
+  WireWriter& out() { return out_; }
+  // Flushes once 1 MiB is buffered: called between rows, so a snapshot never sits in memory
+  // whole on its way to a file.
+  void MaybeFlush() {
     if (buffer_.size() >= (1u << 20)) Flush();
   }
   void Flush() {
+    const auto* b = reinterpret_cast<const std::byte*>(buffer_.data());
+    sum_.Add(b, buffer_.size());
+    bytes_ += buffer_.size();
     if (memory_ != nullptr) {
-      memory_->insert(memory_->end(), buffer_.begin(), buffer_.end());
+      memory_->insert(memory_->end(), b, b + buffer_.size());
     } else if (!buffer_.empty() &&
                std::fwrite(buffer_.data(), 1, buffer_.size(), f_) != buffer_.size()) {
       failed_ = true;
@@ -65,45 +68,47 @@ class SnapshotWriter {
     buffer_.clear();
   }
   bool failed() const { return failed_; }
+  // What has been flushed: the body's size and checksum once the last Flush is done.
   uint64_t bytes() const { return bytes_; }
   uint64_t checksum() const { return sum_.h; }
 
  private:
   FILE* f_ = nullptr;
   std::vector<std::byte>* memory_ = nullptr;
-  std::vector<std::byte> buffer_;
+  std::string buffer_;
+  WireWriter out_{&buffer_};
   Fnv1a64 sum_;
   uint64_t bytes_ = 0;
   bool failed_ = false;
 };
 
-void PutTableConfig(SnapshotWriter& w, const TableConfig& c) {
-  w.Put<uint32_t>(c.id);
-  w.Put<uint8_t>(static_cast<uint8_t>(c.kind));
-  w.Put<uint8_t>(static_cast<uint8_t>(c.init.kind));
-  w.Put<uint8_t>(static_cast<uint8_t>(c.optimizer.kind));
-  w.Put<uint8_t>(0);
-  w.Put<uint32_t>(c.dim);
-  w.Put<uint32_t>(static_cast<uint32_t>(c.name.size()));
-  w.Put<uint64_t>(c.dense_rows);
-  for (float f : {c.init.value, c.init.low, c.init.high, c.init.mean, c.init.stddev}) w.Put(f);
-  w.Put<uint64_t>(c.init.seed);
+void PutTableConfig(WireWriter& w, const TableConfig& c) {
+  w.PutU32(c.id);
+  w.PutU8(static_cast<uint8_t>(c.kind));
+  w.PutU8(static_cast<uint8_t>(c.init.kind));
+  w.PutU8(static_cast<uint8_t>(c.optimizer.kind));
+  w.PutU8(0);
+  w.PutU32(c.dim);
+  w.PutU32(static_cast<uint32_t>(c.name.size()));
+  w.PutU64(c.dense_rows);
+  for (float f : {c.init.value, c.init.low, c.init.high, c.init.mean, c.init.stddev}) w.PutF32(f);
+  w.PutU64(c.init.seed);
   for (float f :
        {c.optimizer.learning_rate, c.optimizer.initial_accumulator, c.optimizer.epsilon}) {
-    w.Put(f);
+    w.PutF32(f);
   }
   w.PutBytes(c.name.data(), c.name.size());
 }
 
-Status GetTableConfig(ByteReader& r, TableConfig* c) {
+Status GetTableConfig(WireReader& r, TableConfig* c) {
   uint8_t kind, init_kind, optimizer_kind, reserved;
   uint32_t name_size;
-  if (!r.Get(&c->id) || !r.Get(&kind) || !r.Get(&init_kind) || !r.Get(&optimizer_kind) ||
-      !r.Get(&reserved) || !r.Get(&c->dim) || !r.Get(&name_size) || !r.Get(&c->dense_rows) ||
-      !r.Get(&c->init.value) || !r.Get(&c->init.low) || !r.Get(&c->init.high) ||
-      !r.Get(&c->init.mean) || !r.Get(&c->init.stddev) || !r.Get(&c->init.seed) ||
-      !r.Get(&c->optimizer.learning_rate) || !r.Get(&c->optimizer.initial_accumulator) ||
-      !r.Get(&c->optimizer.epsilon)) {
+  if (!r.GetU32(&c->id) || !r.GetU8(&kind) || !r.GetU8(&init_kind) || !r.GetU8(&optimizer_kind) ||
+      !r.GetU8(&reserved) || !r.GetU32(&c->dim) || !r.GetU32(&name_size) ||
+      !r.GetU64(&c->dense_rows) || !r.GetF32(&c->init.value) || !r.GetF32(&c->init.low) ||
+      !r.GetF32(&c->init.high) || !r.GetF32(&c->init.mean) || !r.GetF32(&c->init.stddev) ||
+      !r.GetU64(&c->init.seed) || !r.GetF32(&c->optimizer.learning_rate) ||
+      !r.GetF32(&c->optimizer.initial_accumulator) || !r.GetF32(&c->optimizer.epsilon)) {
     return DataLoss("snapshot: truncated table config");
   }
   if (name_size > r.remaining()) return DataLoss("snapshot: table name runs past the end");
@@ -116,22 +121,24 @@ Status GetTableConfig(ByteReader& r, TableConfig* c) {
   return Status::Ok();
 }
 
-Status SaveBody(const ShardState& state, SnapshotWriter& w) {
-  w.Put<uint64_t>(state.epoch);
-  w.Put<uint64_t>(state.applied_lsn);
+Status SaveBody(const ShardState& state, SnapshotWriter& snapshot) {
+  WireWriter& w = snapshot.out();
+  w.PutU64(state.epoch);
+  w.PutU64(state.applied_lsn);
   std::vector<uint32_t> ids = state.table_ids();
-  w.Put<uint32_t>(static_cast<uint32_t>(ids.size()));
-  w.Put<uint32_t>(0);
+  w.PutU32(static_cast<uint32_t>(ids.size()));
+  w.PutU32(0);
   for (uint32_t id : ids) {
     const Table& t = *state.table(id);
     PutTableConfig(w, t.config());
     const uint64_t rows = t.row_count();
-    w.Put<uint64_t>(rows);
+    w.PutU64(rows);
     uint64_t written = 0;
     t.ForEachRow([&](uint64_t key, std::span<const float> row) {
       if (written++ >= rows) return;
-      w.Put<uint64_t>(key);
-      w.PutBytes(row.data(), row.size_bytes());
+      w.PutU64(key);
+      w.PutF32s(row);
+      snapshot.MaybeFlush();
     });
     if (written != rows) {
       return FailedPrecondition("snapshot: table " + std::to_string(id) +
@@ -139,20 +146,21 @@ Status SaveBody(const ShardState& state, SnapshotWriter& w) {
     }
   }
   std::vector<PushDedup::ClientState> clients = state.dedup().Export();
-  w.Put<uint64_t>(clients.size());
+  w.PutU64(clients.size());
   for (const PushDedup::ClientState& c : clients) {
-    w.Put<uint64_t>(c.client_id);
-    w.Put<uint64_t>(c.contiguous);
-    w.Put<uint64_t>(c.recent.size());
-    w.PutBytes(c.recent.data(), c.recent.size() * sizeof(uint64_t));
+    w.PutU64(c.client_id);
+    w.PutU64(c.contiguous);
+    w.PutU64(c.recent.size());
+    w.PutU64s(c.recent);
+    snapshot.MaybeFlush();
   }
   return Status::Ok();
 }
 
-Status LoadBody(ByteReader& r, ShardState* state) {
+Status LoadBody(WireReader& r, ShardState* state) {
   uint32_t table_count, reserved;
-  if (!r.Get(&state->epoch) || !r.Get(&state->applied_lsn) || !r.Get(&table_count) ||
-      !r.Get(&reserved)) {
+  if (!r.GetU64(&state->epoch) || !r.GetU64(&state->applied_lsn) || !r.GetU32(&table_count) ||
+      !r.GetU32(&reserved)) {
     return DataLoss("snapshot: truncated body");
   }
   for (uint32_t i = 0; i < table_count; ++i) {
@@ -162,42 +170,42 @@ Status LoadBody(ByteReader& r, ShardState* state) {
     if (!created.ok()) return DataLoss("snapshot: " + created.message());
     Table* table = state->table(config.id);
     uint64_t rows;
-    if (!r.Get(&rows)) return DataLoss("snapshot: truncated row count");
+    if (!r.GetU64(&rows)) return DataLoss("snapshot: truncated row count");
     const uint64_t row_bytes = sizeof(uint64_t) + uint64_t{table->stride()} * sizeof(float);
     if (rows > r.remaining() / row_bytes) return DataLoss("snapshot: rows run past the end");
     std::vector<float> row(table->stride());
     for (uint64_t k = 0; k < rows; ++k) {
       uint64_t key = 0;  // the bounds were checked above: these reads cannot fail
-      r.Get(&key);
-      r.GetBytes(row.data(), row.size() * sizeof(float));
+      r.GetU64(&key);
+      r.GetF32s(row);
       Status inserted = table->InsertRow(key, row);
       if (!inserted.ok()) return DataLoss("snapshot: " + inserted.message());
     }
   }
   uint64_t client_count;
-  if (!r.Get(&client_count)) return DataLoss("snapshot: truncated dedup state");
+  if (!r.GetU64(&client_count)) return DataLoss("snapshot: truncated dedup state");
   if (client_count > r.remaining() / 24) return DataLoss("snapshot: clients run past the end");
   std::vector<PushDedup::ClientState> clients(client_count);
   for (PushDedup::ClientState& c : clients) {
     uint64_t n;
-    if (!r.Get(&c.client_id) || !r.Get(&c.contiguous) || !r.Get(&n)) {
+    if (!r.GetU64(&c.client_id) || !r.GetU64(&c.contiguous) || !r.GetU64(&n)) {
       return DataLoss("snapshot: truncated client");
     }
     if (n > r.remaining() / sizeof(uint64_t)) return DataLoss("snapshot: client runs past end");
     c.recent.resize(n);
-    r.GetBytes(c.recent.data(), n * sizeof(uint64_t));
+    r.GetU64s(c.recent);
   }
   if (r.remaining() != 0) return DataLoss("snapshot: trailing bytes");
   return state->dedup().Import(clients);
 }
 
 void WriteHeader(const SnapshotWriter& w, std::span<std::byte, kSnapshotHeader> out) {
-  ByteWriter h(out);
+  WireWriter h(out);
   h.PutBytes(kSnapshotMagic, sizeof kSnapshotMagic);
-  h.Put<uint32_t>(kSnapshotVersion);
-  h.Put<uint32_t>(0);
-  h.Put<uint64_t>(w.bytes());
-  h.Put<uint64_t>(w.checksum());
+  h.PutU32(kSnapshotVersion);
+  h.PutU32(0);
+  h.PutU64(w.bytes());
+  h.PutU64(w.checksum());
 }
 
 // Checks header, version and checksum of a whole snapshot and loads its body; `what` names it
@@ -205,12 +213,12 @@ void WriteHeader(const SnapshotWriter& w, std::span<std::byte, kSnapshotHeader> 
 Result<std::unique_ptr<ShardState>> Parse(std::span<const std::byte> bytes,
                                           PushDedup::Options dedup_options,
                                           const std::string& what) {
-  ByteReader r(bytes);
+  WireReader r(bytes);
   char magic[8];
   uint32_t version, flags;
   uint64_t body_size, checksum;
-  if (!r.GetBytes(magic, sizeof magic) || !r.Get(&version) || !r.Get(&flags) ||
-      !r.Get(&body_size) || !r.Get(&checksum)) {
+  if (!r.GetBytes(magic, sizeof magic) || !r.GetU32(&version) || !r.GetU32(&flags) ||
+      !r.GetU64(&body_size) || !r.GetU64(&checksum)) {
     return DataLoss(what + ": shorter than its header");
   }
   if (std::memcmp(magic, kSnapshotMagic, sizeof magic) != 0) {

@@ -4,8 +4,8 @@
 #include <limits>
 #include <string>
 
+#include "base/wire_encoding.h"
 #include "bx/ps/table_config.h"  // kMaxDim
-#include "ps/byte_io.h"
 
 namespace bx::ps {
 namespace {
@@ -22,18 +22,18 @@ constexpr size_t kAckFixed = 24;      // u64 client, u64 sequence, u8 flags, 7 r
 constexpr size_t kErrorFixed = 8;     // u32 code, u32 message length
 constexpr uint32_t kMaxErrorMessage = 64 * 1024;
 
-void PutHeader(ByteWriter& w, MessageType type) {
-  w.Put<uint32_t>(kMagic);
-  w.Put<uint8_t>(kVersion);
-  w.Put<uint8_t>(static_cast<uint8_t>(type));
-  w.Put<uint16_t>(0);
+void PutHeader(WireWriter& w, MessageType type) {
+  w.PutU32(kMagic);
+  w.PutU8(kVersion);
+  w.PutU8(static_cast<uint8_t>(type));
+  w.PutU16(0);
 }
 
-Status CheckHeader(ByteReader& r, MessageType expected) {
+Status CheckHeader(WireReader& r, MessageType expected) {
   uint32_t magic;
   uint8_t version, type;
   uint16_t reserved;
-  if (!r.Get(&magic) || !r.Get(&version) || !r.Get(&type) || !r.Get(&reserved)) {
+  if (!r.GetU32(&magic) || !r.GetU8(&version) || !r.GetU8(&type) || !r.GetU16(&reserved)) {
     return DataLoss("ps message shorter than its 8-byte header");
   }
   if (magic != kMagic) return DataLoss("ps message: bad magic");
@@ -84,7 +84,7 @@ Status CheckDim(uint64_t dim, const char* what) {
   return Status::Ok();
 }
 
-Status CheckExactRemaining(const ByteReader& r, uint64_t want, const char* what) {
+Status CheckExactRemaining(const WireReader& r, uint64_t want, const char* what) {
   if (r.remaining() != want) {
     return DataLoss(std::string(what) + ": body is " + std::to_string(r.remaining()) +
                     " bytes, counts say " + std::to_string(want));
@@ -115,20 +115,20 @@ size_t PushBodySize(size_t key_count, uint32_t dim) {
   return kPushFixed + key_count * sizeof(uint64_t) + key_count * dim * sizeof(float);
 }
 
-void PutPushBody(ByteWriter& w, const PushRequest& p) {
-  w.Put<uint64_t>(p.id.client_id);
-  w.Put<uint64_t>(p.id.sequence);
-  w.Put<uint32_t>(p.table_id);
-  w.Put<uint32_t>(p.dim);
-  w.Put<uint64_t>(p.keys.size());
-  w.PutBytes(p.keys.data(), p.keys.size() * sizeof(uint64_t));
-  w.PutBytes(p.gradients.data(), p.gradients.size() * sizeof(float));
+void PutPushBody(WireWriter& w, const PushRequest& p) {
+  w.PutU64(p.id.client_id);
+  w.PutU64(p.id.sequence);
+  w.PutU32(p.table_id);
+  w.PutU32(p.dim);
+  w.PutU64(p.keys.size());
+  w.PutU64s(p.keys);
+  w.PutF32s(p.gradients);
 }
 
-Status GetPushBody(ByteReader& r, PushRequest* p, const char* what) {
+Status GetPushBody(WireReader& r, PushRequest* p, const char* what) {
   uint64_t key_count;
-  if (!r.Get(&p->id.client_id) || !r.Get(&p->id.sequence) || !r.Get(&p->table_id) ||
-      !r.Get(&p->dim) || !r.Get(&key_count)) {
+  if (!r.GetU64(&p->id.client_id) || !r.GetU64(&p->id.sequence) || !r.GetU32(&p->table_id) ||
+      !r.GetU32(&p->dim) || !r.GetU64(&key_count)) {
     return DataLoss(std::string(what) + ": truncated");
   }
   if (p->id.sequence == 0) return DataLoss(std::string(what) + ": push sequence 0");
@@ -138,18 +138,18 @@ Status GetPushBody(ByteReader& r, PushRequest* p, const char* what) {
       r, key_count * sizeof(uint64_t) + key_count * p->dim * sizeof(float), what));
   p->keys.resize(key_count);
   p->gradients.resize(key_count * p->dim);
-  r.GetBytes(p->keys.data(), key_count * sizeof(uint64_t));
-  r.GetBytes(p->gradients.data(), p->gradients.size() * sizeof(float));
+  r.GetU64s(p->keys);
+  r.GetF32s(p->gradients);
   return Status::Ok();
 }
 
 }  // namespace
 
 Result<MessageType> PeekMessageType(std::span<const std::byte> bytes) {
-  ByteReader r(bytes);
+  WireReader r(bytes);
   uint32_t magic;
   uint8_t version, type;
-  if (!r.Get(&magic) || !r.Get(&version) || !r.Get(&type)) {
+  if (!r.GetU32(&magic) || !r.GetU8(&version) || !r.GetU8(&type)) {
     return DataLoss("ps message shorter than its header");
   }
   if (magic != kMagic || version != kVersion) return DataLoss("ps message: bad magic or version");
@@ -171,29 +171,29 @@ Status EncodeFetchRequest(const FetchRequest& request, std::span<std::byte> out)
     return InvalidArgument("fetch request: too many keys");
   }
   BX_RETURN_IF_ERROR(CheckOutSize(out, FetchRequestSize(request.keys.size()), "fetch request"));
-  ByteWriter w(out);
+  WireWriter w(out);
   PutHeader(w, MessageType::kFetchRequest);
-  w.Put<uint32_t>(request.table_id);
-  w.Put<uint32_t>(0);
-  w.Put<uint64_t>(request.keys.size());
-  w.PutBytes(request.keys.data(), request.keys.size() * sizeof(uint64_t));
+  w.PutU32(request.table_id);
+  w.PutU32(0);
+  w.PutU64(request.keys.size());
+  w.PutU64s(request.keys);
   return Status::Ok();
 }
 
 Result<FetchRequest> DecodeFetchRequest(std::span<const std::byte> bytes) {
-  ByteReader r(bytes);
+  WireReader r(bytes);
   BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kFetchRequest));
   FetchRequest request;
   uint32_t reserved;
   uint64_t key_count;
-  if (!r.Get(&request.table_id) || !r.Get(&reserved) || !r.Get(&key_count)) {
+  if (!r.GetU32(&request.table_id) || !r.GetU32(&reserved) || !r.GetU64(&key_count)) {
     return DataLoss("fetch request: truncated");
   }
   if (reserved != 0) return DataLoss("fetch request: reserved field set");
   BX_RETURN_IF_ERROR(CheckCounts(key_count, 0, "fetch request"));
   BX_RETURN_IF_ERROR(CheckExactRemaining(r, key_count * sizeof(uint64_t), "fetch request"));
   request.keys.resize(key_count);
-  r.GetBytes(request.keys.data(), key_count * sizeof(uint64_t));
+  r.GetU64s(request.keys);
   return request;
 }
 
@@ -208,11 +208,11 @@ Status EncodeFetchResponseHeader(uint32_t table_id, uint32_t dim, uint64_t key_c
     return InvalidArgument("fetch response: too many values");
   }
   BX_RETURN_IF_ERROR(CheckOutSize(out, FetchResponseSize(key_count, dim), "fetch response"));
-  ByteWriter w(out);
+  WireWriter w(out);
   PutHeader(w, MessageType::kFetchResponse);
-  w.Put<uint32_t>(table_id);
-  w.Put<uint32_t>(dim);
-  w.Put<uint64_t>(key_count);
+  w.PutU32(table_id);
+  w.PutU32(dim);
+  w.PutU64(key_count);
   return Status::Ok();
 }
 
@@ -225,10 +225,10 @@ void FetchResponseView::CopyRow(uint64_t row, std::span<float> out) const {
 }
 
 Result<FetchResponseView> DecodeFetchResponse(std::span<const std::byte> bytes) {
-  ByteReader r(bytes);
+  WireReader r(bytes);
   BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kFetchResponse));
   FetchResponseView v;
-  if (!r.Get(&v.table_id_) || !r.Get(&v.dim_) || !r.Get(&v.key_count_)) {
+  if (!r.GetU32(&v.table_id_) || !r.GetU32(&v.dim_) || !r.GetU64(&v.key_count_)) {
     return DataLoss("fetch response: truncated");
   }
   BX_RETURN_IF_ERROR(CheckDim(v.dim_, "fetch response"));
@@ -249,14 +249,14 @@ Status EncodePushRequest(const PushRequest& request, std::span<std::byte> out) {
   BX_RETURN_IF_ERROR(CheckPushShape(request, "push request"));
   BX_RETURN_IF_ERROR(
       CheckOutSize(out, PushRequestSize(request.keys.size(), request.dim), "push request"));
-  ByteWriter w(out);
+  WireWriter w(out);
   PutHeader(w, MessageType::kPushRequest);
   PutPushBody(w, request);
   return Status::Ok();
 }
 
 Result<PushRequest> DecodePushRequest(std::span<const std::byte> bytes) {
-  ByteReader r(bytes);
+  WireReader r(bytes);
   BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kPushRequest));
   PushRequest request;
   BX_RETURN_IF_ERROR(GetPushBody(r, &request, "push request"));
@@ -269,23 +269,22 @@ size_t PushAckSize() {
 
 Status EncodePushAck(const PushAck& ack, std::span<std::byte> out) {
   BX_RETURN_IF_ERROR(CheckOutSize(out, PushAckSize(), "push ack"));
-  ByteWriter w(out);
+  WireWriter w(out);
   PutHeader(w, MessageType::kPushAck);
-  w.Put<uint64_t>(ack.id.client_id);
-  w.Put<uint64_t>(ack.id.sequence);
-  w.Put<uint8_t>(ack.duplicate ? 1 : 0);
-  const std::byte zeros[7] = {};
-  w.PutBytes(zeros, sizeof zeros);
+  w.PutU64(ack.id.client_id);
+  w.PutU64(ack.id.sequence);
+  w.PutU8(ack.duplicate ? 1 : 0);
+  w.PutZeros(7);
   return Status::Ok();
 }
 
 Result<PushAck> DecodePushAck(std::span<const std::byte> bytes) {
-  ByteReader r(bytes);
+  WireReader r(bytes);
   BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kPushAck));
   PushAck ack;
   uint8_t flags;
   std::byte reserved[7];
-  if (!r.Get(&ack.id.client_id) || !r.Get(&ack.id.sequence) || !r.Get(&flags) ||
+  if (!r.GetU64(&ack.id.client_id) || !r.GetU64(&ack.id.sequence) || !r.GetU8(&flags) ||
       !r.GetBytes(reserved, sizeof reserved)) {
     return DataLoss("push ack: truncated");
   }
@@ -308,19 +307,19 @@ Status EncodeForwardedPush(const ForwardedPush& forwarded, std::span<std::byte> 
   BX_RETURN_IF_ERROR(CheckPushShape(forwarded.push, "forwarded push"));
   BX_RETURN_IF_ERROR(CheckOutSize(
       out, ForwardedPushSize(forwarded.push.keys.size(), forwarded.push.dim), "forwarded push"));
-  ByteWriter w(out);
+  WireWriter w(out);
   PutHeader(w, MessageType::kForwardedPush);
-  w.Put<uint64_t>(forwarded.epoch);
-  w.Put<uint64_t>(forwarded.lsn);
+  w.PutU64(forwarded.epoch);
+  w.PutU64(forwarded.lsn);
   PutPushBody(w, forwarded.push);
   return Status::Ok();
 }
 
 Result<ForwardedPush> DecodeForwardedPush(std::span<const std::byte> bytes) {
-  ByteReader r(bytes);
+  WireReader r(bytes);
   BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kForwardedPush));
   ForwardedPush f;
-  if (!r.Get(&f.epoch) || !r.Get(&f.lsn)) return DataLoss("forwarded push: truncated");
+  if (!r.GetU64(&f.epoch) || !r.GetU64(&f.lsn)) return DataLoss("forwarded push: truncated");
   if (f.lsn == 0) return DataLoss("forwarded push: lsn 0");
   BX_RETURN_IF_ERROR(GetPushBody(r, &f.push, "forwarded push"));
   return f;
@@ -337,19 +336,19 @@ Status EncodeErrorMessage(const Status& status, std::span<std::byte> out) {
   if (status.ok()) return InvalidArgument("error message: status is OK");
   BX_RETURN_IF_ERROR(CheckOutSize(out, ErrorMessageSize(status), "error message"));
   size_t n = std::min<size_t>(status.message().size(), kMaxErrorMessage);
-  ByteWriter w(out);
+  WireWriter w(out);
   PutHeader(w, MessageType::kError);
-  w.Put<uint32_t>(static_cast<uint32_t>(status.code()));
-  w.Put<uint32_t>(static_cast<uint32_t>(n));
+  w.PutU32(static_cast<uint32_t>(status.code()));
+  w.PutU32(static_cast<uint32_t>(n));
   w.PutBytes(status.message().data(), n);
   return Status::Ok();
 }
 
 Status DecodeErrorMessage(std::span<const std::byte> bytes) {
-  ByteReader r(bytes);
+  WireReader r(bytes);
   BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kError));
   uint32_t code, length;
-  if (!r.Get(&code) || !r.Get(&length)) return DataLoss("error message: truncated");
+  if (!r.GetU32(&code) || !r.GetU32(&length)) return DataLoss("error message: truncated");
   if (code == 0 || code > static_cast<uint32_t>(kLastStatusCode)) {
     return DataLoss("error message: bad status code " + std::to_string(code));
   }

@@ -1,10 +1,10 @@
 // Message, ReplicaAddress and LatencyHistogram: the plain values of include/bx/rpc.h.
 #include <algorithm>
-#include <bit>
 #include <charconv>
-#include <cmath>
 #include <cstring>
+#include <vector>
 
+#include "base/log_linear_buckets.h"
 #include "bx/rpc.h"
 #include "rpc/frame.h"
 
@@ -98,14 +98,25 @@ std::string_view ReplicaStateName(ReplicaState state) {
   return "?";
 }
 
-// Bucket (k, sub) holds microsecond values in [2^k + sub * 2^k / 8, 2^k + (sub + 1) * 2^k / 8).
+namespace {
+
+// Octave k (k >= 0) holds [2^k, 2^(k+1)) microseconds in 8 sub-buckets.
+constexpr LogLinearBuckets kLatencyBuckets(/*min_exponent=*/0, /*octaves=*/42, /*sub_buckets=*/8);
+
+// The upper edge of every bucket, computed once.
+const std::vector<double>& LatencyUpperBounds() {
+  static const std::vector<double> bounds = kLatencyBuckets.UpperBounds();
+  return bounds;
+}
+
+}  // namespace
+
 void LatencyHistogram::Record(std::chrono::nanoseconds latency) {
+  static_assert(kLatencyBuckets.size() == kBuckets);
   double us_exact = std::max<double>(0, latency.count() / 1000.0);
+  // Whole microseconds, at least 1: what is below 1 us counts in the first bucket, [1, 1.125).
   uint64_t us = std::max<uint64_t>(1, static_cast<uint64_t>(us_exact));
-  int k = std::bit_width(us) - 1;
-  int sub = static_cast<int>(((us - (uint64_t{1} << k)) * kSubBuckets) >> k);
-  int index = std::min(kBuckets - 1, k * kSubBuckets + sub);
-  ++buckets_[index];
+  ++buckets_[kLatencyBuckets.IndexOf(double(us))];
   ++count_;
   sum_us_ += us_exact;
   max_us_ = std::max(max_us_, us_exact);
@@ -120,18 +131,9 @@ void LatencyHistogram::Merge(const LatencyHistogram& other) {
 
 double LatencyHistogram::PercentileUs(double fraction) const {
   if (count_ == 0) return 0;
-  uint64_t rank = static_cast<uint64_t>(std::clamp(fraction, 0.0, 1.0) * (count_ - 1)) + 1;
-  uint64_t seen = 0;
-  for (int i = 0; i < kBuckets; ++i) {
-    seen += buckets_[i];
-    if (seen >= rank) {
-      int k = i / kSubBuckets;
-      int sub = i % kSubBuckets;
-      double upper = std::ldexp(1.0, k) * (1.0 + (sub + 1.0) / kSubBuckets);
-      return std::min(upper, max_us_);
-    }
-  }
-  return max_us_;
+  // The upper edge, capped by the largest latency seen (the overflow bucket's edge is infinite).
+  return std::min(max_us_, PercentileOfBuckets(buckets_, LatencyUpperBounds(), fraction,
+                                               BucketPercentile::kUpperEdge));
 }
 
 }  // namespace bx::rpc

@@ -1,62 +1,50 @@
 // The byte-level half of the RPC frame format: no Buffer, no allocator, so the fuzz target
 // (fuzz/rpc_frame_fuzz.cc) compiles exactly this file.
-#include <bit>
 #include <charconv>
-#include <cstring>
 
+#include "base/wire_encoding.h"
 #include "rpc/frame.h"
 
 namespace bx::rpc {
 
-static_assert(std::endian::native == std::endian::little,
-              "the frame header is written in host order, which must be little-endian");
-
-namespace {
-
-template <typename T>
-void Put(std::byte* at, T value) {
-  std::memcpy(at, &value, sizeof(T));
-}
-template <typename T>
-T Get(const std::byte* at) {
-  T value;
-  std::memcpy(&value, at, sizeof(T));
-  return value;
-}
-
-}  // namespace
-
 void EncodeHeaderBytes(const FrameHeader& header, std::byte* p) {
-  Put<uint32_t>(p, kFrameMagic);
-  Put<uint8_t>(p + 4, kFrameVersion);
-  Put<uint8_t>(p + 5, static_cast<uint8_t>(header.kind));
-  Put<uint16_t>(p + 6, header.flags);
-  Put<uint64_t>(p + 8, header.call_id);
-  Put<uint32_t>(p + 16, header.method_id);
-  Put<uint32_t>(p + 20, header.status);
-  Put<uint64_t>(p + 24, header.budget_us);
+  WireWriter w(std::span<std::byte>(p, kFrameHeaderBytes));
+  w.PutU32(kFrameMagic);
+  w.PutU8(kFrameVersion);
+  w.PutU8(static_cast<uint8_t>(header.kind));
+  w.PutU16(header.flags);
+  w.PutU64(header.call_id);
+  w.PutU32(header.method_id);
+  w.PutU32(header.status);
+  w.PutU64(header.budget_us);
 }
 
 Result<FrameHeader> DecodeHeaderBytes(const std::byte* p, size_t size) {
   if (size < kFrameHeaderBytes) {
     return DataLoss("rpc frame of " + std::to_string(size) + " bytes is shorter than its header");
   }
-  if (Get<uint32_t>(p) != kFrameMagic) return DataLoss("rpc frame: bad magic");
-  if (Get<uint8_t>(p + 4) != kFrameVersion) {
-    return DataLoss("rpc frame: version " + std::to_string(Get<uint8_t>(p + 4)) + ", expected " +
+  // The whole header is there: none of these reads can fail.
+  WireReader r(std::span<const std::byte>(p, kFrameHeaderBytes));
+  uint32_t magic = 0;
+  uint8_t version = 0, kind = 0;
+  r.GetU32(&magic);
+  r.GetU8(&version);
+  r.GetU8(&kind);
+  if (magic != kFrameMagic) return DataLoss("rpc frame: bad magic");
+  if (version != kFrameVersion) {
+    return DataLoss("rpc frame: version " + std::to_string(version) + ", expected " +
                     std::to_string(kFrameVersion));
   }
-  FrameHeader header;
-  uint8_t kind = Get<uint8_t>(p + 5);
   if (kind < 1 || kind > static_cast<uint8_t>(FrameKind::kHeartbeatAck)) {
     return DataLoss("rpc frame: unknown kind " + std::to_string(kind));
   }
+  FrameHeader header;
   header.kind = static_cast<FrameKind>(kind);
-  header.flags = Get<uint16_t>(p + 6);
-  header.call_id = Get<uint64_t>(p + 8);
-  header.method_id = Get<uint32_t>(p + 16);
-  header.status = Get<uint32_t>(p + 20);
-  header.budget_us = Get<uint64_t>(p + 24);
+  r.GetU16(&header.flags);
+  r.GetU64(&header.call_id);
+  r.GetU32(&header.method_id);
+  r.GetU32(&header.status);
+  r.GetU64(&header.budget_us);
   return header;
 }
 

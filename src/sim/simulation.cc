@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 
+#include "base/percentile.h"
 #include "sim/event_queue.h"
 #include "sim/messages.h"
 #include "sim/network.h"
@@ -13,14 +14,6 @@
 #include "sim/workload.h"
 
 namespace bx::sim {
-
-double PercentileUs(std::vector<TimeNs>& values, double percentile) {
-  if (values.empty()) return 0;
-  size_t rank = size_t(percentile / 100.0 * double(values.size()));
-  if (rank >= values.size()) rank = values.size() - 1;
-  std::nth_element(values.begin(), values.begin() + rank, values.end());
-  return double(values[rank]) / 1000.0;
-}
 
 const char* TierName(PauseTier tier) {
   switch (tier) {
@@ -94,10 +87,10 @@ SimResult RunSimulation(const SimConfig& config) {
 
   result.events = events.processed();
   result.sim_seconds = double(config.duration_ns) / double(kSecond);
-  result.push_p50_us = PercentileUs(stats.push_latency_ns, 50);
-  result.push_p99_us = PercentileUs(stats.push_latency_ns, 99);
-  result.fetch_p50_us = PercentileUs(stats.fetch_latency_ns, 50);
-  result.fetch_p99_us = PercentileUs(stats.fetch_latency_ns, 99);
+  result.push_p50_us = double(Percentile(stats.push_latency_ns, 0.50)) / 1000.0;
+  result.push_p99_us = double(Percentile(stats.push_latency_ns, 0.99)) / 1000.0;
+  result.fetch_p50_us = double(Percentile(stats.fetch_latency_ns, 0.50)) / 1000.0;
+  result.fetch_p99_us = double(Percentile(stats.fetch_latency_ns, 0.99)) / 1000.0;
   result.directed_links = network.directed_links();
   double link_time = double(result.directed_links) * double(config.duration_ns);
   for (size_t t = 0; t < size_t(PauseTier::kCount); ++t) {

@@ -27,9 +27,6 @@ struct SimResult {
 
 SimResult RunSimulation(const SimConfig& config);
 
-// Percentile (0..100) of `values` in microseconds, nearest rank; 0 when empty. Reorders values.
-double PercentileUs(std::vector<TimeNs>& values, double percentile);
-
 const char* TierName(PauseTier tier);
 
 }  // namespace bx::sim

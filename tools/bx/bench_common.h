@@ -7,7 +7,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,14 +22,6 @@ inline Status EnsureMemoryPool(const std::string& device_name) {
   InitOptions options;
   options.device = device_name;
   return Init(options);
-}
-
-// The q-quantile (0..1) of `samples` (sorted in place), nearest rank; 0 when empty.
-inline double Quantile(std::vector<double>& samples, double q) {
-  if (samples.empty()) return 0;
-  std::sort(samples.begin(), samples.end());
-  size_t rank = std::min(samples.size() - 1, size_t(q * double(samples.size())));
-  return samples[rank];
 }
 
 // CPU the whole process has used, in ns.

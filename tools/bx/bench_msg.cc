@@ -27,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/percentile.h"
 #include "bench_common.h"
 #include "bx/buffer.h"
 #include "bx/transport.h"
@@ -127,11 +128,6 @@ Result<std::unique_ptr<Pair>> MakePair(const std::string& scheme, const BenchMsg
   return pair;
 }
 
-double Percentile(std::vector<double>& sorted, double fraction) {
-  size_t index = std::min(sorted.size() - 1, static_cast<size_t>(fraction * sorted.size()));
-  return sorted[index];
-}
-
 Status MeasureLatency(const std::string& scheme, size_t size, const BenchMsgOptions& options,
                       MsgResult* result) {
   BX_ASSIGN_OR_RETURN(
@@ -176,11 +172,10 @@ Status MeasureLatency(const std::string& scheme, size_t size, const BenchMsgOpti
     }
   }
   socket->Close();
-  std::vector<double> sorted(rtt_us.begin() + warmup, rtt_us.end());
-  std::sort(sorted.begin(), sorted.end());
-  result->p50_us = Percentile(sorted, 0.50);
-  result->p99_us = Percentile(sorted, 0.99);
-  result->p999_us = Percentile(sorted, 0.999);
+  std::vector<double> measured_us(rtt_us.begin() + warmup, rtt_us.end());
+  result->p50_us = Percentile(measured_us, 0.50);
+  result->p99_us = Percentile(measured_us, 0.99);
+  result->p999_us = Percentile(measured_us, 0.999);
   return Status::Ok();
 }
 

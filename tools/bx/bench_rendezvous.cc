@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "alloc/verbs_registrar.h"
+#include "base/percentile.h"
 #include "bench_common.h"
 #include "commands.h"
 #include "engine/engine.h"
@@ -200,11 +201,6 @@ Result<Cell> RunOnce(verbs::Device& device, bool scoped, size_t bytes, size_t co
   return cell;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
 int Run(const std::string& device_name, size_t count, int reps, bool as_json) {
   if (Status s = EnsureMemoryPool(device_name); !s.ok()) {
     fmt::print(stderr, "bx bench rendezvous: {}\n", s.ToString());
@@ -241,8 +237,8 @@ int Run(const std::string& device_name, size_t count, int reps, bool as_json) {
         if (scoped) windows = cell->windows_bound;
       }
     }
-    double s0 = Median(single[0]), s1 = Median(single[1]);
-    double b0 = Median(stream[0]), b1 = Median(stream[1]);
+    double s0 = Percentile(single[0], 0.5), s1 = Percentile(single[1], 0.5);
+    double b0 = Percentile(stream[0], 0.5), b1 = Percentile(stream[1], 0.5);
     if (as_json) {
       rows.push_back({{"bytes", bytes},
                       {"count", count},

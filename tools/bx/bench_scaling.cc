@@ -29,6 +29,8 @@
 #include <nlohmann/json.hpp>
 
 #include "alloc/verbs_registrar.h"
+#include "base/percentile.h"
+#include "base/wire_encoding.h"
 #include "bench_common.h"
 #include "bx/transport.h"
 #include "commands.h"
@@ -66,7 +68,7 @@ struct Receiver {
     SocketHandlers h;
     h.on_message = [this](Socket&, Buffer m) {
       uint64_t sent = 0;
-      std::memcpy(&sent, m.data(), sizeof(sent));
+      WireReader(std::span<const std::byte>(m.data(), m.size())).GetU64(&sent);
       double us = double(NowNs() - sent) / 1000.0;
       std::lock_guard lock(mu);
       latencies_us.push_back(us);
@@ -83,8 +85,7 @@ struct Receiver {
 Buffer Stamped(size_t size) {
   Buffer b = std::move(Buffer::Allocate(std::max<size_t>(size, 8))).value();
   std::memset(b.data(), 0x5a, b.size());
-  uint64_t now = NowNs();
-  std::memcpy(b.data(), &now, sizeof(now));
+  WireWriter(std::span<std::byte>(b.data(), b.size())).PutU64(NowNs());
   return b;
 }
 
@@ -149,8 +150,8 @@ void RunFanout(const FanoutOptions& o) {
     Fail("fanout", DeadlineExceeded("messages did not all arrive"));
   double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   auto [max_outstanding, qps] = EngineMax(*client, "max_outstanding_bytes");
-  double p99 = Quantile(receiver.latencies_us, 0.99);
-  double p50 = Quantile(receiver.latencies_us, 0.50);
+  double p99 = Percentile(receiver.latencies_us, 0.99);
+  double p50 = Percentile(receiver.latencies_us, 0.50);
   json out = {
       {"sockets", o.sockets},
       {"destinations", o.destinations},
@@ -215,8 +216,8 @@ json RunIncastOnce(const IncastOptions& o, uint64_t window_bytes) {
               {"engines", engines},
               {"window_bytes", window_bytes == 0 ? json(nullptr) : json(window_bytes)},
               {"message_bytes", o.size},
-              {"p50_us", Quantile(receiver.latencies_us, 0.50)},
-              {"p99_us", Quantile(receiver.latencies_us, 0.99)},
+              {"p50_us", Percentile(receiver.latencies_us, 0.50)},
+              {"p99_us", Percentile(receiver.latencies_us, 0.99)},
               {"max_outstanding_bytes", max_outstanding},
               {"max_window_stalls_per_engine", stalls},
               {"gbytes_per_sec", double(receiver.expected * o.size) / seconds / 1e9}};

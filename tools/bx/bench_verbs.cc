@@ -28,7 +28,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -43,6 +42,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/percentile.h"
 #include "bench_common.h"
 #include "bx/status.h"
 #include "commands.h"
@@ -111,12 +111,6 @@ struct VerbsResult {
   // the busy-polling that host_cpu_ns_per_op includes.
   std::optional<double> post_ns_per_op;
 };
-
-// Nearest-rank percentile of sorted nanosecond samples, in microseconds.
-double PercentileUs(const std::vector<uint64_t>& sorted_ns, double q) {
-  size_t rank = size_t(std::ceil(q * double(sorted_ns.size())));
-  return double(sorted_ns[std::clamp<size_t>(rank, 1, sorted_ns.size()) - 1]) / 1000.0;
-}
 
 // One device with its buffer, MR and RC QP. The buffer holds two regions of `region` bytes: the
 // source of what this side sends or writes, then the target of what the peer sends or writes.
@@ -345,13 +339,12 @@ class VerbsBench {
   VerbsResult LatencyResult(const char* test, size_t size, std::vector<uint64_t> samples,
                             uint64_t cpu_start, uint64_t hardware_start) const {
     uint64_t cpu = CpuSince(cpu_start, hardware_start);
-    std::sort(samples.begin(), samples.end());
     VerbsResult result;
     result.test = test;
     result.size = size;
-    result.p50_us = PercentileUs(samples, 0.50);
-    result.p99_us = PercentileUs(samples, 0.99);
-    result.p999_us = PercentileUs(samples, 0.999);
+    result.p50_us = double(Percentile(samples, 0.50)) / 1000.0;
+    result.p99_us = double(Percentile(samples, 0.99)) / 1000.0;
+    result.p999_us = double(Percentile(samples, 0.999)) / 1000.0;
     result.operations = samples.size();
     result.host_cpu_ns_per_op = double(cpu) / double(samples.size());
     return result;

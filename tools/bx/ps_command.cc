@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/percentile.h"
 #include "bx/init.h"
 #include "bx/metrics.h"
 #include "bx/observe.h"
@@ -338,22 +339,22 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
   out["doubled"] = doubled;
   out["push_failovers"] = stats.push_failovers;
   out["longest_stall_ms"] = double(longest_stall_us.load()) / 1000.0;
-  auto sorted = [](const std::vector<std::vector<float>>& per_thread) {
+  auto merged = [](const std::vector<std::vector<float>>& per_thread) {
     std::vector<float> all;
     for (const auto& l : per_thread) all.insert(all.end(), l.begin(), l.end());
-    std::sort(all.begin(), all.end());
     return all;
   };
-  auto percentile_ms = [](const std::vector<float>& all, double p) {
-    return all.empty() ? 0.0 : double(all[size_t(p * double(all.size() - 1))]) / 1000.0;
+  // Latencies are recorded in microseconds and reported in milliseconds.
+  auto percentile_ms = [](std::vector<float>& us, double q) {
+    return double(Percentile(us, q)) / 1000.0;
   };
-  const std::vector<float> all = sorted(latencies_us);
+  std::vector<float> all = merged(latencies_us);
   out["push_p50_ms"] = percentile_ms(all, 0.50);
   out["push_p99_ms"] = percentile_ms(all, 0.99);
   out["push_p999_ms"] = percentile_ms(all, 0.999);
   out["push_max_ms"] = percentile_ms(all, 1.0);
   if (flags.window_to_ms > flags.window_from_ms) {
-    const std::vector<float> window = sorted(window_us);
+    std::vector<float> window = merged(window_us);
     out["window_pushes"] = window.size();
     out["window_p99_ms"] = percentile_ms(window, 0.99);
     out["window_max_ms"] = percentile_ms(window, 1.0);

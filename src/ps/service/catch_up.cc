@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "ps/byte_io.h"
+#include "base/wire_encoding.h"
 #include "ps/service/ps_service.h"
 
 namespace bx::ps {
@@ -18,15 +18,15 @@ constexpr size_t kMaxIncarnationBytes = 256;
 // Decodes a body of exactly out.size() u64s (JoinChunk, JoinAttach, the Join reply).
 bool GetU64s(std::span<const std::byte> bytes, std::initializer_list<uint64_t*> out) {
   if (bytes.size() != out.size() * sizeof(uint64_t)) return false;
-  ByteReader r(bytes);
-  for (uint64_t* v : out) r.Get(v);
+  WireReader r(bytes);
+  for (uint64_t* v : out) r.GetU64(v);
   return true;
 }
 
 Result<rpc::Message> U64Message(std::initializer_list<uint64_t> values) {
   BX_ASSIGN_OR_RETURN(rpc::Message m, rpc::Message::Allocate(values.size() * sizeof(uint64_t)));
-  ByteWriter w({m.data(), m.size()});
-  for (uint64_t v : values) w.Put(v);
+  WireWriter w(std::span<std::byte>(m.data(), m.size()));
+  for (uint64_t v : values) w.PutU64(v);
   return m;
 }
 
@@ -39,9 +39,9 @@ void PsServerCore::SetJoinService(std::shared_ptr<JoinService> service) {
 void PsServerCore::OnJoin(rpc::ServerCall call) {
   std::shared_ptr<JoinService> service = join_service_.load();
   if (!service) return call.Fail(FailedPrecondition("this server takes no joins"));
-  ByteReader r(Bytes(call.request()));
+  WireReader r(Bytes(call.request()));
   uint32_t replica = 0, n = 0;
-  if (!r.Get(&replica) || !r.Get(&n) || n > kMaxIncarnationBytes || n != r.remaining()) {
+  if (!r.GetU32(&replica) || !r.GetU32(&n) || n > kMaxIncarnationBytes || n != r.remaining()) {
     return call.Fail(InvalidArgument("ps.Join: malformed request"));
   }
   std::string incarnation(n, '\0');
@@ -94,9 +94,9 @@ Result<CatchUpResult> CatchUpFrom(const rpc::ReplicaAddress& primary,
 
   BX_ASSIGN_OR_RETURN(rpc::Message request,
                       rpc::Message::Allocate(2 * sizeof(uint32_t) + incarnation.size()));
-  ByteWriter w({request.data(), request.size()});
-  w.Put<uint32_t>(self);
-  w.Put<uint32_t>(static_cast<uint32_t>(incarnation.size()));
+  WireWriter w(std::span<std::byte>(request.data(), request.size()));
+  w.PutU32(self);
+  w.PutU32(static_cast<uint32_t>(incarnation.size()));
   w.PutBytes(incarnation.data(), incarnation.size());
   Result<rpc::Message> reply = CallOnce(*client, kJoinMethod, std::move(request), timeout);
   if (!reply.ok()) return reply.status().WithContext("ps.Join");

@@ -4,8 +4,8 @@
 #include <optional>
 #include <utility>
 
+#include "base/wire_encoding.h"
 #include "bx/log.h"
-#include "ps/byte_io.h"
 #include "ps/service/ps_service.h"
 
 namespace bx::ps {
@@ -15,11 +15,11 @@ constexpr std::chrono::milliseconds kMinPingTimeout{50};
 }  // namespace
 
 void EncodePingReply(const PingReply& reply, std::span<std::byte> out) {
-  ByteWriter w(out);
-  w.Put(static_cast<uint8_t>(reply.role));
-  for (int i = 0; i < 7; ++i) w.Put(uint8_t{0});
-  w.Put(reply.position.epoch);
-  w.Put(reply.position.lsn);
+  WireWriter w(out);
+  w.PutU8(static_cast<uint8_t>(reply.role));
+  w.PutZeros(7);
+  w.PutU64(reply.position.epoch);
+  w.PutU64(reply.position.lsn);
 }
 
 Result<PingReply> DecodePingReply(std::span<const std::byte> bytes) {
@@ -27,12 +27,12 @@ Result<PingReply> DecodePingReply(std::span<const std::byte> bytes) {
     return Status(StatusCode::kDataLoss,
                   "ping reply of " + std::to_string(bytes.size()) + " bytes");
   }
-  ByteReader r(bytes);
+  WireReader r(bytes);
   uint8_t role = 0;
-  r.Get(&role);
+  r.GetU8(&role);
   for (int i = 0; i < 7; ++i) {
     uint8_t zero = 0;
-    r.Get(&zero);
+    r.GetU8(&zero);
     if (zero != 0) return Status(StatusCode::kDataLoss, "ping reply reserved byte");
   }
   if (role > static_cast<uint8_t>(ShardReplica::Role::kFenced)) {
@@ -40,8 +40,8 @@ Result<PingReply> DecodePingReply(std::span<const std::byte> bytes) {
   }
   PingReply reply;
   reply.role = static_cast<ShardReplica::Role>(role);
-  r.Get(&reply.position.epoch);
-  r.Get(&reply.position.lsn);
+  r.GetU64(&reply.position.epoch);
+  r.GetU64(&reply.position.lsn);
   return reply;
 }
 

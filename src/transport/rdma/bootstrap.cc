@@ -1,9 +1,8 @@
 #include "transport/rdma/bootstrap.h"
 
-#include <endian.h>
-
 #include <cstring>
 
+#include "base/wire_encoding.h"
 #include "transport/blocking_io.h"
 
 namespace bx::rdma {
@@ -15,75 +14,75 @@ namespace {
 //   50 link_layer u8 | 51 mtu u8 | 52 reserved[12]
 constexpr size_t kHelloBytes = 64;
 
-void Put32(uint8_t* p, uint32_t v) {
-  v = htole32(v);
-  std::memcpy(p, &v, 4);
+// The start every 64-byte record shares: magic u32, version u16, then a u16 (Hello: flags;
+// Challenge: reserved; Refusal: its code). A whole record is there: none of the reads can fail.
+struct RecordStart {
+  uint32_t magic = 0;
+  uint16_t version = 0;
+  uint16_t arg = 0;
+};
+RecordStart GetRecordStart(WireReader& r) {
+  RecordStart start;
+  r.GetU32(&start.magic);
+  r.GetU16(&start.version);
+  r.GetU16(&start.arg);
+  return start;
 }
-void Put64(uint8_t* p, uint64_t v) {
-  v = htole64(v);
-  std::memcpy(p, &v, 8);
+
+void PutRecordStart(WireWriter& w, uint32_t magic, uint16_t arg) {
+  w.PutU32(magic);
+  w.PutU16(kProtocolVersion);
+  w.PutU16(arg);
 }
-uint32_t Get32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return le32toh(v);
-}
-uint64_t Get64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return le64toh(v);
+
+Status CheckVersion(uint16_t version) {
+  if (version != kProtocolVersion)
+    return FailedPrecondition("bootstrap: peer speaks protocol version " + std::to_string(version) +
+                              ", this build speaks " + std::to_string(kProtocolVersion));
+  return Status::Ok();
 }
 
 }  // namespace
 
 void EncodeHello(const Hello& h, uint8_t out[64]) {
-  std::memset(out, 0, kHelloBytes);
-  Put32(out + 0, kHelloMagic);
-  uint16_t version = htole16(kProtocolVersion);
-  std::memcpy(out + 4, &version, 2);
-  uint16_t flags = htole16(h.auth ? kHelloFlagAuth : 0);
-  std::memcpy(out + 6, &flags, 2);
-  Put32(out + 8, h.qp_num);
-  Put32(out + 12, h.psn);
-  std::memcpy(out + 16, h.gid.raw, 16);
-  Put32(out + 32, h.recv_queue_depth);
-  Put32(out + 36, h.eager_limit);
-  Put64(out + 40, h.max_message_bytes);
-  uint16_t lid = htole16(h.lid);
-  std::memcpy(out + 48, &lid, 2);
-  out[50] = h.link_layer;
-  out[51] = uint8_t(h.mtu);
+  WireWriter w(std::span<uint8_t>(out, kHelloBytes));
+  PutRecordStart(w, kHelloMagic, h.auth ? kHelloFlagAuth : 0);
+  w.PutU32(h.qp_num);
+  w.PutU32(h.psn);
+  w.PutBytes(h.gid.raw, 16);
+  w.PutU32(h.recv_queue_depth);
+  w.PutU32(h.eager_limit);
+  w.PutU64(h.max_message_bytes);
+  w.PutU16(h.lid);
+  w.PutU8(h.link_layer);
+  w.PutU8(uint8_t(h.mtu));
+  w.PutZeros(kHelloBytes - w.position());
 }
 
 Result<Hello> DecodeHello(const uint8_t in[64]) {
-  uint32_t magic = Get32(in);
-  if (magic != kHelloMagic)
-    return DataLoss("bootstrap: not a bexpress RDMA peer (magic " + std::to_string(magic) + ")");
-  uint16_t version;
-  std::memcpy(&version, in + 4, 2);
-  version = le16toh(version);
-  if (version != kProtocolVersion)
-    return FailedPrecondition("bootstrap: peer speaks protocol version " + std::to_string(version) +
-                              ", this build speaks " + std::to_string(kProtocolVersion));
-  uint16_t flags;
-  std::memcpy(&flags, in + 6, 2);
-  flags = le16toh(flags);
+  WireReader r(std::span<const uint8_t>(in, kHelloBytes));
+  const RecordStart start = GetRecordStart(r);
+  if (start.magic != kHelloMagic)
+    return DataLoss("bootstrap: not a bexpress RDMA peer (magic " + std::to_string(start.magic) +
+                    ")");
+  BX_RETURN_IF_ERROR(CheckVersion(start.version));
+  const uint16_t flags = start.arg;
   if ((flags & ~kHelloFlagAuth) != 0)
     return DataLoss("bootstrap: unknown Hello flags " + std::to_string(flags));
   Hello h;
   h.auth = (flags & kHelloFlagAuth) != 0;
-  h.qp_num = Get32(in + 8);
-  h.psn = Get32(in + 12) & 0xffffff;
-  std::memcpy(h.gid.raw, in + 16, 16);
-  h.recv_queue_depth = Get32(in + 32);
-  h.eager_limit = Get32(in + 36);
-  h.max_message_bytes = Get64(in + 40);
-  uint16_t lid;
-  std::memcpy(&lid, in + 48, 2);
-  h.lid = le16toh(lid);
-  h.link_layer = in[50];
+  r.GetU32(&h.qp_num);
+  r.GetU32(&h.psn);
+  h.psn &= 0xffffff;
+  r.GetBytes(h.gid.raw, 16);
+  r.GetU32(&h.recv_queue_depth);
+  r.GetU32(&h.eager_limit);
+  r.GetU64(&h.max_message_bytes);
+  r.GetU16(&h.lid);
+  r.GetU8(&h.link_layer);
   // Checked as a byte before it becomes an ibv_mtu: an enum holding 9 is undefined behaviour.
-  const uint8_t mtu = in[51];
+  uint8_t mtu = 0;
+  r.GetU8(&mtu);
   if (h.link_layer != IBV_LINK_LAYER_ETHERNET && h.link_layer != IBV_LINK_LAYER_INFINIBAND)
     return DataLoss("bootstrap: unknown link layer " + std::to_string(h.link_layer));
   if (mtu < uint8_t(IBV_MTU_256) || mtu > uint8_t(IBV_MTU_4096))
@@ -123,19 +122,19 @@ Result<Hello> ReceiveHello(int fd, std::chrono::milliseconds timeout, uint8_t* r
 namespace {
 
 void EncodeRecord(uint32_t magic, uint16_t code, const uint8_t* nonce, uint8_t out[64]) {
-  std::memset(out, 0, kRecordBytes);
-  Put32(out, magic);
-  uint16_t version = htole16(kProtocolVersion);
-  std::memcpy(out + 4, &version, 2);
-  code = htole16(code);
-  std::memcpy(out + 6, &code, 2);
-  if (nonce != nullptr) std::memcpy(out + 8, nonce, kNonceBytes);
+  WireWriter w(std::span<uint8_t>(out, kRecordBytes));
+  PutRecordStart(w, magic, code);
+  if (nonce != nullptr) w.PutBytes(nonce, kNonceBytes);
+  w.PutZeros(kRecordBytes - w.position());
 }
 
-bool AllZero(const uint8_t* p, size_t n) {
-  uint8_t any = 0;
-  for (size_t i = 0; i < n; ++i) any |= p[i];
-  return any == 0;
+// Whether what is left of the record is all zero (reserved bytes).
+bool RestIsZero(WireReader& r) {
+  std::span<const std::byte> rest;
+  r.Take(r.remaining(), &rest);
+  std::byte any{0};
+  for (std::byte b : rest) any |= b;
+  return any == std::byte{0};
 }
 
 }  // namespace
@@ -149,30 +148,26 @@ void EncodeRefusal(uint16_t code, uint8_t out[64]) {
 }
 
 Result<Reply> DecodeReply(const uint8_t in[64]) {
-  uint32_t magic = Get32(in);
+  WireReader r(std::span<const uint8_t>(in, kRecordBytes));
+  const RecordStart start = GetRecordStart(r);
   Reply reply;
-  if (magic == kHelloMagic) {
+  if (start.magic == kHelloMagic) {
     BX_ASSIGN_OR_RETURN(reply.hello, DecodeHello(in));
     return reply;
   }
-  if (magic != kChallengeMagic && magic != kRefusalMagic)
-    return DataLoss("bootstrap: not a bexpress RDMA peer (magic " + std::to_string(magic) + ")");
-  uint16_t version, code;
-  std::memcpy(&version, in + 4, 2);
-  std::memcpy(&code, in + 6, 2);
-  version = le16toh(version);
-  code = le16toh(code);
-  if (version != kProtocolVersion)
-    return FailedPrecondition("bootstrap: peer speaks protocol version " + std::to_string(version) +
-                              ", this build speaks " + std::to_string(kProtocolVersion));
-  if (magic == kChallengeMagic) {
-    if (code != 0 || !AllZero(in + 40, 24))
+  if (start.magic != kChallengeMagic && start.magic != kRefusalMagic)
+    return DataLoss("bootstrap: not a bexpress RDMA peer (magic " + std::to_string(start.magic) +
+                    ")");
+  BX_RETURN_IF_ERROR(CheckVersion(start.version));
+  const uint16_t code = start.arg;
+  if (start.magic == kChallengeMagic) {
+    r.GetBytes(reply.nonce, kNonceBytes);
+    if (code != 0 || !RestIsZero(r))
       return DataLoss("bootstrap: malformed challenge (non-zero reserved bytes)");
     reply.kind = Reply::Kind::kChallenge;
-    std::memcpy(reply.nonce, in + 8, kNonceBytes);
     return reply;
   }
-  if (code == 0 || !AllZero(in + 8, 56))
+  if (code == 0 || !RestIsZero(r))
     return DataLoss("bootstrap: malformed refusal (code 0 or non-zero reserved bytes)");
   reply.kind = Reply::Kind::kRefusal;
   reply.refusal = code;

@@ -2,48 +2,48 @@
 
 #include <fmt/core.h>
 
+#include "base/wire_encoding.h"
+
 namespace bx::tcp {
-namespace {
-
-uint64_t LoadLittleEndian(const std::byte* p, int bytes) {
-  uint64_t value = 0;
-  for (int i = bytes - 1; i >= 0; --i) value = (value << 8) | static_cast<uint8_t>(p[i]);
-  return value;
-}
-
-void StoreLittleEndian(std::byte* p, uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) p[i] = static_cast<std::byte>(value >> (8 * i));
-}
-
-}  // namespace
 
 FrameHeader EncodeFrameHeader(uint64_t payload_length) {
   FrameHeader header{};
-  StoreLittleEndian(&header[0], kFrameMagic, 4);
-  header[4] = static_cast<std::byte>(kFrameVersion);
-  StoreLittleEndian(&header[8], payload_length, 8);
+  WireWriter w{std::span<std::byte>(header)};
+  w.PutU32(kFrameMagic);
+  w.PutU8(kFrameVersion);
+  w.PutU8(0);   // flags
+  w.PutU16(0);  // reserved
+  w.PutU64(payload_length);
   return header;
 }
 
 Result<uint64_t> DecodeFrameHeader(const std::byte* header, size_t max_message_bytes) {
-  uint64_t magic = LoadLittleEndian(header, 4);
+  // kFrameHeaderBytes are there: none of these reads can fail.
+  WireReader r(std::span<const std::byte>(header, kFrameHeaderBytes));
+  uint32_t magic = 0;
+  uint8_t version = 0, flags = 0;
+  uint16_t reserved = 0;
+  uint64_t length = 0;
+  r.GetU32(&magic);
+  r.GetU8(&version);
+  r.GetU8(&flags);
+  r.GetU16(&reserved);
+  r.GetU64(&length);
   if (magic != kFrameMagic) {
     return DataLoss(
         fmt::format("malformed frame header: magic {:#010x}, expected {:#010x} "
                     "(the peer is not a bexpress tcp:// endpoint)",
                     magic, kFrameMagic));
   }
-  auto version = static_cast<uint8_t>(header[4]);
   if (version != kFrameVersion) {
     return DataLoss(fmt::format("malformed frame header: version {}, this build speaks {}", version,
                                 kFrameVersion));
   }
-  uint64_t flags_and_reserved = LoadLittleEndian(header + 5, 3);
-  if (flags_and_reserved != 0) {
-    return DataLoss(fmt::format("malformed frame header: unknown flags/reserved bits {:#08x}",
-                                flags_and_reserved));
+  if (flags != 0 || reserved != 0) {
+    return DataLoss(fmt::format(
+        "malformed frame header: unknown flags/reserved bits (flags {:#04x}, reserved {:#06x})",
+        flags, reserved));
   }
-  uint64_t length = LoadLittleEndian(header + 8, 8);
   if (length > max_message_bytes) {
     return DataLoss(
         fmt::format("frame header announces {} bytes, above the maximum message size "

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <span>
 
+#include "base/wire_encoding.h"
 #include "transport/blocking_io.h"
 
 namespace bx::tcp {
@@ -24,12 +25,12 @@ struct Record {
 
 HandshakeRecord Encode(uint8_t type, uint16_t arg, const uint8_t* data) {
   HandshakeRecord r{};
-  for (int i = 0; i < 4; ++i) r[i] = uint8_t(kHandshakeMagic >> (8 * i));
-  r[4] = kHandshakeVersion;
-  r[5] = type;
-  r[6] = uint8_t(arg);
-  r[7] = uint8_t(arg >> 8);
-  if (data != nullptr) std::memcpy(r.data() + 8, data, 32);
+  WireWriter w{std::span<uint8_t>(r)};
+  w.PutU32(kHandshakeMagic);
+  w.PutU8(kHandshakeVersion);
+  w.PutU8(type);
+  w.PutU16(arg);
+  if (data != nullptr) w.PutBytes(data, 32);  // otherwise the zeros r starts with
   return r;
 }
 
@@ -40,18 +41,22 @@ bool AllZero(const std::array<uint8_t, 32>& a) {
 }
 
 Result<Record> Decode(const HandshakeRecord& r) {
+  // A whole record: none of these reads can fail.
+  WireReader in{std::span<const uint8_t>(r)};
   uint32_t magic = 0;
-  for (int i = 3; i >= 0; --i) magic = (magic << 8) | r[i];
+  uint8_t version = 0;
+  Record out;
+  in.GetU32(&magic);
+  in.GetU8(&version);
+  in.GetU8(&out.type);
+  in.GetU16(&out.arg);
+  in.GetBytes(out.data.data(), out.data.size());
   if (magic != kHandshakeMagic)
     return DataLoss("tcp handshake: not a bexpress tcp:// peer (magic " + std::to_string(magic) +
                     ")");
-  if (r[4] != kHandshakeVersion)
-    return DataLoss("tcp handshake: peer speaks version " + std::to_string(r[4]) +
+  if (version != kHandshakeVersion)
+    return DataLoss("tcp handshake: peer speaks version " + std::to_string(version) +
                     ", this build speaks " + std::to_string(kHandshakeVersion));
-  Record out;
-  out.type = r[5];
-  out.arg = uint16_t(r[6] | (r[7] << 8));
-  std::memcpy(out.data.data(), r.data() + 8, 32);
   bool ok = false;
   switch (out.type) {
     case kHello:
