@@ -265,7 +265,7 @@ class Engine {
   // message and returns false if it was a protocol violation (the engine has failed).
   Status RepostReceives(uint32_t count);
   void OnReceive(const ibv_wc& wc);
-  bool Dispatch(const Imm& imm, const Buffer& payload, uint32_t slot, uint32_t byte_len);
+  bool Dispatch(const Imm& imm, uint32_t slot, uint32_t byte_len);
   bool OnRendezvousRequest(uint16_t id, const Buffer& payload, uint32_t byte_len);
   bool OnRendezvousReply(uint16_t id, const Buffer& payload, uint32_t byte_len);
   bool OnRendezvousDone(uint16_t id);

@@ -75,7 +75,7 @@ void Engine::OnReceive(const ibv_wc& wc) {
     }
     credits_.Return(imm.credits);
   }
-  if (!Dispatch(imm, receive_buffers_[slot], slot, wc.byte_len) || failed_) return;
+  if (!Dispatch(imm, slot, wc.byte_len) || failed_) return;
   if (returner_.OnReceiveConsumed()) {
     uint32_t batch = returner_.batch();
     if (Status s = RepostReceives(batch); !s.ok()) {
@@ -87,7 +87,8 @@ void Engine::OnReceive(const ibv_wc& wc) {
   dirty = true;
 }
 
-bool Engine::Dispatch(const Imm& imm, const Buffer& payload, uint32_t slot, uint32_t byte_len) {
+bool Engine::Dispatch(const Imm& imm, uint32_t slot, uint32_t byte_len) {
+  const Buffer& payload = receive_buffers_[slot];
   switch (imm.kind) {
     case Kind::kEager: {
       // The receive buffer itself goes up (no copy); the slot gets a fresh one at the repost.

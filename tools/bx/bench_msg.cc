@@ -91,7 +91,7 @@ struct Pair {
   }
 };
 
-// The I/O-thread loop counters of both ends (rdma:// only; zero for tcp://).
+// The I/O-thread loop counters of both ends of an rdma:// pair.
 engine::IoThreadCounters LoopCounters(Pair& pair) {
   engine::IoThreadCounters sum;
   for (Transport* t : {pair.server.get(), pair.client.get()}) {
@@ -239,7 +239,7 @@ Status MeasureThroughput(const std::string& scheme, size_t size, const BenchMsgO
   result->host_cpu_ns_per_msg =
       static_cast<double>(cpu_ns - std::min(cpu_ns, hardware_ns)) / static_cast<double>(total);
   result->counters = socket->counters();
-  AddLoopCounters(loop_before, LoopCounters(*pair), total, result->counters);
+  if (scheme == "rdma") AddLoopCounters(loop_before, LoopCounters(*pair), total, result->counters);
   std::lock_guard<std::mutex> lock(pair->mutex);
   if (pair->server_socket) {
     for (auto& [name, value] : pair->server_socket->counters()) {
