@@ -60,6 +60,10 @@ class Network {
   void Finish(TimeNs now);
   // Connected ports = directed links (each link counts once per direction).
   uint32_t directed_links() const;
+  // Data bytes queued at the leaf port toward `host` (not counting the packet on the wire).
+  uint64_t EgressQueueBytes(uint32_t host) const {
+    return ports_[ports_[host_port_[host]].peer].data_bytes;
+  }
 
  private:
   struct Port {

@@ -18,6 +18,8 @@ void AddStatsCommand(CLI::App* app);
 
 // `bx sim incast ...`: the fabric simulation of issue 9 (sim_command.cc, src/sim/).
 void AddSimCommand(CLI::App* app);
+// `bx sim validate`, under `bx sim` (sim_validate_command.cc).
+void AddSimValidateCommand(CLI::App* simulate);
 
 // `bx demo`: an in-process parameter-server cluster, RDMA vs TCP (demo_command.cc).
 void AddDemoCommand(CLI::App* app);

@@ -299,6 +299,7 @@ void AddSimCommand(CLI::App* app) {
     int rc = RunIncast(*options);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
+  AddSimValidateCommand(simulate);
 }
 
 }  // namespace bx::tools
