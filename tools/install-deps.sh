@@ -17,6 +17,7 @@ packages=(
   sockperf iperf3                           # peers measured beside `bx bench msg`
   libgrpc++-dev protobuf-compiler-grpc     # gRPC echo peer of `bx bench rpc` (tools/grpc_echo)
   gnuplot-nox                               # plots of `bx sim incast --sweep`
+  libns3-dev          # ns-3 3.37 (~1 MB + gsl): bx_ns3_incast for `bx sim validate` (optional)
   iproute2                                  # `ip netns` (multi-host failover test), `ss`
   etcd-server etcd-client libcurl4-openssl-dev   # ps/coord: etcd store (its tests run etcd)
   pybind11-dev python3-dev                  # the bexpress Python module (python/)

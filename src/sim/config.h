@@ -34,6 +34,9 @@ struct FabricConfig {
   uint64_t ecn_kmin_bytes = 100000;
   uint64_t ecn_kmax_bytes = 400000;
   double ecn_pmax = 0.2;
+  // Mark on arrival against the queue ahead (RED's and ns-3's place) instead of at dequeue. Only
+  // `bx sim validate` uses it, to show how much of the gap to ns-3 the marking point explains.
+  bool ecn_at_enqueue = false;
   // true: host h on leaf h % leaves (servers and trainers mixed in every rack);
   // false: hosts fill racks in order (servers packed into the first racks).
   bool interleave_hosts = true;

@@ -140,6 +140,7 @@ void Network::OnArrive(uint32_t id) {
     o.control.Push(packets_, id);
   } else if (p.lossless()) {
     p.in_port = uint16_t(in.local);
+    if (config_.ecn_at_enqueue) MarkOnArrival(o, p);
     sw.mmu->Admit(in.local, p.wire_bytes);
     o.data_bytes += p.wire_bytes;
     o.data.Push(packets_, id);
@@ -150,6 +151,7 @@ void Network::OnArrive(uint32_t id) {
       packets_.Free(id);
       return;
     }
+    if (config_.ecn_at_enqueue) MarkOnArrival(o, p);
     sw.mmu->AddLossy(p.wire_bytes);
     o.data_bytes += p.wire_bytes;
     o.data.Push(packets_, id);
@@ -231,7 +233,7 @@ void Network::TryTransmit(uint32_t port) {
     sw.mmu->RemoveLossy(p.wire_bytes);
   }
   // RED on the egress queue left behind, at dequeue.
-  if (pt.data_bytes > pt.ecn_kmin) {
+  if (!config_.ecn_at_enqueue && pt.data_bytes > pt.ecn_kmin) {
     bool mark = pt.data_bytes >= pt.ecn_kmax;
     if (!mark) {
       double prob = config_.ecn_pmax * double(pt.data_bytes - pt.ecn_kmin) /
@@ -254,6 +256,22 @@ void Network::Transmit(uint32_t port, uint32_t id) {
   events_->Schedule(done, EventKind::kPortTxDone, port);
   p.at_port = pt.peer;
   events_->Schedule(done + config_.link_delay_ns, EventKind::kPacketArrive, id);
+}
+
+// RED against the queue ahead of an arriving packet (FabricConfig::ecn_at_enqueue); the same
+// rule as the dequeue marking in TryTransmit.
+void Network::MarkOnArrival(const Port& pt, Packet& p) {
+  if (pt.data_bytes <= pt.ecn_kmin) return;
+  bool mark = pt.data_bytes >= pt.ecn_kmax;
+  if (!mark) {
+    double prob =
+        config_.ecn_pmax * double(pt.data_bytes - pt.ecn_kmin) / double(pt.ecn_kmax - pt.ecn_kmin);
+    mark = rng_->Uniform() < prob;
+  }
+  if (mark && !p.ecn) {
+    p.ecn = true;
+    ++stats_->ecn_marks;
+  }
 }
 
 uint32_t Network::directed_links() const {

@@ -110,6 +110,7 @@ IncastResult RunIncastScenario(const IncastScenario& s, uint64_t seed) {
   fabric.ecn_kmin_bytes = uint64_t(double(s.ecn_kmin_bytes) * 25 / s.gbps);
   fabric.ecn_kmax_bytes = uint64_t(double(s.ecn_kmax_bytes) * 25 / s.gbps);
   fabric.ecn_pmax = s.ecn_pmax;
+  fabric.ecn_at_enqueue = s.ecn_at_enqueue;
   config.workload.servers = 1;
   config.workload.trainers = hosts - 1;
   config.tcp.host_cost_ns = 0;  // ns-3 has none either

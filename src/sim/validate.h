@@ -27,6 +27,7 @@ struct IncastScenario {
   uint64_t ecn_kmax_bytes = 100000;
   double ecn_pmax = 0.2;
   TimeNs sample_ns = 1 * kMicrosecond;  // queue sampling interval
+  bool ecn_at_enqueue = false;          // ours only: mark where ns-3's RED does
 };
 
 struct FlowResult {

@@ -23,8 +23,9 @@ struct ValidateOptions {
   std::vector<std::string> scenarios;
   std::string ns3;
   bool json = false;
-  double check = 0;           // 0 = report only
-  double ours_delay_us = -1;  // control: a mismatched link delay on our side only
+  double check = 0;             // 0 = report only
+  double ours_delay_us = -1;    // control: a mismatched link delay on our side only
+  bool ecn_at_enqueue = false;  // ours marks on arrival, as ns-3's RED does
 };
 
 // bx_ns3_incast sits next to bx in the build tree (bin/).
@@ -89,6 +90,7 @@ int RunValidate(const ValidateOptions& o) {
   for (const sim::IncastScenario& s : scenarios) {
     sim::IncastScenario ours_s = s;
     if (o.ours_delay_us >= 0) ours_s.link_delay_ns = sim::TimeNs(o.ours_delay_us * 1000);
+    ours_s.ecn_at_enqueue = o.ecn_at_enqueue;
     sim::IncastResult ours = sim::RunIncastScenario(ours_s);
     sim::IncastResult ns3 = RunNs3(binary, s);
     double p50[2] = {sim::FctPercentile(ours, 0.5), sim::FctPercentile(ns3, 0.5)};
@@ -132,6 +134,7 @@ int RunValidate(const ValidateOptions& o) {
   if (o.json) {
     nlohmann::json out{{"ns3", binary}, {"check", o.check}, {"agree", agree}, {"scenarios", rows}};
     if (o.ours_delay_us >= 0) out["ours_link_delay_us"] = o.ours_delay_us;
+    out["ours_ecn_at_enqueue"] = o.ecn_at_enqueue;
     fmt::print("{}\n", out.dump(2));
   } else {
     fmt::print("FCT in us; ratios are ours / ns-3; q = bottleneck queue, sampled every 1 us{}\n",
@@ -154,6 +157,8 @@ void AddSimValidateCommand(CLI::App* simulate) {
                        "fail if a P50 or P99 FCT ratio is off by more than this (0.15 = 15%)");
   validate->add_option("--ours-link-delay-us", options->ours_delay_us,
                        "control: a different link delay on our side only (should disagree)");
+  validate->add_flag("--ecn-at-enqueue", options->ecn_at_enqueue,
+                     "ours marks ECN on arrival, where ns-3's RED does (default: at dequeue)");
   validate->add_flag("--json", options->json, "JSON output");
   validate->callback([options] {
     int rc = RunValidate(*options);
