@@ -41,17 +41,23 @@ std::string ShellQuote(const std::string& s) {
   return out + "'";
 }
 
+// CLI11 prints nothing for a RuntimeError: say why before exiting with 2.
+[[noreturn]] void Fail(const std::string& why) {
+  fmt::print(stderr, "bx sim validate: {}\n", why);
+  throw CLI::RuntimeError(2);
+}
+
 sim::IncastResult RunNs3(const std::string& binary, const sim::IncastScenario& s) {
   std::string command = ShellQuote(binary);
   for (const std::string& arg : sim::Ns3Arguments(s)) command += " " + ShellQuote(arg);
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  if (!pipe) throw CLI::RuntimeError("cannot run " + binary, 2);
+  if (!pipe) Fail("cannot run " + binary);
   std::string text;
   char buf[4096];
   while (size_t n = fread(buf, 1, sizeof buf, pipe.get())) text.append(buf, n);
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.contains("flows")) {
-    throw CLI::RuntimeError("no JSON from " + command + " (is ns-3 built? --ns3 PATH)", 2);
+    Fail("no JSON from " + command + " (is bx_ns3_incast built? --ns3 PATH)");
   }
   sim::IncastResult r;
   for (const auto& f : j["flows"]) {
