@@ -86,6 +86,13 @@ std::vector<IncastScenario> ValidationScenarios() {
   v.push_back(s);
 
   s = IncastScenario{};
+  s.name = "leafspine-16x256K";
+  s.description = "2 leaves under a 100G spine; 16 -> 1 of 256 KB, 8 of them across the spine";
+  s.senders = 16;
+  s.leaves = 2;
+  v.push_back(s);
+
+  s = IncastScenario{};
   s.name = "background+incast-8x128K";
   s.description = "one 8 MB flow from 0, then 8 -> 1 of 128 KB at 200 us, step at 100 KB";
   s.senders = 8;
@@ -103,7 +110,10 @@ IncastResult RunIncastScenario(const IncastScenario& s, uint64_t seed) {
   config.transport = TransportKind::kTcp;
   uint32_t hosts = 1 + s.senders + s.background;
   FabricConfig& fabric = config.fabric;
-  fabric.hosts_per_leaf = hosts;  // one leaf, no spines: a single switch
+  // One leaf and no spine is a single switch; otherwise one spine (no ECMP to model).
+  fabric.hosts_per_leaf = (hosts + s.leaves - 1) / s.leaves;
+  fabric.spines = 1;
+  fabric.uplink_gbps = s.uplink_gbps;
   fabric.host_gbps = s.gbps;
   fabric.link_delay_ns = s.link_delay_ns;
   // Network scales RED thresholds by rate / 25G; the scenario states them for its own rate.
@@ -178,6 +188,8 @@ std::vector<std::string> Ns3Arguments(const IncastScenario& s) {
           arg("background", s.background),
           arg("background_bytes", s.background_bytes),
           arg("gbps", s.gbps),
+          arg("leaves", s.leaves),
+          arg("uplink_gbps", s.uplink_gbps),
           arg("delay_us", double(s.link_delay_ns) / 1000.0),
           arg("kmin", s.ecn_kmin_bytes),
           arg("kmax", s.ecn_kmax_bytes),

@@ -1,8 +1,8 @@
 // The cross-validation scenarios of issue 21: the same small incast in our simulator and in
 // ns-3 (tools/ns3_validate/bx_ns3_incast.cc takes the same parameters). N senders and one
-// receiver on one switch, every link at the same rate and delay, TCP-DCTCP from tcp_stack.h
-// with no host cost, RED/ECN on the switch port toward the receiver. Optional background
-// flows start at time 0, the incast flows at start_ns.
+// receiver on one switch (or on leaves under one spine; host h on leaf h % leaves), TCP-DCTCP
+// from tcp_stack.h with no host cost, RED/ECN on every switch port. Optional background flows
+// start at time 0, the incast flows at start_ns.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +21,9 @@ struct IncastScenario {
   TimeNs start_ns = 0;         // incast flows start here
   uint32_t background = 0;     // background flows, from other senders, start at 0
   uint64_t background_bytes = 0;
-  double gbps = 25;
+  double gbps = 25;          // host links
+  uint32_t leaves = 1;       // more than 1: two tiers, one spine above the leaves
+  double uplink_gbps = 100;  // leaf-spine links
   TimeNs link_delay_ns = 1 * kMicrosecond;
   uint64_t ecn_kmin_bytes = 100000;  // kmin == kmax: DCTCP's step marking at K
   uint64_t ecn_kmax_bytes = 100000;

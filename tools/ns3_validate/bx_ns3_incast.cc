@@ -1,6 +1,6 @@
 // bx_ns3_incast: the cross-validation scenarios of `bx sim validate` (issue 21) in ns-3 3.37.
-// N senders -> one switch -> one receiver; every link has the same rate and delay; DCTCP at the
-// senders; RED with ECN marking on the switch's port toward the receiver. Flow i starts at
+// N senders -> one switch (or two-tier: leaves under one spine) -> one receiver; DCTCP at the
+// senders; RED with ECN marking on every switch port. Flow i starts at
 // start_us (background flows at 0) and sends `bytes`. Prints JSON: per-flow FCT (from the
 // connection being established to the last byte at the receiver, so the handshake, which our
 // simulator does not model, is left out) and the bottleneck queue sampled every sample_us.
@@ -95,7 +95,8 @@ void Sample() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  uint32_t senders = 4, background = 0;
+  uint32_t senders = 4, background = 0, leaves = 1;
+  double uplink_gbps = 100;
   uint64_t bytes = 256 << 10, background_bytes = 0;
   double start_us = 0, gbps = 25, delay_us = 1, pmax = 0.2, stop_ms = 1000;
   uint64_t kmin = 100000, kmax = 100000;
@@ -108,7 +109,9 @@ int main(int argc, char** argv) {
   cmd.AddValue("start_us", "when the incast flows start", start_us);
   cmd.AddValue("background", "background senders (start at 0)", background);
   cmd.AddValue("background_bytes", "bytes per background flow", background_bytes);
-  cmd.AddValue("gbps", "every link's rate", gbps);
+  cmd.AddValue("gbps", "host links' rate", gbps);
+  cmd.AddValue("leaves", "leaf switches (more than 1: one spine above them)", leaves);
+  cmd.AddValue("uplink_gbps", "leaf-spine links' rate", uplink_gbps);
   cmd.AddValue("delay_us", "every link's delay", delay_us);
   cmd.AddValue("kmin", "RED MinTh, bytes", kmin);
   cmd.AddValue("kmax", "RED MaxTh, bytes", kmax);
@@ -141,16 +144,17 @@ int main(int argc, char** argv) {
   Config::SetDefault("ns3::RedQueueDisc::MaxSize", QueueSizeValue(QueueSize("64MB")));
   Config::SetDefault("ns3::RedQueueDisc::MeanPktSize", UintegerValue(mss + 42));
   Config::SetDefault("ns3::RedQueueDisc::QW", DoubleValue(1.0));
-  Config::SetDefault("ns3::RedQueueDisc::MinTh", DoubleValue(double(kmin)));
-  Config::SetDefault("ns3::RedQueueDisc::MaxTh", DoubleValue(double(kmax)));
   Config::SetDefault("ns3::RedQueueDisc::LInterm", DoubleValue(1.0 / pmax));
   Config::SetDefault("ns3::RedQueueDisc::Gentle", BooleanValue(false));
   Config::SetDefault("ns3::RedQueueDisc::UseEcn", BooleanValue(true));
   Config::SetDefault("ns3::RedQueueDisc::UseHardDrop", BooleanValue(false));
 
   uint32_t hosts = senders + background;
-  NodeContainer sw, receiver, sources;
-  sw.Create(1);
+  // Host h (0 = receiver, i + 1 = flow i's sender) hangs off leaf h % leaves, as our Network
+  // places hosts; with more than one leaf, every leaf has one uplink to a single spine.
+  NodeContainer leaf, spine, receiver, sources;
+  leaf.Create(leaves);
+  if (leaves > 1) spine.Create(1);
   receiver.Create(1);
   sources.Create(hosts);
   InternetStackHelper stack;
@@ -165,23 +169,30 @@ int main(int argc, char** argv) {
 
   TrafficControlHelper fifo;
   fifo.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", QueueSizeValue(QueueSize("64MB")));
-  TrafficControlHelper red;
-  red.SetRootQueueDisc("ns3::RedQueueDisc", "LinkBandwidth",
-                       DataRateValue(DataRate(uint64_t(gbps * 1e9))), "LinkDelay",
-                       TimeValue(NanoSeconds(uint64_t(delay_us * 1000))));
+  // RED on a switch port of `rate` Gb/s: thresholds scale with the rate, as ours do.
+  auto red = [&](double rate) {
+    TrafficControlHelper h;
+    double scale = rate / gbps;
+    h.SetRootQueueDisc(
+        "ns3::RedQueueDisc", "LinkBandwidth", DataRateValue(DataRate(uint64_t(rate * 1e9))),
+        "LinkDelay", TimeValue(NanoSeconds(uint64_t(delay_us * 1000))), "MinTh",
+        DoubleValue(double(kmin) * scale), "MaxTh", DoubleValue(double(kmax) * scale));
+    return h;
+  };
 
   Ipv4AddressHelper addresses;
   addresses.SetBase("10.0.0.0", "255.255.255.0");
-  NetDeviceContainer bottleneck = link.Install(sw.Get(0), receiver.Get(0));
-  g_red = red.Install(bottleneck.Get(0)).Get(0);
+  NetDeviceContainer bottleneck = link.Install(leaf.Get(0), receiver.Get(0));
+  g_red = red(gbps).Install(bottleneck.Get(0)).Get(0);
   fifo.Install(bottleneck.Get(1));
   Ipv4InterfaceContainer receiver_if = addresses.Assign(bottleneck);
   g_device_queue = DynamicCast<PointToPointNetDevice>(bottleneck.Get(0))->GetQueue();
 
   for (uint32_t i = 0; i < hosts; ++i) {
     addresses.NewNetwork();
-    NetDeviceContainer d = link.Install(sources.Get(i), sw.Get(0));
-    fifo.Install(d);
+    NetDeviceContainer d = link.Install(sources.Get(i), leaf.Get((i + 1) % leaves));
+    fifo.Install(d.Get(0));
+    red(gbps).Install(d.Get(1));
     Ipv4InterfaceContainer ifs = addresses.Assign(d);
     g_flow_of[ifs.GetAddress(0)] = i;
     Flow f;
@@ -189,6 +200,16 @@ int main(int argc, char** argv) {
     f.bytes = is_background ? background_bytes : bytes;
     f.start_us = is_background ? 0 : start_us;
     g_flows.push_back(f);
+  }
+  if (leaves > 1) {
+    PointToPointHelper up = link;
+    up.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(uplink_gbps * 1e9))));
+    for (uint32_t l = 0; l < leaves; ++l) {
+      addresses.NewNetwork();
+      NetDeviceContainer d = up.Install(leaf.Get(l), spine.Get(0));
+      red(uplink_gbps).Install(d);
+      addresses.Assign(d);
+    }
   }
   Ipv4GlobalRoutingHelper::PopulateRoutingTables();
 
