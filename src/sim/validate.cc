@@ -19,7 +19,7 @@ class FlowDriver : public MessageSink {
  public:
   FlowDriver(const IncastScenario& s, EventQueue* events, MessageTable* messages,
              IncastResult* result)
-      : s_(s), events_(events), messages_(messages), result_(result) {
+      : events_(events), messages_(messages), result_(result) {
     uint32_t flows = s.senders + s.background;
     for (uint32_t i = 0; i < flows; ++i) {
       FlowResult f;
@@ -49,7 +49,6 @@ class FlowDriver : public MessageSink {
   void OnSendCompleted(uint32_t id) override { messages_->Release(id); }
 
  private:
-  const IncastScenario& s_;
   EventQueue* events_;
   MessageTable* messages_;
   IncastResult* result_;
