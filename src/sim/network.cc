@@ -140,7 +140,7 @@ void Network::OnArrive(uint32_t id) {
     o.control.Push(packets_, id);
   } else if (p.lossless()) {
     p.in_port = uint16_t(in.local);
-    if (config_.ecn_at_enqueue) MarkOnArrival(o, p);
+    if (config_.ecn_at_enqueue) RedMark(o, p);
     sw.mmu->Admit(in.local, p.wire_bytes);
     o.data_bytes += p.wire_bytes;
     o.data.Push(packets_, id);
@@ -151,7 +151,7 @@ void Network::OnArrive(uint32_t id) {
       packets_.Free(id);
       return;
     }
-    if (config_.ecn_at_enqueue) MarkOnArrival(o, p);
+    if (config_.ecn_at_enqueue) RedMark(o, p);
     sw.mmu->AddLossy(p.wire_bytes);
     o.data_bytes += p.wire_bytes;
     o.data.Push(packets_, id);
@@ -232,19 +232,8 @@ void Network::TryTransmit(uint32_t port) {
   } else {
     sw.mmu->RemoveLossy(p.wire_bytes);
   }
-  // RED on the egress queue left behind, at dequeue.
-  if (!config_.ecn_at_enqueue && pt.data_bytes > pt.ecn_kmin) {
-    bool mark = pt.data_bytes >= pt.ecn_kmax;
-    if (!mark) {
-      double prob = config_.ecn_pmax * double(pt.data_bytes - pt.ecn_kmin) /
-                    double(pt.ecn_kmax - pt.ecn_kmin);
-      mark = rng_->Uniform() < prob;
-    }
-    if (mark && !p.ecn) {
-      p.ecn = true;
-      ++stats_->ecn_marks;
-    }
-  }
+  // RED on the egress queue left behind, at dequeue (unless it marked on arrival).
+  if (!config_.ecn_at_enqueue) RedMark(pt, p);
   Transmit(port, id);
 }
 
@@ -258,9 +247,10 @@ void Network::Transmit(uint32_t port, uint32_t id) {
   events_->Schedule(done + config_.link_delay_ns, EventKind::kPacketArrive, id);
 }
 
-// RED against the queue ahead of an arriving packet (FabricConfig::ecn_at_enqueue); the same
-// rule as the dequeue marking in TryTransmit.
-void Network::MarkOnArrival(const Port& pt, Packet& p) {
+// RED against the port's data queue: marks `p` with probability rising from 0 at Kmin to Pmax at
+// Kmax, and always beyond. At dequeue (TryTransmit), or on arrival with
+// FabricConfig::ecn_at_enqueue as ns-3's RED does.
+void Network::RedMark(const Port& pt, Packet& p) {
   if (pt.data_bytes <= pt.ecn_kmin) return;
   bool mark = pt.data_bytes >= pt.ecn_kmax;
   if (!mark) {

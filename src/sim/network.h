@@ -95,7 +95,7 @@ class Network {
   void TryTransmit(uint32_t port);
   void Transmit(uint32_t port, uint32_t packet);
   void SendPause(const Switch& sw, uint32_t global_port, bool pause);
-  void MarkOnArrival(const Port& pt, Packet& p);
+  void RedMark(const Port& pt, Packet& p);
   bool IsHostNode(uint32_t node) const { return node < hosts_; }
 
   FabricConfig config_;

@@ -1,0 +1,122 @@
+#include "transport/rdma/io_thread_set.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "bx/log.h"
+
+namespace bx::rdma {
+namespace {
+
+// Transports share threads only when they would have made the same ones.
+using SharedKey = std::tuple<ibv_context*, int, bool, int, int>;
+
+struct SharedEntry {
+  std::vector<std::shared_ptr<engine::IoThread>> threads;
+  int users = 0;
+};
+
+struct SharedThreads {
+  std::mutex mu;
+  std::map<SharedKey, SharedEntry> entries;  // node addresses are stable: sets point at them
+};
+
+SharedThreads& Shared() {
+  static auto* shared = new SharedThreads;  // never destroyed: sets may outlive static teardown
+  return *shared;
+}
+
+Result<std::shared_ptr<engine::IoThread>> CreateThread(verbs::Device& device,
+                                                       engine::IoThreadOptions options,
+                                                       const std::string& name) {
+  options.name = name;
+  auto io = engine::IoThread::Create(device.lib(), device.context(), device.pd(), options);
+  if (!io.ok()) return io.status().WithContext("rdma transport");
+  if (!(*io)->has_own_domain()) {
+    // Works without (the provider locks instead); said once per process, not per thread.
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      bx::Log(LogLevel::kWarning, "bx rdma: " + device.name() +
+                                      " refuses thread or parent domains; QPs share its "
+                                      "protection domain and the provider's locks");
+    });
+  }
+  return io;
+}
+
+}  // namespace
+
+Result<IoThreadSet> IoThreadSet::Acquire(verbs::Device& device,
+                                         const engine::IoThreadOptions& options, int count,
+                                         bool shared) {
+  count = std::max(1, count);
+  IoThreadSet set;
+  if (!shared) {
+    for (int i = 0; i < count; ++i) {
+      BX_ASSIGN_OR_RETURN(auto io, CreateThread(device, options, options.name + std::to_string(i)));
+      set.threads_.push_back(std::move(io));
+    }
+    return set;
+  }
+  SharedThreads& all = Shared();
+  std::lock_guard lock(all.mu);
+  const SharedKey key{device.context(), options.busy_poll_us, options.adaptive_polling,
+                      options.spin_limit_us, options.cq_entries};
+  SharedEntry& entry = all.entries[key];
+  while (int(entry.threads.size()) < count) {
+    const std::string name = options.name + "s" + std::to_string(entry.threads.size());
+    auto io = CreateThread(device, options, name);
+    if (!io.ok()) {
+      if (entry.users == 0 && entry.threads.empty()) all.entries.erase(key);
+      return io.status();
+    }
+    entry.threads.push_back(std::move(io).value());
+  }
+  ++entry.users;
+  set.threads_.assign(entry.threads.begin(), entry.threads.begin() + count);
+  set.shared_key_ = &*all.entries.find(key);
+  return set;
+}
+
+IoThreadSet::IoThreadSet(IoThreadSet&& other) noexcept
+    : threads_(std::move(other.threads_)), shared_key_(std::exchange(other.shared_key_, nullptr)) {
+  other.threads_.clear();
+}
+
+IoThreadSet& IoThreadSet::operator=(IoThreadSet&& other) noexcept {
+  if (this != &other) {
+    Release();
+    threads_ = std::move(other.threads_);
+    other.threads_.clear();
+    shared_key_ = std::exchange(other.shared_key_, nullptr);
+  }
+  return *this;
+}
+
+void IoThreadSet::Release() {
+  std::vector<std::shared_ptr<engine::IoThread>> to_stop;
+  if (shared_key_ == nullptr) {
+    to_stop = std::move(threads_);
+  } else {
+    SharedThreads& all = Shared();
+    std::lock_guard lock(all.mu);
+    for (auto it = all.entries.begin(); it != all.entries.end(); ++it) {
+      if (static_cast<const void*>(&*it) != shared_key_) continue;
+      if (--it->second.users == 0) {
+        to_stop = std::move(it->second.threads);
+        all.entries.erase(it);
+      }
+      break;
+    }
+    shared_key_ = nullptr;
+  }
+  threads_.clear();
+  // Outside the lock: a thread runs what its connections left it before it ends.
+  for (auto& io : to_stop) io->Stop();
+}
+
+}  // namespace bx::rdma
