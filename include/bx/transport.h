@@ -142,8 +142,21 @@ struct BX_EXPORT RdmaOptions {
   int engines_per_destination = 1;
   // How a new socket picks among its destination's QPs.
   enum class Spread { kLeastSockets, kRoundRobin } spread = Spread::kLeastSockets;
-  // Microseconds an I/O thread polls its completion queue before it sleeps on the channel.
+  // How an I/O thread waits for work. Adaptive (the default) polls only while the gaps between
+  // work it has seen are short, at most `spin_limit_us` (a sleep and wake-up would cost more),
+  // for up to twice the expected gap and never more than `busy_poll_us`; after longer gaps it
+  // arms the completion queue and sleeps at once. Off, it polls for `busy_poll_us` after every
+  // piece of work (lowest latency, a core per thread under load). BX_POLLING=fixed|adaptive
+  // overrides for the whole process.
+  bool adaptive_polling = true;
+  int spin_limit_us = 20;
   int busy_poll_us = 200;
+  // Take the I/O threads (TransportOptions::io_threads of them) from one set per process,
+  // device and polling settings, shared by every rdma transport that sets this, rather than
+  // starting the transport's own: a process with several RPC servers and clients then polls with
+  // a few threads, not a few per transport. The cost: a callback that blocks stalls the sockets
+  // of all those transports. BX_SHARE_IO_THREADS=1|0 overrides for the whole process.
+  bool share_io_threads = false;
   // RC transport parameters: ACK timeout exponent (4.096 us x 2^timeout, ~67 ms), retries on
   // timeout, and RNR retries (0: credits make receiver-not-ready impossible, so one is a bug
   // worth failing loudly on).
@@ -203,7 +216,8 @@ class BX_EXPORT Transport {
 
 // `rdma` as every rdma:// transport of this process applies it: BX_GID_INDEX,
 // BX_TRAFFIC_CLASS and BX_SERVICE_LEVEL, when set, override its addressing fields (an
-// operator's per-host settings, as NCCL_IB_GID_INDEX, NCCL_IB_TC and NCCL_IB_SL).
+// operator's per-host settings, as NCCL_IB_GID_INDEX, NCCL_IB_TC and NCCL_IB_SL), and
+// BX_POLLING=adaptive|fixed and BX_SHARE_IO_THREADS=1|0 its polling fields.
 // InvalidArgument naming the variable when one is malformed.
 BX_EXPORT Result<RdmaOptions> ApplyRdmaEnvironment(RdmaOptions rdma);
 

@@ -6,6 +6,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace bx::engine {
@@ -105,13 +106,18 @@ IoThreadCounters& IoThreadCounters::operator+=(const IoThreadCounters& o) {
   sleeps += o.sleeps;
   cq_wakeups += o.cq_wakeups;
   task_wakeups += o.task_wakeups;
+  gaps_polled += o.gaps_polled;
+  gaps_outlasted += o.gaps_outlasted;
+  gaps_slept += o.gaps_slept;
   return *this;
 }
 
 std::map<std::string, uint64_t> IoThreadCounters::ToMap() const {
-  return {{"io_busy_polls", busy_polls}, {"io_empty_polls", empty_polls},
-          {"io_yields", yields},         {"io_sleeps", sleeps},
-          {"io_cq_wakeups", cq_wakeups}, {"io_task_wakeups", task_wakeups}};
+  return {{"io_busy_polls", busy_polls},   {"io_empty_polls", empty_polls},
+          {"io_yields", yields},           {"io_sleeps", sleeps},
+          {"io_cq_wakeups", cq_wakeups},   {"io_task_wakeups", task_wakeups},
+          {"io_gaps_polled", gaps_polled}, {"io_gaps_outlasted", gaps_outlasted},
+          {"io_gaps_slept", gaps_slept}};
 }
 
 IoThreadCounters IoThread::counters() const {
@@ -122,7 +128,18 @@ IoThreadCounters IoThread::counters() const {
   c.sleeps = sleeps_.Get();
   c.cq_wakeups = cq_wakeups_.Get();
   c.task_wakeups = task_wakeups_.Get();
+  c.gaps_polled = policy_.polled_gaps();
+  c.gaps_outlasted = policy_.outlasted_gaps();
+  c.gaps_slept = policy_.slept_gaps();
   return c;
+}
+
+PollPolicyOptions IoThread::PolicyOptions(const IoThreadOptions& options) {
+  PollPolicyOptions p;
+  p.adaptive = options.adaptive_polling;
+  p.max_spin_ns = uint64_t(std::max(options.busy_poll_us, 0)) * 1000;
+  p.spin_limit_ns = uint64_t(std::max(options.spin_limit_us, 0)) * 1000;
+  return p;
 }
 
 void IoThread::Wake() {
@@ -221,7 +238,12 @@ void IoThread::Sleep() {
   int n = 0;
   bool cq_ready = false;
   // A completion that slipped in between the last poll and the arm raises no event: take it now.
-  if (DrainCompletions() > 0 || stop_.load()) {
+  if (DrainCompletions() > 0) {
+    sleeping_.store(false);
+    policy_.OnWork(NowNs());
+    return;
+  }
+  if (stop_.load()) {
     sleeping_.store(false);
     return;
   }
@@ -256,13 +278,11 @@ void IoThread::Loop() {
   pthread_setname_np(pthread_self(), options_.name.substr(0, 15).c_str());
   cpu_clock_.CaptureCurrentThread();
   tasks_.EnterLoop();
-  const uint64_t busy_ns = uint64_t(options_.busy_poll_us) * 1000;
-  uint64_t last_work = NowNs();
   int idle_polls = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     if (PollOnce()) {
       busy_polls_.Add();
-      last_work = NowNs();
+      policy_.OnWork(NowNs());
       idle_polls = 0;
       continue;
     }
@@ -272,15 +292,14 @@ void IoThread::Loop() {
       int n = epoll_wait(epoll_fd_, events, 16, 0);
       if (n > 0) RunWatched(events, n);
     }
-    if (NowNs() - last_work < busy_ns) {
-      // Busy polling that yields: free when the core is ours alone, and it does not starve the
-      // thread (application, peer, NIC) whose work we are waiting for when cores are scarce.
+    if (policy_.KeepPolling(NowNs())) {
+      // Polling that yields: free when the core is ours alone, and it does not starve the thread
+      // (application, peer, NIC) whose work we are waiting for when cores are scarce.
       yields_.Add();
       std::this_thread::yield();
       continue;
     }
     Sleep();
-    last_work = NowNs();
   }
   // What is queued runs here; what is posted from now on runs on its poster.
   tasks_.Finish();

@@ -1,9 +1,10 @@
 // IoThread: one thread that owns a completion queue shared by its engines (paper section 6's
 // thread domains: no two threads touch the same CQ or QP). It polls the CQ, dispatches each
 // completion to its engine by QP number, pumps the engines that have new work, and runs tasks
-// that application threads hand over. After `busy_poll_us` without work it arms the CQ and sleeps
-// in epoll on the completion channel and a wake-up eventfd; it also watches file descriptors
-// (bootstrap connections) for their owners.
+// that application threads hand over. When a pass finds no work, its PollPolicy decides whether
+// to poll on (yielding the core each pass) or to arm the CQ and sleep in epoll on the completion
+// channel and a wake-up eventfd; it also watches file descriptors (bootstrap connections) for
+// their owners.
 //
 // Lifetime: shared. Whatever posts to the thread (a connection, a socket) holds it, so no socket
 // outlives the thread it posts to; tasks keep base/loop_tasks.h's rules (never lost, RunAndWait
@@ -29,18 +30,24 @@
 #include <vector>
 
 #include "base/loop_tasks.h"
+#include "base/single_writer_counter.h"
 #include "base/thread_cpu_clock.h"
 #include "bx/status.h"
 #include "engine/engine.h"
+#include "engine/poll_policy.h"
 #include "verbs/verbs.h"
 
 namespace bx::engine {
 
 struct IoThreadOptions {
   int cq_entries = 65536;  // completions of all engines on this thread
-  // How long to keep polling after the last work before sleeping; 0 sleeps at once (lowest CPU,
-  // highest latency), a large value is pure busy polling.
+  // The longest polling stretch after the last work before sleeping; 0 sleeps at once (lowest
+  // CPU, highest latency), a large value with `adaptive_polling` off is pure busy polling.
   int busy_poll_us = 200;
+  // Poll only while the gaps between work are short (see poll_policy.h); off polls for
+  // busy_poll_us after every piece of work.
+  bool adaptive_polling = true;
+  int spin_limit_us = 20;  // adaptive: the longest predicted gap worth polling through
   std::string name = "bx-io";
 };
 
@@ -52,6 +59,8 @@ struct IoThreadCounters {
   uint64_t sleeps = 0;        // times the thread armed the CQ and slept in epoll
   uint64_t cq_wakeups = 0;    // sleeps ended by a completion event
   uint64_t task_wakeups = 0;  // sleeps ended by a task posted from another thread
+  // Idle gaps (poll_policy.h): ended while polling, outlasting the polling, slept at once.
+  uint64_t gaps_polled = 0, gaps_outlasted = 0, gaps_slept = 0;
   IoThreadCounters& operator+=(const IoThreadCounters& o);
   std::map<std::string, uint64_t> ToMap() const;
 };
@@ -94,7 +103,8 @@ class IoThread : public std::enable_shared_from_this<IoThread> {
 
  private:
   IoThread(verbs::Library& lib, const IoThreadOptions& options)
-      : lib_(lib), options_(options), tasks_([this] { Wake(); }) {}
+      : lib_(lib), options_(options), tasks_([this] { Wake(); }), policy_(PolicyOptions(options)) {}
+  static PollPolicyOptions PolicyOptions(const IoThreadOptions& options);
   void Loop();
   void Wake();  // a task was posted: a sleeping thread must look
   bool PollOnce();
@@ -120,15 +130,8 @@ class IoThread : public std::enable_shared_from_this<IoThread> {
   LoopTasks tasks_;
   std::atomic<bool> sleeping_{false};
 
-  // Written by the I/O thread only (a load and a store, no locked add), read by any.
-  struct LoopCount {
-    std::atomic<uint64_t> value{0};
-    void Add() {
-      value.store(value.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    }
-    uint64_t Get() const { return value.load(std::memory_order_relaxed); }
-  };
-  LoopCount busy_polls_, empty_polls_, yields_, sleeps_, cq_wakeups_, task_wakeups_;
+  PollPolicy policy_;
+  SingleWriterCounter busy_polls_, empty_polls_, yields_, sleeps_, cq_wakeups_, task_wakeups_;
 
   std::unordered_map<uint32_t, Engine*> engines_;
   std::vector<Engine*> dirty_;

@@ -10,7 +10,8 @@
 // prediction corrects itself both ways: a gap that outlasts the polling ends in a sleep and is
 // measured as long, and short gaps measured after sleeps bring polling back.
 //
-// Single-threaded (the I/O thread owns it) but for the counters; times are steady-clock nanoseconds.
+// Single-threaded (the I/O thread owns it) but for the counters; times are steady-clock
+// nanoseconds.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@ namespace bx::engine {
 
 struct PollPolicyOptions {
   bool adaptive = true;
-  uint64_t max_spin_ns = 200'000;  // the longest polling stretch, either mode
+  uint64_t max_spin_ns = 200'000;   // the longest polling stretch, either mode
   uint64_t spin_limit_ns = 20'000;  // adaptive: poll only when the predicted gap is this or less
 };
 
@@ -48,8 +49,8 @@ class PollPolicy {
 
   PollPolicyOptions options_;
   uint64_t predicted_ns_ = 0;
-  uint64_t idle_since_ = 0;   // 0: not idle
-  uint64_t spin_until_ = 0;   // polling ends here in the gap under way
+  uint64_t idle_since_ = 0;    // 0: not idle
+  uint64_t spin_until_ = 0;    // polling ends here in the gap under way
   bool budget_spent_ = false;  // the gap under way stopped polling (counted once)
   SingleWriterCounter polled_gaps_, outlasted_gaps_, slept_gaps_;
 };

@@ -56,8 +56,11 @@ struct BenchRpcOptions {
   bool json = false;
   int calls = 0;  // per configuration; 0: 20000 for 64 B, 10000 for 16 KB
   bool grpc = true;
-  double rate = 0;   // > 0: open loop at this many calls per second (bexpress only)
-  int cpu_hogs = 0;  // processes spinning on the CPU while the benchmark runs
+  double rate = 0;                   // > 0: open loop at this many calls per second (bexpress only)
+  int cpu_hogs = 0;                  // processes spinning on the CPU while the benchmark runs
+  std::string polling = "adaptive";  // rdma: adaptive, fixed, or both (side by side)
+  bool share_io_threads = false;     // rdma: server and client on the process's shared threads
+  bool adaptive_polling = true;      // this run's rdma polling (from `polling`)
 };
 
 struct Row {
@@ -211,8 +214,13 @@ Result<Row> RunBxOpenLoop(rpc::Client& client, size_t size, double rate, int cal
   return row;
 }
 
-Status RunBx(const std::string& scheme, const BenchRpcOptions& options, std::vector<Row>& rows) {
+Status RunBx(const std::string& scheme, const std::string& label, const BenchRpcOptions& options,
+             std::vector<Row>& rows) {
+  TransportOptions transport;
+  transport.rdma.adaptive_polling = options.adaptive_polling;
+  transport.rdma.share_io_threads = options.share_io_threads;
   rpc::ServerOptions server_options;
+  server_options.transport = transport;
   BX_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Server> server, rpc::Server::Create(server_options));
   BX_RETURN_IF_ERROR(server->AddMethod("echo", [](rpc::ServerCall call) {
     rpc::Message request = std::move(call.request());
@@ -223,6 +231,7 @@ Status RunBx(const std::string& scheme, const BenchRpcOptions& options, std::vec
     for (int outstanding : kOutstanding) {
       if (options.rate > 0 && outstanding != kOutstanding[0]) continue;  // one open loop a size
       rpc::ClientOptions client_options;
+      client_options.transport = transport;
       client_options.log = [](std::string_view line) {
         // Connection set-up is expected; a fallback or a replica going down is worth a line.
         if (line.find("connecting -> up") != std::string_view::npos) return;
@@ -236,7 +245,7 @@ Status RunBx(const std::string& scheme, const BenchRpcOptions& options, std::vec
                               ? RunBxOpenLoop(*client, size, options.rate, CallsFor(options, size))
                               : RunBxLoop(*client, size, outstanding, CallsFor(options, size)));
       row.system = "bx-rpc";
-      row.transport = scheme;
+      row.transport = label;
       rows.push_back(row);
     }
   }
@@ -356,12 +365,12 @@ void PrintOpenLoop(const std::vector<Row>& rows, bool as_json, int cpu_hogs) {
     fmt::print("{}\n", out.dump(2));
     return;
   }
-  fmt::print("{:<5} {:>7} {:>9} {:>9} {:>10} {:>10} {:>12} {:>6}\n", "VIA", "REQUEST", "OFFERED",
+  fmt::print("{:<10} {:>7} {:>9} {:>9} {:>10} {:>10} {:>12} {:>6}\n", "VIA", "REQUEST", "OFFERED",
              "ACHIEVED", "P50_US", "P99_US", "CPU_US/CALL", "ERRORS");
   for (const Row& row : rows) {
-    fmt::print("{:<5} {:>7} {:>9.0f} {:>9.0f} {:>10.1f} {:>10.1f} {:>12.2f} {:>6}\n", row.transport,
-               SizeLabel(row.size), row.offered_rate, row.calls_per_sec, row.p50_us, row.p99_us,
-               row.host_cpu_us_per_call, row.errors);
+    fmt::print("{:<10} {:>7} {:>9.0f} {:>9.0f} {:>10.1f} {:>10.1f} {:>12.2f} {:>6}\n",
+               row.transport, SizeLabel(row.size), row.offered_rate, row.calls_per_sec, row.p50_us,
+               row.p99_us, row.host_cpu_us_per_call, row.errors);
   }
   // Side by side: each transport's CPU per call over the first one's, size by size.
   for (size_t size : kSizes) {
@@ -396,9 +405,18 @@ void RunBenchRpc(const BenchRpcOptions& options) {
   std::vector<Row> rows;
   const CpuHogs hogs(options.cpu_hogs);
   for (const std::string& scheme : schemes) {
-    if (Status s = RunBx(scheme, options, rows); !s.ok()) {
-      std::fprintf(stderr, "bench rpc %s: %s\n", scheme.c_str(), s.ToString().c_str());
-      throw CLI::RuntimeError(1);
+    // rdma's polling policies side by side: "rdma" is the adaptive one when both run.
+    std::vector<bool> policies = {options.polling != "fixed"};
+    if (scheme == "rdma" && options.polling == "both") policies.push_back(false);
+    for (bool adaptive : policies) {
+      BenchRpcOptions run = options;
+      run.adaptive_polling = adaptive;
+      const std::string label =
+          scheme == "rdma" && !adaptive && options.polling == "both" ? "rdma-fixed" : scheme;
+      if (Status s = RunBx(scheme, label, run, rows); !s.ok()) {
+        std::fprintf(stderr, "bench rpc %s: %s\n", label.c_str(), s.ToString().c_str());
+        throw CLI::RuntimeError(1);
+      }
     }
   }
   std::string grpc_note;
@@ -428,10 +446,10 @@ void RunBenchRpc(const BenchRpcOptions& options) {
     fmt::print("{}\n", out.dump(2));
     return;
   }
-  fmt::print("{:<8} {:<5} {:>7} {:>5} {:>12} {:>10} {:>10} {:>6}\n", "SYSTEM", "VIA", "REQUEST",
+  fmt::print("{:<8} {:<10} {:>7} {:>5} {:>12} {:>10} {:>10} {:>6}\n", "SYSTEM", "VIA", "REQUEST",
              "OUT", "CALLS/S", "P50_US", "P99_US", "ERRORS");
   for (const Row& row : rows) {
-    fmt::print("{:<8} {:<5} {:>7} {:>5} {:>12.0f} {:>10.1f} {:>10.1f} {:>6}\n", row.system,
+    fmt::print("{:<8} {:<10} {:>7} {:>5} {:>12.0f} {:>10.1f} {:>10.1f} {:>6}\n", row.system,
                row.transport, SizeLabel(row.size), row.outstanding, row.calls_per_sec, row.p50_us,
                row.p99_us, row.errors);
   }
@@ -460,6 +478,13 @@ void AddBenchRpcCommand(CLI::App* bench) {
                    "Processes that keep a core busy each while the benchmark runs (a host whose "
                    "application uses its cores)")
       ->check(CLI::Range(0, 64));
+  command
+      ->add_option("--polling", options->polling,
+                   "rdma I/O threads: adaptive (default), fixed (poll 200 us after work), or both "
+                   "(side by side; the fixed rows are rdma-fixed)")
+      ->check(CLI::IsMember({"adaptive", "fixed", "both"}));
+  command->add_flag("--share-io-threads", options->share_io_threads,
+                    "rdma: server and clients share the process's I/O threads");
   command->add_flag("--json", options->json, "Print JSON instead of the table");
   command->callback([options] { bx::tools::RunBenchRpc(*options); });
 }

@@ -63,6 +63,9 @@ struct DemoOptions {
   uint64_t key_space = 1 << 18;
   bool json = false;
   int metrics_port = -1;  // >= 0: serve /metrics on it (0: any free port)
+  // rdma: every server, backup client and client of the process on one set of I/O threads, as
+  // they share one NIC (RdmaOptions::share_io_threads); false gives each transport its own.
+  bool share_io_threads = true;
 };
 
 constexpr uint32_t kTable = 1;
@@ -166,12 +169,16 @@ class DemoCluster {
     spec_.transport = scheme;
     spec_.tables = {table};
     auto quiet = [](std::string_view) {};
+    TransportOptions transport_options;
+    transport_options.rdma.share_io_threads = options.share_io_threads;
     for (int s = 0; s < options.shards; ++s) {
       ShardSpec shard;
       std::vector<rpc::ReplicaAddress> addresses;
       servers_.emplace_back();
       for (int r = 0; r < options.replicas; ++r) {
         PsServerOptions server_options;
+        server_options.rpc.transport = transport_options;
+        server_options.backup_client.transport = transport_options;
         server_options.rpc.worker_threads = 1;
         server_options.rpc.log = quiet;
         server_options.backup_client.log = quiet;
@@ -196,7 +203,7 @@ class DemoCluster {
       spec_.shards.push_back(shard);
     }
     // The clients' transport is ours, so that its engine counters can be read afterwards.
-    Result<std::unique_ptr<Transport>> transport = CreateTransport(scheme, {});
+    Result<std::unique_ptr<Transport>> transport = CreateTransport(scheme, transport_options);
     if (!transport.ok()) Fail("client transport", transport.status());
     transport_ = std::move(transport).value();
     PsClientOptions client_options;
@@ -700,6 +707,9 @@ void AddDemoCommand(CLI::App* app) {
   command->add_option("--compute-us", options->compute_us, "Stand-in compute per training step");
   command->add_option("--shards", options->shards, "Shards");
   command->add_option("--replicas", options->replicas, "Replicas per shard");
+  command->add_flag("!--own-io-threads", options->share_io_threads,
+                    "rdma: each server and client transport starts its own I/O thread (default: "
+                    "all share one, as they share a NIC)");
   command->add_flag("--json", options->json, "Print JSON instead of the tables");
   command
       ->add_option("--metrics-port", options->metrics_port,

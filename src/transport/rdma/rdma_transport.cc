@@ -78,6 +78,29 @@ Status ApplyAddressingEnvironment(RdmaOptions& rdma) {
   return Status::Ok();
 }
 
+// BX_POLLING=adaptive|fixed: the I/O threads' polling, for measuring one against the other
+// without rebuilding a program.
+Status ApplyPollingEnvironment(RdmaOptions& rdma) {
+  const char* text = std::getenv("BX_POLLING");
+  if (text == nullptr || *text == '\0') return Status::Ok();
+  const std::string_view mode(text);
+  if (mode != "adaptive" && mode != "fixed")
+    return InvalidArgument("BX_POLLING='" + std::string(mode) + "' is not adaptive or fixed");
+  rdma.adaptive_polling = mode == "adaptive";
+  return Status::Ok();
+}
+
+// BX_SHARE_IO_THREADS=1|0: share_io_threads for every rdma transport of the process.
+Status ApplySharingEnvironment(RdmaOptions& rdma) {
+  const char* text = std::getenv("BX_SHARE_IO_THREADS");
+  if (text == nullptr || *text == '\0') return Status::Ok();
+  const std::string_view value(text);
+  if (value != "0" && value != "1")
+    return InvalidArgument("BX_SHARE_IO_THREADS='" + std::string(value) + "' is not 0 or 1");
+  rdma.share_io_threads = value == "1";
+  return Status::Ok();
+}
+
 // BX_DEBUG=1: one stderr line per connection saying how it is addressed and why.
 bool DebugAddressing() {
   static const bool on = [] {
@@ -286,6 +309,8 @@ Result<std::unique_ptr<RdmaTransportImpl>> RdmaTransportImpl::Create(
   if (!port.ok()) return port.status().WithContext("rdma transport");
   t->port_ = *port;
   BX_RETURN_IF_ERROR(ApplyAddressingEnvironment(t->rdma_));
+  BX_RETURN_IF_ERROR(ApplyPollingEnvironment(t->rdma_));
+  BX_RETURN_IF_ERROR(ApplySharingEnvironment(t->rdma_));
   // Queue depths the device cannot give would fail every QP later; say so now.
   const uint32_t max_wr = uint32_t(std::max(t->device_->attr().max_qp_wr, 0));
   if (rdma.send_queue_depth > max_wr || rdma.recv_queue_depth > max_wr)
@@ -297,25 +322,13 @@ Result<std::unique_ptr<RdmaTransportImpl>> RdmaTransportImpl::Create(
   auto address = verbs::ResolvePortAddress(*t->device_, t->port_, nullptr, t->rdma_.gid_index);
   if (!address.ok()) return address.status().WithContext("rdma transport");
   t->default_address_ = *address;
-  verbs::Library& lib = t->device_->lib();
-  int threads = std::max(1, options.io_threads);
-  for (int i = 0; i < threads; ++i) {
-    engine::IoThreadOptions io_options;
-    io_options.busy_poll_us = rdma.busy_poll_us;
-    io_options.name = "bx-rdma-io" + std::to_string(i);
-    auto io = engine::IoThread::Create(lib, t->device_->context(), t->device_->pd(), io_options);
-    if (!io.ok()) return io.status().WithContext("rdma transport");
-    if (!(*io)->has_own_domain()) {
-      // Works without (the provider locks instead); said once per process, not per thread.
-      static std::once_flag said;
-      std::call_once(said, [&] {
-        bx::Log(LogLevel::kWarning, "bx rdma: " + t->device_->name() +
-                                        " refuses thread or parent domains; QPs share its "
-                                        "protection domain and the provider's locks");
-      });
-    }
-    t->io_.push_back(std::move(io).value());
-  }
+  engine::IoThreadOptions io_options;
+  io_options.busy_poll_us = t->rdma_.busy_poll_us;
+  io_options.adaptive_polling = t->rdma_.adaptive_polling;
+  io_options.spin_limit_us = t->rdma_.spin_limit_us;
+  io_options.name = "bx-rdma-io";
+  BX_ASSIGN_OR_RETURN(t->io_, IoThreadSet::Acquire(*t->device_, io_options, options.io_threads,
+                                                   t->rdma_.share_io_threads));
   return t;
 }
 
@@ -336,8 +349,7 @@ RdmaTransportImpl::~RdmaTransportImpl() {
   connections.clear();
   // Each thread runs what its connections left it (their QPs' destruction) before it ends; a
   // thread goes with its domain and CQ when the last socket using it does.
-  for (auto& io : io_) io->Stop();
-  io_.clear();
+  io_.Release();
 }
 
 void RdmaTransportImpl::Forget(RdmaConnection* connection) {
@@ -454,8 +466,9 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   engines_created_.fetch_add(1, std::memory_order_relaxed);
   verbs::Library& lib = device_->lib();
-  size_t index = next_io_.fetch_add(1, std::memory_order_relaxed) % io_.size();
-  const std::shared_ptr<engine::IoThread>& io_thread = io_[index];
+  const auto& threads = io_.threads();
+  size_t index = next_io_.fetch_add(1, std::memory_order_relaxed) % threads.size();
+  const std::shared_ptr<engine::IoThread>& io_thread = threads[index];
   engine::IoThread& io = *io_thread;
   // From here on the connection owns fd and closes it however set-up ends.
   auto connection = std::make_shared<RdmaConnection>(*this, io_thread, peer, std::move(accept));
@@ -570,11 +583,11 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
 
 RdmaTransportInfo RdmaTransportImpl::Info() {
   RdmaTransportInfo info;
-  info.io_threads = int(io_.size());
-  for (auto& io : io_) info.thread_domains += io->td() != nullptr ? 1 : 0;
+  info.io_threads = int(io_.threads().size());
+  for (auto& io : io_.threads()) info.thread_domains += io->td() != nullptr ? 1 : 0;
   info.parent_domains = 0;
-  for (auto& io : io_) info.parent_domains += io->has_own_domain() ? 1 : 0;
-  for (auto& io : io_) info.io_loop += io->counters();
+  for (auto& io : io_.threads()) info.parent_domains += io->has_own_domain() ? 1 : 0;
+  for (auto& io : io_.threads()) info.io_loop += io->counters();
   info.port = port_;
   info.link_layer = LinkLayerName(default_address_.link_layer);
   info.gid_index = int(default_address_.gid_index);
@@ -631,6 +644,8 @@ namespace bx {
 
 Result<RdmaOptions> ApplyRdmaEnvironment(RdmaOptions rdma) {
   BX_RETURN_IF_ERROR(rdma::ApplyAddressingEnvironment(rdma));
+  BX_RETURN_IF_ERROR(rdma::ApplyPollingEnvironment(rdma));
+  BX_RETURN_IF_ERROR(rdma::ApplySharingEnvironment(rdma));
   return rdma;
 }
 

@@ -14,6 +14,7 @@
 #include "transport/peer_limit.h"
 #include "transport/rdma/bootstrap.h"
 #include "transport/rdma/bootstrap_auth.h"
+#include "transport/rdma/io_thread_set.h"
 #include "transport/rdma/rdma_connection.h"
 #include "transport/rdma/rdma_socket.h"
 #include "transport/rdma/rdma_transport.h"
@@ -73,7 +74,7 @@ class RdmaTransportImpl : public Transport {
   // The port's address for a connection bound to no particular local address, chosen at Create.
   verbs::PortAddress default_address_;
   uint8_t port_ = 1;  // the device's first active port
-  std::vector<std::shared_ptr<engine::IoThread>> io_;
+  IoThreadSet io_;    // owned, or leased from the process-wide set (RdmaOptions::share_io_threads)
   std::atomic<size_t> next_io_{0};
   // Accepting side: engines per remote address (max_connections_per_peer).
   transport::PeerLimiter limiter_;

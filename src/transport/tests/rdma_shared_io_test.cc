@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <memory>
 #include <cstring>
+#include <memory>
 
 #include "alloc/verbs_registrar.h"
 #include "bx/transport.h"
