@@ -6,7 +6,9 @@
 // Scheduling appends to an unsorted bucket; only the bucket being drained is a heap (about ten
 // events). Events beyond the wheel's horizon wait in a second heap and join the current bucket
 // when its turn comes. The pop order is exactly that of one binary heap over all events (tested
-// against one), so results do not depend on the bucket width.
+// against one), so results do not depend on the bucket width. The horizon is short on purpose:
+// nearly every event is due within a link delay plus a serialisation (about 2.4 us), and a small
+// wheel (512 buckets of about 16 events) stays in the L2 cache; 4096 buckets did not.
 #pragma once
 
 #include <array>
@@ -21,8 +23,8 @@ namespace bx::sim {
 
 class EventQueue {
  public:
-  static constexpr int kBucketShift = 3;     // 8 ns per bucket
-  static constexpr int64_t kBuckets = 4096;  // horizon 32 us
+  static constexpr int kBucketShift = 3;    // 8 ns per bucket
+  static constexpr int64_t kBuckets = 512;  // horizon 4 us
 
   TimeNs now() const { return now_; }
   bool empty() const { return size_ == 0; }
