@@ -1,85 +1,91 @@
-// The discrete-event core: integer-nanosecond virtual time and plain event structs in a binary
-// heap. Ties in time break by insertion order, so a run is a pure function of its seed.
-// Single-threaded.
+// The discrete-event core: integer-nanosecond virtual time and plain event structs, popped in
+// (time, insertion order), so a run is a pure function of its seed. Single-threaded.
+//
+// A timing wheel (calendar queue) of kBuckets buckets of 2^kBucketShift ns each. At paper scale
+// about two events fall due per simulated nanosecond, almost all within a few microseconds.
+// Scheduling appends to an unsorted bucket; only the bucket being drained is a heap (about ten
+// events). Events beyond the wheel's horizon wait in a second heap and join the current bucket
+// when its turn comes. The pop order is exactly that of one binary heap over all events (tested
+// against one), so results do not depend on the bucket width. The horizon is short on purpose:
+// nearly every event is due within a link delay plus a serialisation (about 2.4 us), and a small
+// wheel (512 buckets of about 16 events) stays in the L2 cache; 4096 buckets did not.
 #pragma once
 
+#include <array>
+#include <cassert>
 #include <cstdint>
 #include <vector>
 
 #include "sim/config.h"
+#include "sim/event_heap.h"
 
 namespace bx::sim {
 
-enum class EventKind : uint8_t {
-  kPortTxDone,    // a = global port id: serialisation finished, the port may start the next packet
-  kPacketArrive,  // a = packet id: arrives at packet.at_port
-  kPauseArrive,   // a = global port id that is paused or resumed, b = 1 pause / 0 resume
-  kNicWake,       // a = host: a rate-limited QP may send now
-  kHostTimer,     // a = host or endpoint, b = timer kind (owned by the host stack)
-  kWorkload,      // a = trainer, b = workload timer kind
-};
-
-struct Event {
-  TimeNs time;
-  uint64_t order;
-  uint32_t a;
-  uint32_t b;
-  EventKind kind;
-};
-
 class EventQueue {
  public:
+  static constexpr int kBucketShift = 3;    // 8 ns per bucket
+  static constexpr int64_t kBuckets = 512;  // horizon 4 us
+
   TimeNs now() const { return now_; }
-  bool empty() const { return heap_.empty(); }
+  bool empty() const { return size_ == 0; }
   uint64_t processed() const { return processed_; }
 
   void Schedule(TimeNs at, EventKind kind, uint32_t a, uint32_t b = 0) {
-    heap_.push_back(Event{at, next_order_++, a, b, kind});
-    SiftUp(heap_.size() - 1);
+    assert(at >= now_);
+    Event e{at, next_order_++, a, b, kind};
+    ++size_;
+    int64_t bucket = at >> kBucketShift;
+    if (bucket <= current_) {
+      draining_.Push(e);
+    } else if (bucket < current_ + kBuckets) {
+      wheel_[size_t(bucket & (kBuckets - 1))].push_back(e);
+      ++in_wheel_;
+    } else {
+      far_.Push(e);
+    }
   }
 
-  TimeNs NextTime() const { return heap_.front().time; }
+  // Time of the earliest event. Requires !empty().
+  TimeNs NextTime() {
+    Settle();
+    return draining_.top().time;
+  }
 
   // Removes the earliest event and advances the clock to it. Requires !empty().
   Event Pop() {
-    Event top = heap_.front();
-    heap_.front() = heap_.back();
-    heap_.pop_back();
-    if (!heap_.empty()) SiftDown(0);
-    now_ = top.time;
+    Settle();
+    Event e = draining_.Pop();
+    --size_;
+    now_ = e.time;
     ++processed_;
-    return top;
+    return e;
   }
 
  private:
-  static bool Before(const Event& x, const Event& y) {
-    return x.time < y.time || (x.time == y.time && x.order < y.order);
-  }
-  void SiftUp(size_t i) {
-    Event e = heap_[i];
-    while (i > 0) {
-      size_t parent = (i - 1) / 2;
-      if (!Before(e, heap_[parent])) break;
-      heap_[i] = heap_[parent];
-      i = parent;
+  // Makes the earliest pending event the top of draining_: moves on to the next non-empty bucket.
+  void Settle() {
+    while (draining_.empty()) {
+      if (in_wheel_ == 0) {
+        current_ = far_.top().time >> kBucketShift;  // skip the empty stretch
+      } else {
+        ++current_;
+      }
+      std::vector<Event>& slot = wheel_[size_t(current_ & (kBuckets - 1))];
+      for (const Event& e : slot) draining_.Push(e);
+      in_wheel_ -= slot.size();
+      slot.clear();
+      while (!far_.empty() && (far_.top().time >> kBucketShift) == current_) {
+        draining_.Push(far_.Pop());
+      }
     }
-    heap_[i] = e;
-  }
-  void SiftDown(size_t i) {
-    Event e = heap_[i];
-    size_t n = heap_.size();
-    for (;;) {
-      size_t child = 2 * i + 1;
-      if (child >= n) break;
-      if (child + 1 < n && Before(heap_[child + 1], heap_[child])) ++child;
-      if (!Before(heap_[child], e)) break;
-      heap_[i] = heap_[child];
-      i = child;
-    }
-    heap_[i] = e;
   }
 
-  std::vector<Event> heap_;
+  std::array<std::vector<Event>, kBuckets> wheel_;
+  EventHeap draining_;  // the events of bucket current_
+  EventHeap far_;       // beyond the wheel when scheduled
+  int64_t current_ = 0;
+  size_t in_wheel_ = 0;
+  size_t size_ = 0;
   TimeNs now_ = 0;
   uint64_t next_order_ = 0;
   uint64_t processed_ = 0;

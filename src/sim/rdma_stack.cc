@@ -1,6 +1,7 @@
 #include "sim/rdma_stack.h"
 
 #include <algorithm>
+#include <cassert>
 
 namespace bx::sim {
 
@@ -195,27 +196,26 @@ void RdmaStack::Post(uint32_t endpoint, uint32_t id) {
   uint32_t host = map_.HostOf(endpoint);
   if (!e.in_ring) {
     e.in_ring = true;
-    rings_[host].push_back(endpoint);
+    rings_[host].push_back(RingEntry{e.next_send, endpoint});
   }
   network_->Kick(host);
 }
 
 uint32_t RdmaStack::NextDataPacket(uint32_t host, TimeNs now, TimeNs* retry_at) {
-  std::deque<uint32_t>& ring = rings_[host];
+  std::deque<RingEntry>& ring = rings_[host];
   const FabricConfig& fabric = config_.fabric;
   for (size_t n = ring.size(); n > 0; --n) {
-    uint32_t endpoint = ring.front();
+    RingEntry entry = ring.front();
     ring.pop_front();
+    if (entry.next_send > now) {
+      *retry_at = std::min(*retry_at, entry.next_send);
+      ring.push_back(entry);
+      continue;
+    }
+    uint32_t endpoint = entry.endpoint;
     Endpoint& e = endpoints_[endpoint];
-    if (e.nic.empty()) {
-      e.in_ring = false;
-      continue;
-    }
-    if (e.next_send > now) {
-      *retry_at = std::min(*retry_at, e.next_send);
-      ring.push_back(endpoint);
-      continue;
-    }
+    // Only this function empties e.nic, and it takes the endpoint out of the ring when it does.
+    assert(!e.nic.empty());
     uint32_t wr_id = e.nic.head;
     WorkRequest& wr = work_requests_[wr_id];
     uint32_t payload = std::min(fabric.mtu_bytes, wr.bytes - wr.sent);
@@ -236,7 +236,7 @@ uint32_t RdmaStack::NextDataPacket(uint32_t host, TimeNs now, TimeNs* retry_at) 
     // Pacing: the next cell of this QP may start once this one would have left at `rate`.
     e.next_send = now + TimeNs(double(p.wire_bytes) * 8000.0 / rate + 0.5);
     if (!e.nic.empty()) {
-      ring.push_back(endpoint);
+      ring.push_back(RingEntry{e.next_send, endpoint});
     } else {
       e.in_ring = false;
     }

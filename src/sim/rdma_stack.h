@@ -109,7 +109,14 @@ class RdmaStack : public HostStack, public Transport {
   std::vector<Endpoint> endpoints_;  // qp * 2 + (0 at the trainer, 1 at the server)
   std::vector<WorkRequest> work_requests_;
   std::vector<uint32_t> free_work_requests_;
-  std::vector<std::deque<uint32_t>> rings_;  // by host: endpoints with cells to send
+  // A ring entry carries its endpoint's next_send, so a scan past rate-limited QPs reads this
+  // contiguous ring and not 85,808 scattered endpoints (the copy is exact: next_send changes
+  // only while its endpoint is out of the ring).
+  struct RingEntry {
+    TimeNs next_send;
+    uint32_t endpoint;
+  };
+  std::vector<std::deque<RingEntry>> rings_;  // by host: endpoints with cells to send
 };
 
 }  // namespace bx::sim

@@ -26,6 +26,7 @@ constexpr uint64_t kDefaultWindowBytes = 4096;
 struct SimOptions {
   uint32_t servers = 124;
   uint32_t trainers = 346;
+  uint32_t scale = 1;  // multiplies servers and trainers (cost per simulated second vs size)
   std::string window = "default";
   std::string buffer = "32M";
   double duration_s = 0.2;
@@ -66,8 +67,8 @@ std::optional<uint64_t> ParseWindow(const std::string& text) {
 
 SimConfig BaseConfig(const SimOptions& o) {
   SimConfig c;
-  c.workload.servers = o.servers;
-  c.workload.trainers = o.trainers;
+  c.workload.servers = o.servers * o.scale;
+  c.workload.trainers = o.trainers * o.scale;
   c.workload.compute_ns = sim::TimeNs(o.compute_us * 1000);
   c.fabric.buffer_bytes = ParseBytes(o.buffer);
   c.fabric.interleave_hosts = !o.packed;
@@ -126,6 +127,10 @@ nlohmann::ordered_json ToJson(const SimResult& r) {
   j["iterations"] = s.iterations;
   j["events"] = r.events;
   j["events_per_sec"] = r.wall_seconds > 0 ? double(r.events) / r.wall_seconds : 0;
+  // The simulator's own cost, to compare sizes: wall seconds per simulated second.
+  j["wall_seconds_per_sim_second"] = r.sim_seconds > 0 ? r.wall_seconds / r.sim_seconds : 0;
+  j["events_per_sim_second"] = r.sim_seconds > 0 ? double(r.events) / r.sim_seconds : 0;
+  j["hosts"] = c.workload.servers + c.workload.trainers;
   j["servers"] = c.workload.servers;
   j["trainers"] = c.workload.trainers;
   j["compute_us"] = double(c.workload.compute_ns) / 1000;
@@ -205,7 +210,7 @@ int RunIncast(const SimOptions& o) {
   if (!o.json) {
     fmt::print(
         "bx sim incast: {} servers x {} trainers, {:.3f} s simulated, compute {} us, seed {}\n",
-        o.servers, o.trainers, o.duration_s, o.compute_us, o.seed);
+        o.servers * o.scale, o.trainers * o.scale, o.duration_s, o.compute_us, o.seed);
     PrintHeader();
   }
   if (o.sweep.empty() && !o.compare) {
@@ -267,6 +272,9 @@ void AddSimCommand(CLI::App* app) {
       "incast", "Training incast over a leaf-spine RoCE fabric: PFC, ECN/DCQCN, send window");
   incast->add_option("--servers", options->servers, "parameter servers")->capture_default_str();
   incast->add_option("--trainers", options->trainers, "trainers")->capture_default_str();
+  incast->add_option("--scale", options->scale, "multiply servers and trainers (4: 496 x 1384)")
+      ->check(CLI::Range(1u, 64u))
+      ->capture_default_str();
   incast
       ->add_option("--window", options->window,
                    "send window per engine: BYTES (4K, 16K...), off, or default (" +

@@ -21,13 +21,44 @@ SimConfig Small(uint64_t window, uint64_t seed = 1) {
   return c;
 }
 
-TEST(Simulation, DeterministicForASeed) {
-  SimResult a = RunSimulation(Small(0, 3));
-  SimResult b = RunSimulation(Small(0, 3));
+// Every measured field, so a change in event order anywhere shows up.
+void ExpectSameResult(const SimResult& a, const SimResult& b) {
   EXPECT_EQ(a.events, b.events);
-  EXPECT_EQ(a.stats.push_latency_ns, b.stats.push_latency_ns);
-  EXPECT_EQ(a.stats.peak_buffer_bytes, b.stats.peak_buffer_bytes);
-  EXPECT_EQ(a.stats.ecn_marks, b.stats.ecn_marks);
+  const Stats& x = a.stats;
+  const Stats& y = b.stats;
+  for (size_t t = 0; t < size_t(PauseTier::kCount); ++t) {
+    EXPECT_EQ(x.pfc_xoff[t], y.pfc_xoff[t]);
+    EXPECT_EQ(x.paused_ns[t], y.paused_ns[t]);
+  }
+  EXPECT_EQ(x.peak_buffer_bytes, y.peak_buffer_bytes);
+  EXPECT_EQ(x.first_xoff_occupancy, y.first_xoff_occupancy);
+  EXPECT_EQ(x.ecn_marks, y.ecn_marks);
+  EXPECT_EQ(x.dcqcn_rate_cuts, y.dcqcn_rate_cuts);
+  EXPECT_EQ(x.cnps, y.cnps);
+  EXPECT_EQ(x.drops, y.drops);
+  EXPECT_EQ(x.tcp_timeouts, y.tcp_timeouts);
+  EXPECT_EQ(x.tcp_fast_retransmits, y.tcp_fast_retransmits);
+  EXPECT_EQ(x.window_stalls, y.window_stalls);
+  EXPECT_EQ(x.credit_stalls, y.credit_stalls);
+  EXPECT_EQ(x.max_outstanding_bytes, y.max_outstanding_bytes);
+  EXPECT_EQ(x.headroom_overflow_bytes, y.headroom_overflow_bytes);
+  EXPECT_EQ(x.iterations, y.iterations);
+  EXPECT_EQ(x.push_incomplete, y.push_incomplete);
+  EXPECT_EQ(x.push_latency_ns, y.push_latency_ns);
+  EXPECT_EQ(x.fetch_latency_ns, y.fetch_latency_ns);
+}
+
+TEST(Simulation, DeterministicForASeed) {
+  for (uint64_t window : {uint64_t(0), uint64_t(4096)}) {
+    SimResult a = RunSimulation(Small(window, 3));
+    SimResult b = RunSimulation(Small(window, 3));
+    ExpectSameResult(a, b);
+    EXPECT_GT(a.stats.push_latency_ns.size(), 1000u);
+  }
+  SimConfig tcp = Small(0, 3);
+  tcp.transport = TransportKind::kTcp;
+  ExpectSameResult(RunSimulation(tcp), RunSimulation(tcp));
+  SimResult a = RunSimulation(Small(0, 3));
   SimResult c = RunSimulation(Small(0, 4));
   EXPECT_NE(a.stats.push_latency_ns, c.stats.push_latency_ns);
 }
