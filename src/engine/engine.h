@@ -207,8 +207,16 @@ class Engine {
   const SendWindow& send_window() const { return window_; }
   const WorkRequestChain& chain() const { return chain_; }
 
+  // Whether a completion is on its way: requests in flight, or a rendezvous under way in either
+  // direction (its data or reply will complete). An I/O thread polls through such waits.
+  bool ExpectsCompletion() const {
+    return !failed_ && (chain_.in_flight() > 0 || !rendezvous_.empty() || !incoming_.empty());
+  }
+
   // Marks whether Pump is needed (the I/O thread keeps a list of engines to pump).
   bool dirty = false;
+  // The I/O thread's last reading of ExpectsCompletion (it counts the engines expecting one).
+  bool counted_expecting = false;
 
  private:
   // The engine's code is split by concern, one file each:

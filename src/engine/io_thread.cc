@@ -155,7 +155,18 @@ void IoThread::AddEngine(Engine* engine) {
   engines_[engine->qp_num()] = engine;
 }
 
+void IoThread::Recount(Engine* engine) {
+  const bool expecting = engine->ExpectsCompletion();
+  if (expecting == engine->counted_expecting) return;
+  engine->counted_expecting = expecting;
+  expecting_ += expecting ? 1 : -1;
+}
+
 void IoThread::RemoveEngine(Engine* engine) {
+  if (engine->counted_expecting) {
+    engine->counted_expecting = false;
+    --expecting_;
+  }
   engines_.erase(engine->qp_num());
   std::erase(dirty_, engine);
 }
@@ -195,6 +206,7 @@ int IoThread::DrainCompletions() {
       Engine* engine = it->second;
       engine->OnCompletion(wc[i]);
       if (engine->dirty) MarkDirty(engine);
+      Recount(engine);
     }
     total += n > 0 ? n : 0;
     if (n < kPollBatch) return total;
@@ -220,7 +232,10 @@ bool IoThread::PollOnce() {
   while (!dirty_.empty()) {
     std::vector<Engine*> dirty;
     dirty.swap(dirty_);
-    for (Engine* e : dirty) e->Pump();
+    for (Engine* e : dirty) {
+      e->Pump();
+      Recount(e);
+    }
     worked = true;
   }
   return worked;
@@ -292,7 +307,7 @@ void IoThread::Loop() {
       int n = epoll_wait(epoll_fd_, events, 16, 0);
       if (n > 0) RunWatched(events, n);
     }
-    if (policy_.KeepPolling(NowNs())) {
+    if (policy_.KeepPolling(NowNs(), expecting_ > 0)) {
       // Polling that yields: free when the core is ours alone, and it does not starve the thread
       // (application, peer, NIC) whose work we are waiting for when cores are scarce.
       yields_.Add();

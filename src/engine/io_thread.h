@@ -133,7 +133,11 @@ class IoThread : public std::enable_shared_from_this<IoThread> {
   PollPolicy policy_;
   SingleWriterCounter busy_polls_, empty_polls_, yields_, sleeps_, cq_wakeups_, task_wakeups_;
 
+  // Re-reads `engine`'s ExpectsCompletion after it did work, keeping expecting_ in step.
+  void Recount(Engine* engine);
+
   std::unordered_map<uint32_t, Engine*> engines_;
+  int expecting_ = 0;  // engines whose last reading expected a completion
   std::vector<Engine*> dirty_;
   std::unordered_map<int, std::function<void()>> watched_;
 };

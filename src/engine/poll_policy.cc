@@ -6,29 +6,42 @@ namespace bx::engine {
 namespace {
 
 // The prediction is an exponentially weighted mean of the gaps (weight 1/4 for the newest), so
-// a change of traffic shows within a few gaps. A gap enters it capped at four spin limits: one
+// a change of traffic shows within a few gaps. A gap enters it capped at two spin limits: one
 // long idle stretch then needs only a few short gaps to bring polling back.
 constexpr int kWeightShift = 2;
-constexpr uint64_t kCapInLimits = 4;
+constexpr uint64_t kCapInLimits = 2;
+// A gap slept through teaches nothing (its length includes the wake-up's latency), so once
+// sleeping, the policy would never see short gaps again. Every this many slept gaps, one is
+// polled for the spin limit instead: a probe that measures the gap as it is.
+constexpr uint64_t kProbeEvery = 16;
 // The shortest polling stretch worth starting (a pass costs about a microsecond with its yield).
 constexpr uint64_t kMinBudgetNs = 2'000;
 
 }  // namespace
 
-uint64_t PollPolicy::Budget() const {
-  if (!options_.adaptive) return options_.max_spin_ns;
+uint64_t PollPolicy::Budget(bool completion_expected) const {
+  if (!options_.adaptive || completion_expected) return options_.max_spin_ns;
   // No gap seen yet: poll for the limit, which a first gap then either confirms or not.
   if (predicted_ns_ == 0) return std::min(options_.max_spin_ns, options_.spin_limit_ns);
-  if (predicted_ns_ > options_.spin_limit_ns) return 0;
+  if (predicted_ns_ > options_.spin_limit_ns) {
+    return sleeps_since_probe_ + 1 >= kProbeEvery
+               ? std::min(options_.max_spin_ns, options_.spin_limit_ns)
+               : 0;
+  }
   return std::min(options_.max_spin_ns, std::max(2 * predicted_ns_, kMinBudgetNs));
 }
 
 void PollPolicy::OnWork(uint64_t now_ns) {
   if (idle_since_ == 0) return;
   const uint64_t gap = now_ns - idle_since_;
-  if (!budget_spent_) polled_gaps_.Add();
   idle_since_ = 0;
-  const uint64_t sample = std::min(gap, kCapInLimits * options_.spin_limit_ns);
+  if (!budget_spent_) polled_gaps_.Add();
+  // The prediction is for waits with nothing in flight, and learns only what polling saw: a gap
+  // that ended while polled is measured as it was; one that outlasted its polling was long (how
+  // long, the wake-up's latency hides); one slept through at once says nothing.
+  if (gap_expected_ || slept_at_once_) return;
+  const uint64_t cap = kCapInLimits * options_.spin_limit_ns;
+  const uint64_t sample = budget_spent_ ? cap : std::min(gap, cap);
   if (predicted_ns_ == 0) {
     predicted_ns_ = std::max<uint64_t>(sample, 1);
   } else {
@@ -38,14 +51,18 @@ void PollPolicy::OnWork(uint64_t now_ns) {
   }
 }
 
-bool PollPolicy::KeepPolling(uint64_t now_ns) {
+bool PollPolicy::KeepPolling(uint64_t now_ns, bool completion_expected) {
   if (idle_since_ == 0) {
     idle_since_ = std::max<uint64_t>(now_ns, 1);
     budget_spent_ = false;
-    const uint64_t budget = Budget();
+    slept_at_once_ = false;
+    gap_expected_ = completion_expected;
+    const uint64_t budget = Budget(completion_expected);
     spin_until_ = now_ns + budget;
+    if (!completion_expected) sleeps_since_probe_ = budget == 0 ? sleeps_since_probe_ + 1 : 0;
     if (budget == 0) {
       budget_spent_ = true;
+      slept_at_once_ = true;
       slept_gaps_.Add();
       return false;
     }

@@ -2,13 +2,20 @@
 //
 // Polling costs CPU for as long as it lasts; sleeping costs a CQ arm, an epoll_wait and a
 // wake-up (CPU on both sides, and the wake-up's latency). Which is cheaper depends on how long
-// the thread would wait, so the policy predicts that from the gaps it has seen: an idle gap runs
-// from the first pass that found no work to the next pass that found some, whether polling or a
-// wake-up ended it. Fixed polls for `max_spin_ns` after every piece of work (the old behaviour).
-// Adaptive polls only while the predicted gap is short (at most `spin_limit_ns`, about what a
-// sleep and wake-up cost), for up to twice the prediction; otherwise it sleeps at once. The
-// prediction corrects itself both ways: a gap that outlasts the polling ends in a sleep and is
-// measured as long, and short gaps measured after sleeps bring polling back.
+// the thread would wait. Fixed polls for `max_spin_ns` after every piece of work (the old
+// behaviour). Adaptive tells two kinds of wait apart:
+// - A completion is on its way (the thread's engines have requests in flight or a rendezvous
+//   under way): the thread polls through it, up to `max_spin_ns`, as a NIC finishing a fragment
+//   is worth waiting for.
+// - Nothing is in flight: work can only come from outside (a peer's new message, a task), and
+//   the wait is predicted from the earlier waits of this kind: an idle gap runs from the first
+//   pass that found no work to the next pass that found some, whether polling or a wake-up ended
+//   it. The thread polls only while the predicted gap is short (at most `spin_limit_ns`, about
+//   what a sleep and wake-up cost), for up to twice the prediction; otherwise it sleeps at once.
+//   The prediction learns only from what polling saw: a gap that ends while polled counts as it
+//   was, one that outlasts its polling counts as long, one slept through at once not at all (its
+//   measured length includes the wake-up's latency). So while sleeping, one gap in 16 is polled
+//   for the spin limit anyway, and short gaps found so bring polling back.
 //
 // Single-threaded (the I/O thread owns it) but for the counters; times are steady-clock
 // nanoseconds.
@@ -33,10 +40,11 @@ class PollPolicy {
   // A pass found work; ends the idle gap under way, if any.
   void OnWork(uint64_t now_ns);
   // A pass found no work: true to poll again, false to sleep. The first call after work starts a
-  // gap and fixes how long this gap may be polled.
-  bool KeepPolling(uint64_t now_ns);
+  // gap and fixes how long it may be polled; `completion_expected` is read then (it cannot change
+  // before the next work).
+  bool KeepPolling(uint64_t now_ns, bool completion_expected = false);
 
-  // Adaptive: the expected idle gap, nanoseconds (0 before any gap was seen).
+  // Adaptive: the expected idle gap with nothing in flight, nanoseconds (0 before any was seen).
   uint64_t predicted_gap_ns() const { return predicted_ns_; }
   // Gaps ended while polling, gaps polled to the end of their budget, gaps slept at once.
   // Any thread may read these.
@@ -45,13 +53,16 @@ class PollPolicy {
   uint64_t slept_gaps() const { return slept_gaps_.Get(); }
 
  private:
-  uint64_t Budget() const;
+  uint64_t Budget(bool completion_expected) const;
 
   PollPolicyOptions options_;
   uint64_t predicted_ns_ = 0;
-  uint64_t idle_since_ = 0;    // 0: not idle
-  uint64_t spin_until_ = 0;    // polling ends here in the gap under way
-  bool budget_spent_ = false;  // the gap under way stopped polling (counted once)
+  uint64_t idle_since_ = 0;          // 0: not idle
+  uint64_t spin_until_ = 0;          // polling ends here in the gap under way
+  bool budget_spent_ = false;        // the gap under way stopped polling (counted once)
+  bool gap_expected_ = false;        // the gap under way waits for a completion in flight
+  bool slept_at_once_ = false;       // the gap under way was not polled at all
+  uint64_t sleeps_since_probe_ = 0;  // idle gaps slept at once since one was polled
   SingleWriterCounter polled_gaps_, outlasted_gaps_, slept_gaps_;
 };
 
