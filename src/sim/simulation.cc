@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "base/percentile.h"
+#include "sim/dispatch.h"
 #include "sim/event_queue.h"
 #include "sim/messages.h"
 #include "sim/network.h"
@@ -59,26 +60,7 @@ SimResult RunSimulation(const SimConfig& config) {
   workload.Start();
   while (!events.empty() && events.NextTime() <= config.duration_ns) {
     Event e = events.Pop();
-    switch (e.kind) {
-      case EventKind::kPortTxDone:
-        network.OnTxDone(e.a);
-        break;
-      case EventKind::kPacketArrive:
-        network.OnArrive(e.a);
-        break;
-      case EventKind::kPauseArrive:
-        network.OnPause(e.a, e.b != 0);
-        break;
-      case EventKind::kNicWake:
-        network.OnNicWake(e.a);
-        break;
-      case EventKind::kHostTimer:
-        if (tcp) tcp->OnTimer(e.b, e.a);
-        break;
-      case EventKind::kWorkload:
-        workload.OnTimer(e.a);
-        break;
-    }
+    DispatchEvent(e, network, tcp.get(), [&](const Event& w) { workload.OnTimer(w.a); });
   }
 
   network.Finish(config.duration_ns);

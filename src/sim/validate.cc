@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/percentile.h"
+#include "sim/dispatch.h"
 #include "sim/event_queue.h"
 #include "sim/messages.h"
 #include "sim/network.h"
@@ -148,26 +149,7 @@ IncastResult RunIncastScenario(const IncastScenario& s, uint64_t seed) {
       next_sample += s.sample_ns;
     }
     Event e = events.Pop();
-    switch (e.kind) {
-      case EventKind::kPortTxDone:
-        network.OnTxDone(e.a);
-        break;
-      case EventKind::kPacketArrive:
-        network.OnArrive(e.a);
-        break;
-      case EventKind::kPauseArrive:
-        network.OnPause(e.a, e.b != 0);
-        break;
-      case EventKind::kNicWake:
-        network.OnNicWake(e.a);
-        break;
-      case EventKind::kHostTimer:
-        tcp.OnTimer(e.b, e.a);
-        break;
-      case EventKind::kWorkload:
-        driver.Start(e.a);
-        break;
-    }
+    DispatchEvent(e, network, &tcp, [&](const Event& w) { driver.Start(w.a); });
   }
   result.complete = driver.done();
   result.queue_mean_bytes =

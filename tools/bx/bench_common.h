@@ -7,8 +7,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bx/init.h"
@@ -66,5 +68,30 @@ class CpuHogs {
  private:
   std::vector<pid_t> pids_;
 };
+
+// `bx bench msg` and `bx bench rpc` measure rdma's I/O-thread polling policies side by side:
+// --polling adaptive|fixed|both and --share-io-threads.
+struct RdmaPollingChoice {
+  std::string polling = "adaptive";
+  bool share_io_threads = false;
+};
+
+inline void AddRdmaPollingOptions(CLI::App* command, RdmaPollingChoice* choice) {
+  command
+      ->add_option("--polling", choice->polling,
+                   "rdma I/O threads: adaptive (default), fixed (poll 200 us after work), or both "
+                   "(side by side; the fixed rows are rdma-fixed)")
+      ->check(CLI::IsMember({"adaptive", "fixed", "both"}));
+  command->add_flag("--share-io-threads", choice->share_io_threads,
+                    "rdma: the server's and client's transports share the process's I/O threads");
+}
+
+// The runs of `scheme` a benchmark makes: (row label, adaptive polling) pairs. "rdma" is the
+// adaptive one when both run.
+inline std::vector<std::pair<std::string, bool>> PollingRuns(const std::string& scheme,
+                                                             const RdmaPollingChoice& choice) {
+  if (scheme == "rdma" && choice.polling == "both") return {{"rdma", true}, {"rdma-fixed", false}};
+  return {{scheme, choice.polling != "fixed"}};
+}
 
 }  // namespace bx::tools

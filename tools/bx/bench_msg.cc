@@ -51,9 +51,8 @@ struct BenchMsgOptions {
   int messages = 0;    // one-way messages per size; 0: chosen by size
   int io_threads = 1;
   std::string device;
-  std::string polling = "adaptive";  // rdma: adaptive, fixed, or both (side by side)
-  bool share_io_threads = false;     // rdma: client and server transports on shared threads
-  bool adaptive_polling = true;      // this run's rdma polling (from `polling`)
+  RdmaPollingChoice rdma;        // --polling, --share-io-threads
+  bool adaptive_polling = true;  // this run's rdma polling (from rdma.polling)
 };
 
 const std::vector<size_t> kDefaultSizes = {8, 4096, 64 << 10, 1 << 20};
@@ -118,7 +117,7 @@ Result<std::unique_ptr<Pair>> MakePair(const std::string& scheme, const BenchMsg
   transport_options.io_threads = options.io_threads;
   transport_options.device = options.device;
   transport_options.rdma.adaptive_polling = options.adaptive_polling;
-  transport_options.rdma.share_io_threads = options.share_io_threads;
+  transport_options.rdma.share_io_threads = options.rdma.share_io_threads;
   auto pair = std::make_unique<Pair>();
   BX_ASSIGN_OR_RETURN(pair->server, CreateTransport(scheme, transport_options));
   BX_ASSIGN_OR_RETURN(pair->client, CreateTransport(scheme, transport_options));
@@ -311,16 +310,12 @@ void RunBenchMsg(const BenchMsgOptions& options) {
   const std::vector<size_t>& sizes = options.sizes.empty() ? kDefaultSizes : options.sizes;
   std::vector<MsgResult> results;
   for (const std::string& scheme : schemes) {
-    // rdma's polling policies side by side: "rdma" is the adaptive one when both run.
-    std::vector<bool> policies = {options.polling != "fixed"};
-    if (scheme == "rdma" && options.polling == "both") policies.push_back(false);
-    for (bool adaptive : policies) {
+    for (const auto& [label, adaptive] : PollingRuns(scheme, options.rdma)) {
       BenchMsgOptions run = options;
       run.adaptive_polling = adaptive;
       for (size_t size : sizes) {
         MsgResult result;
-        result.transport =
-            scheme == "rdma" && options.polling == "both" && !adaptive ? "rdma-fixed" : scheme;
+        result.transport = label;
         result.size = size;
         Status status = MeasureLatency(scheme, size, run, &result);
         if (status.ok()) status = MeasureThroughput(scheme, size, run, &result);
@@ -375,13 +370,7 @@ void AddBenchMsgCommand(CLI::App* bench) {
   command->add_option("--messages", options->messages,
                       "One-way messages per size (default: 2 GiB worth, 2000-500000)");
   command->add_option("--io-threads", options->io_threads, "I/O threads per transport");
-  command
-      ->add_option("--polling", options->polling,
-                   "rdma I/O threads: adaptive (default), fixed (poll 200 us after work), or both "
-                   "(side by side; the fixed rows are rdma-fixed)")
-      ->check(CLI::IsMember({"adaptive", "fixed", "both"}));
-  command->add_flag("--share-io-threads", options->share_io_threads,
-                    "rdma: client and server transports share their I/O threads");
+  AddRdmaPollingOptions(command, &options->rdma);
   command->add_option("--device", options->device,
                       "RDMA device (default: BX_DEVICE or the first); bemalloc registers with it");
   command->add_flag("--json", options->json, "Print JSON instead of the table");

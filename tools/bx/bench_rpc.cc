@@ -56,11 +56,10 @@ struct BenchRpcOptions {
   bool json = false;
   int calls = 0;  // per configuration; 0: 20000 for 64 B, 10000 for 16 KB
   bool grpc = true;
-  double rate = 0;                   // > 0: open loop at this many calls per second (bexpress only)
-  int cpu_hogs = 0;                  // processes spinning on the CPU while the benchmark runs
-  std::string polling = "adaptive";  // rdma: adaptive, fixed, or both (side by side)
-  bool share_io_threads = false;     // rdma: server and client on the process's shared threads
-  bool adaptive_polling = true;      // this run's rdma polling (from `polling`)
+  double rate = 0;               // > 0: open loop at this many calls per second (bexpress only)
+  int cpu_hogs = 0;              // processes spinning on the CPU while the benchmark runs
+  RdmaPollingChoice rdma;        // --polling, --share-io-threads
+  bool adaptive_polling = true;  // this run's rdma polling (from rdma.polling)
 };
 
 struct Row {
@@ -218,7 +217,7 @@ Status RunBx(const std::string& scheme, const std::string& label, const BenchRpc
              std::vector<Row>& rows) {
   TransportOptions transport;
   transport.rdma.adaptive_polling = options.adaptive_polling;
-  transport.rdma.share_io_threads = options.share_io_threads;
+  transport.rdma.share_io_threads = options.rdma.share_io_threads;
   rpc::ServerOptions server_options;
   server_options.transport = transport;
   BX_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Server> server, rpc::Server::Create(server_options));
@@ -405,14 +404,9 @@ void RunBenchRpc(const BenchRpcOptions& options) {
   std::vector<Row> rows;
   const CpuHogs hogs(options.cpu_hogs);
   for (const std::string& scheme : schemes) {
-    // rdma's polling policies side by side: "rdma" is the adaptive one when both run.
-    std::vector<bool> policies = {options.polling != "fixed"};
-    if (scheme == "rdma" && options.polling == "both") policies.push_back(false);
-    for (bool adaptive : policies) {
+    for (const auto& [label, adaptive] : PollingRuns(scheme, options.rdma)) {
       BenchRpcOptions run = options;
       run.adaptive_polling = adaptive;
-      const std::string label =
-          scheme == "rdma" && !adaptive && options.polling == "both" ? "rdma-fixed" : scheme;
       if (Status s = RunBx(scheme, label, run, rows); !s.ok()) {
         std::fprintf(stderr, "bench rpc %s: %s\n", label.c_str(), s.ToString().c_str());
         throw CLI::RuntimeError(1);
@@ -478,13 +472,7 @@ void AddBenchRpcCommand(CLI::App* bench) {
                    "Processes that keep a core busy each while the benchmark runs (a host whose "
                    "application uses its cores)")
       ->check(CLI::Range(0, 64));
-  command
-      ->add_option("--polling", options->polling,
-                   "rdma I/O threads: adaptive (default), fixed (poll 200 us after work), or both "
-                   "(side by side; the fixed rows are rdma-fixed)")
-      ->check(CLI::IsMember({"adaptive", "fixed", "both"}));
-  command->add_flag("--share-io-threads", options->share_io_threads,
-                    "rdma: server and clients share the process's I/O threads");
+  AddRdmaPollingOptions(command, &options->rdma);
   command->add_flag("--json", options->json, "Print JSON instead of the table");
   command->callback([options] { bx::tools::RunBenchRpc(*options); });
 }
