@@ -8,6 +8,8 @@
 #include <map>
 #include <vector>
 
+#include "sim/dispatch.h"
+
 namespace bx::sim {
 namespace {
 
@@ -53,23 +55,8 @@ struct Bench {
   }
   void Run(TimeNs until) {
     while (!events.empty() && events.NextTime() <= until) {
-      Event e = events.Pop();
-      switch (e.kind) {
-        case EventKind::kPortTxDone:
-          net.OnTxDone(e.a);
-          break;
-        case EventKind::kPacketArrive:
-          net.OnArrive(e.a);
-          break;
-        case EventKind::kPauseArrive:
-          net.OnPause(e.a, e.b != 0);
-          break;
-        case EventKind::kNicWake:
-          net.OnNicWake(e.a);
-          break;
-        default:
-          break;
-      }
+      // No host stack timers and no workload here: the fabric's events only.
+      DispatchEvent(events.Pop(), net, nullptr, [](const Event&) {});
     }
     net.Finish(events.now());
   }

@@ -15,14 +15,20 @@ namespace {
 // Transports share threads only when they would have made the same ones.
 using SharedKey = std::tuple<ibv_context*, int, bool, int, int>;
 
-struct SharedEntry {
+}  // namespace
+
+struct IoThreadSet::SharedEntry {
+  SharedKey key;
   std::vector<std::shared_ptr<engine::IoThread>> threads;
   int users = 0;
 };
 
+namespace {
+
 struct SharedThreads {
   std::mutex mu;
-  std::map<SharedKey, SharedEntry> entries;  // node addresses are stable: sets point at them
+  // Node addresses are stable, so sets point at their entry.
+  std::map<SharedKey, IoThreadSet::SharedEntry> entries;
 };
 
 SharedThreads& Shared() {
@@ -67,6 +73,7 @@ Result<IoThreadSet> IoThreadSet::Acquire(verbs::Device& device,
   const SharedKey key{device.context(), options.busy_poll_us, options.adaptive_polling,
                       options.spin_limit_us, options.cq_entries};
   SharedEntry& entry = all.entries[key];
+  entry.key = key;
   while (int(entry.threads.size()) < count) {
     const std::string name = options.name + "s" + std::to_string(entry.threads.size());
     auto io = CreateThread(device, options, name);
@@ -78,12 +85,12 @@ Result<IoThreadSet> IoThreadSet::Acquire(verbs::Device& device,
   }
   ++entry.users;
   set.threads_.assign(entry.threads.begin(), entry.threads.begin() + count);
-  set.shared_key_ = &*all.entries.find(key);
+  set.shared_ = &entry;
   return set;
 }
 
 IoThreadSet::IoThreadSet(IoThreadSet&& other) noexcept
-    : threads_(std::move(other.threads_)), shared_key_(std::exchange(other.shared_key_, nullptr)) {
+    : threads_(std::move(other.threads_)), shared_(std::exchange(other.shared_, nullptr)) {
   other.threads_.clear();
 }
 
@@ -92,27 +99,23 @@ IoThreadSet& IoThreadSet::operator=(IoThreadSet&& other) noexcept {
     Release();
     threads_ = std::move(other.threads_);
     other.threads_.clear();
-    shared_key_ = std::exchange(other.shared_key_, nullptr);
+    shared_ = std::exchange(other.shared_, nullptr);
   }
   return *this;
 }
 
 void IoThreadSet::Release() {
   std::vector<std::shared_ptr<engine::IoThread>> to_stop;
-  if (shared_key_ == nullptr) {
+  if (shared_ == nullptr) {
     to_stop = std::move(threads_);
   } else {
     SharedThreads& all = Shared();
     std::lock_guard lock(all.mu);
-    for (auto it = all.entries.begin(); it != all.entries.end(); ++it) {
-      if (static_cast<const void*>(&*it) != shared_key_) continue;
-      if (--it->second.users == 0) {
-        to_stop = std::move(it->second.threads);
-        all.entries.erase(it);
-      }
-      break;
+    if (--shared_->users == 0) {
+      to_stop = std::move(shared_->threads);
+      all.entries.erase(shared_->key);
     }
-    shared_key_ = nullptr;
+    shared_ = nullptr;
   }
   threads_.clear();
   // Outside the lock: a thread runs what its connections left it before it ends.

@@ -36,9 +36,11 @@ class IoThreadSet {
   // Stops what this set alone used (every thread when owned); idempotent.
   void Release();
 
+  struct SharedEntry;  // one process-wide set of threads and its users (io_thread_set.cc)
+
  private:
   std::vector<std::shared_ptr<engine::IoThread>> threads_;
-  const void* shared_key_ = nullptr;  // the process-wide entry this set counts in, if shared
+  SharedEntry* shared_ = nullptr;  // the entry this set counts in as a user, if shared
 };
 
 }  // namespace bx::rdma

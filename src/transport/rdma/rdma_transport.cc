@@ -64,9 +64,24 @@ Status Uint8FromEnvironment(const char* name, uint8_t* value) {
   return Status::Ok();
 }
 
-// BX_GID_INDEX, BX_TRAFFIC_CLASS and BX_SERVICE_LEVEL: what an operator sets per host, as
-// NCCL_IB_GID_INDEX, NCCL_IB_TC and NCCL_IB_SL.
-Status ApplyAddressingEnvironment(RdmaOptions& rdma) {
+// A setting with two spellings from the environment: `*value` becomes true for `on`, false for
+// `off`, and stays when the variable is unset.
+Status ChoiceFromEnvironment(const char* name, std::string_view on, std::string_view off,
+                             bool* value) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return Status::Ok();
+  const std::string_view choice(text);
+  if (choice != on && choice != off)
+    return InvalidArgument(std::string(name) + "='" + std::string(choice) + "' is not " +
+                           std::string(on) + " or " + std::string(off));
+  *value = choice == on;
+  return Status::Ok();
+}
+
+// What an operator sets per host, overriding the program's RdmaOptions: BX_GID_INDEX,
+// BX_TRAFFIC_CLASS and BX_SERVICE_LEVEL (as NCCL_IB_GID_INDEX, NCCL_IB_TC and NCCL_IB_SL), and
+// BX_POLLING and BX_SHARE_IO_THREADS (to measure the I/O threads' policies without rebuilding).
+Status ApplyEnvironment(RdmaOptions& rdma) {
   auto gid_index = verbs::GidIndexFromEnvironment(rdma.gid_index);
   if (!gid_index.ok()) return gid_index.status().WithContext("rdma transport");
   rdma.gid_index = *gid_index;
@@ -75,30 +90,9 @@ Status ApplyAddressingEnvironment(RdmaOptions& rdma) {
   if (rdma.service_level > 15)
     return InvalidArgument("service level " + std::to_string(rdma.service_level) +
                            " is outside 0..15");
-  return Status::Ok();
-}
-
-// BX_POLLING=adaptive|fixed: the I/O threads' polling, for measuring one against the other
-// without rebuilding a program.
-Status ApplyPollingEnvironment(RdmaOptions& rdma) {
-  const char* text = std::getenv("BX_POLLING");
-  if (text == nullptr || *text == '\0') return Status::Ok();
-  const std::string_view mode(text);
-  if (mode != "adaptive" && mode != "fixed")
-    return InvalidArgument("BX_POLLING='" + std::string(mode) + "' is not adaptive or fixed");
-  rdma.adaptive_polling = mode == "adaptive";
-  return Status::Ok();
-}
-
-// BX_SHARE_IO_THREADS=1|0: share_io_threads for every rdma transport of the process.
-Status ApplySharingEnvironment(RdmaOptions& rdma) {
-  const char* text = std::getenv("BX_SHARE_IO_THREADS");
-  if (text == nullptr || *text == '\0') return Status::Ok();
-  const std::string_view value(text);
-  if (value != "0" && value != "1")
-    return InvalidArgument("BX_SHARE_IO_THREADS='" + std::string(value) + "' is not 0 or 1");
-  rdma.share_io_threads = value == "1";
-  return Status::Ok();
+  BX_RETURN_IF_ERROR(
+      ChoiceFromEnvironment("BX_POLLING", "adaptive", "fixed", &rdma.adaptive_polling));
+  return ChoiceFromEnvironment("BX_SHARE_IO_THREADS", "1", "0", &rdma.share_io_threads);
 }
 
 // BX_DEBUG=1: one stderr line per connection saying how it is addressed and why.
@@ -308,9 +302,7 @@ Result<std::unique_ptr<RdmaTransportImpl>> RdmaTransportImpl::Create(
   auto port = verbs::FirstActivePort(*t->device_);
   if (!port.ok()) return port.status().WithContext("rdma transport");
   t->port_ = *port;
-  BX_RETURN_IF_ERROR(ApplyAddressingEnvironment(t->rdma_));
-  BX_RETURN_IF_ERROR(ApplyPollingEnvironment(t->rdma_));
-  BX_RETURN_IF_ERROR(ApplySharingEnvironment(t->rdma_));
+  BX_RETURN_IF_ERROR(ApplyEnvironment(t->rdma_));
   // Queue depths the device cannot give would fail every QP later; say so now.
   const uint32_t max_wr = uint32_t(std::max(t->device_->attr().max_qp_wr, 0));
   if (rdma.send_queue_depth > max_wr || rdma.recv_queue_depth > max_wr)
@@ -643,9 +635,7 @@ Result<RdmaTransportInfo> GetRdmaTransportInfo(Transport& transport) {
 namespace bx {
 
 Result<RdmaOptions> ApplyRdmaEnvironment(RdmaOptions rdma) {
-  BX_RETURN_IF_ERROR(rdma::ApplyAddressingEnvironment(rdma));
-  BX_RETURN_IF_ERROR(rdma::ApplyPollingEnvironment(rdma));
-  BX_RETURN_IF_ERROR(rdma::ApplySharingEnvironment(rdma));
+  BX_RETURN_IF_ERROR(rdma::ApplyEnvironment(rdma));
   return rdma;
 }
 
