@@ -84,6 +84,20 @@ struct WorkloadConfig {
   uint32_t fetch_request_bytes = 64;
   TimeNs compute_ns = 1 * kMillisecond;
   double compute_jitter = 0.1;  // uniform +-10% around compute_ns
+  bool incast = true;           // false: trainers stay idle (a baseline for the victims)
+  // Victim traffic (docs/SIMULATION.md, "Congestion spreading"); none while victim_clients is 0.
+  // Cold servers receive only victim traffic. Each victim client, every victim_interval_ns (+-50%
+  // uniform jitter, open loop), pushes one lognormal message to a random cold server and fetches
+  // one (64 B request, lognormal response) from a random cold server, or from a random hot one if
+  // victim_fetch_hot or there are no cold servers (then it only fetches).
+  uint32_t victim_servers = 0;
+  uint32_t victim_clients = 0;
+  TimeNs victim_interval_ns = 100 * kMicrosecond;
+  bool victim_fetch_hot = false;
+
+  // Hosts in the order the fabric places them: servers, trainers, cold servers, victim clients.
+  uint32_t hosts() const { return servers + trainers + victim_servers + victim_clients; }
+  uint32_t first_victim_client() const { return servers + trainers + victim_servers; }
 };
 
 enum class TransportKind { kRdma, kTcp };

@@ -11,7 +11,14 @@ namespace bx::sim {
 
 constexpr uint32_t kNoMessage = UINT32_MAX;
 
-enum class MessageKind : uint8_t { kPush, kFetchRequest, kFetchResponse };
+enum class MessageKind : uint8_t {
+  kPush,
+  kFetchRequest,
+  kFetchResponse,
+  kVictimPush,  // victim client -> cold server
+  kVictimFetchRequest,
+  kVictimFetchResponse,
+};
 
 struct Message {
   uint32_t next = kNoMessage;  // intrusive queue link, owned by the transport

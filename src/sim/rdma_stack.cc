@@ -19,13 +19,13 @@ RdmaStack::RdmaStack(const SimConfig& config, Network* network, EventQueue* even
       events_(events),
       messages_(messages),
       stats_(stats),
-      map_{config.workload.servers},
+      map_(config.workload),
       fragment_bytes_(config.engine.fragment_bytes) {
   const EngineModelConfig& e = config.engine;
   if (e.window_bytes != 0 && e.fragment_fits_window) {
     fragment_bytes_ = uint32_t(std::min<uint64_t>(fragment_bytes_, e.window_bytes));
   }
-  size_t qps = size_t(config.workload.servers) * config.workload.trainers;
+  size_t qps = EndpointMap::Qps(config.workload);
   endpoints_.reserve(qps * 2);
   for (size_t i = 0; i < qps * 2; ++i) {
     endpoints_.emplace_back(config, fragment_bytes_, network->host_rate_mbps());

@@ -38,7 +38,7 @@ SimResult RunSimulation(const SimConfig& config) {
   EventQueue events;
   Random fabric_rng(config.seed * 2 + 1);
   MessageTable messages;
-  uint32_t hosts = config.workload.servers + config.workload.trainers;
+  uint32_t hosts = config.workload.hosts();
   Network network(config.fabric, hosts, &events, &fabric_rng, &stats);
   Workload workload(config.workload, config.seed * 2 + 2, &events, &messages, &stats);
 
@@ -60,7 +60,7 @@ SimResult RunSimulation(const SimConfig& config) {
   workload.Start();
   while (!events.empty() && events.NextTime() <= config.duration_ns) {
     Event e = events.Pop();
-    DispatchEvent(e, network, tcp.get(), [&](const Event& w) { workload.OnTimer(w.a); });
+    DispatchEvent(e, network, tcp.get(), [&](const Event& w) { workload.OnTimer(w.a, w.b); });
   }
 
   network.Finish(config.duration_ns);
@@ -73,6 +73,10 @@ SimResult RunSimulation(const SimConfig& config) {
   result.push_p99_us = double(Percentile(stats.push_latency_ns, 0.99)) / 1000.0;
   result.fetch_p50_us = double(Percentile(stats.fetch_latency_ns, 0.50)) / 1000.0;
   result.fetch_p99_us = double(Percentile(stats.fetch_latency_ns, 0.99)) / 1000.0;
+  result.victim_push_p50_us = double(Percentile(stats.victim_push_latency_ns, 0.50)) / 1000.0;
+  result.victim_push_p99_us = double(Percentile(stats.victim_push_latency_ns, 0.99)) / 1000.0;
+  result.victim_fetch_p50_us = double(Percentile(stats.victim_fetch_latency_ns, 0.50)) / 1000.0;
+  result.victim_fetch_p99_us = double(Percentile(stats.victim_fetch_latency_ns, 0.99)) / 1000.0;
   result.directed_links = network.directed_links();
   double link_time = double(result.directed_links) * double(config.duration_ns);
   for (size_t t = 0; t < size_t(PauseTier::kCount); ++t) {

@@ -16,6 +16,8 @@ struct SimResult {
   uint32_t fragment_bytes = 0;  // as the engines used it
   double push_p50_us = 0, push_p99_us = 0;
   double fetch_p50_us = 0, fetch_p99_us = 0;
+  double victim_push_p50_us = 0, victim_push_p99_us = 0;  // 0 without victims
+  double victim_fetch_p50_us = 0, victim_fetch_p99_us = 0;
   uint64_t pfc_xoff = 0;
   double paused_fraction = 0;  // paused link-time / (directed links x duration)
   double paused_fraction_by_tier[size_t(PauseTier::kCount)] = {};

@@ -30,6 +30,10 @@ struct Stats {
   uint64_t push_incomplete = 0;
   std::vector<TimeNs> push_latency_ns;
   std::vector<TimeNs> fetch_latency_ns;
+  // Victim traffic, apart from the incast's (WorkloadConfig::victim_clients).
+  std::vector<TimeNs> victim_push_latency_ns;
+  std::vector<TimeNs> victim_fetch_latency_ns;
+  uint64_t victim_incomplete = 0;  // victim pushes and fetches not done by the end
 };
 
 }  // namespace bx::sim

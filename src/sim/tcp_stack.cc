@@ -11,8 +11,8 @@ TcpStack::TcpStack(const SimConfig& config, Network* network, EventQueue* events
       events_(events),
       messages_(messages),
       stats_(stats),
-      map_{config.workload.servers} {
-  size_t qps = size_t(config.workload.servers) * config.workload.trainers;
+      map_(config.workload) {
+  size_t qps = EndpointMap::Qps(config.workload);
   endpoints_.resize(qps * 2);
   for (Endpoint& e : endpoints_) {
     e.cwnd = double(config.tcp.initial_window_segments) * config.tcp.mss_bytes;

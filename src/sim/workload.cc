@@ -10,17 +10,46 @@ Workload::Workload(const WorkloadConfig& config, uint64_t seed, EventQueue* even
       events_(events),
       messages_(messages),
       stats_(stats),
-      trainers_(config.trainers) {}
+      trainers_(config.trainers),
+      victim_rng_(seed ^ 0x5eed'71c7'1a5eull) {}
 
 void Workload::Start() {
-  for (uint32_t t = 0; t < config_.trainers; ++t) {
+  for (uint32_t t = 0; config_.incast && t < config_.trainers; ++t) {
     TimeNs offset = TimeNs(rng_.Uniform() * double(config_.compute_ns));
-    events_->Schedule(offset, EventKind::kWorkload, t);
+    events_->Schedule(offset, EventKind::kWorkload, t, kTrainer);
+  }
+  for (uint32_t c = 0; c < config_.victim_clients; ++c) ScheduleVictim(c, 0);
+}
+
+void Workload::OnTimer(uint32_t index, uint32_t kind) {
+  if (kind == kTrainer) {
+    StartPush(index);
+  } else {
+    VictimTick(index);
   }
 }
 
-void Workload::OnTimer(uint32_t trainer) {
-  StartPush(trainer);
+// The next victim request of `client`: interval x uniform [0.5, 1.5) after `at`.
+void Workload::ScheduleVictim(uint32_t client, TimeNs at) {
+  double gap = double(config_.victim_interval_ns) * (0.5 + victim_rng_.Uniform());
+  events_->Schedule(at + TimeNs(gap), EventKind::kWorkload, client, kVictim);
+}
+
+void Workload::VictimTick(uint32_t client) {
+  uint32_t host = config_.first_victim_client() + client;
+  TimeNs now = events_->now();
+  if (config_.victim_servers > 0) {
+    uint32_t cold = ColdServer(uint32_t(victim_rng_.Uniform() * config_.victim_servers));
+    transport_->Send(host, cold, MessageKind::kVictimPush, sizes_.Sample(victim_rng_), now);
+    ++victim_sent_;
+  }
+  bool hot = config_.victim_fetch_hot || config_.victim_servers == 0;
+  uint32_t targets = hot ? config_.servers : config_.victim_servers;
+  uint32_t index = uint32_t(victim_rng_.Uniform() * targets);
+  transport_->Send(host, hot ? index : ColdServer(index), MessageKind::kVictimFetchRequest,
+                   config_.fetch_request_bytes, now);
+  ++victim_sent_;
+  ScheduleVictim(client, now);
 }
 
 void Workload::StartPush(uint32_t t) {
@@ -59,10 +88,22 @@ void Workload::OnDelivered(uint32_t id) {
         ++stats_->iterations;
         double jitter = config_.compute_jitter * (2 * rng_.Uniform() - 1);
         TimeNs compute = TimeNs(double(config_.compute_ns) * (1 + jitter));
-        events_->Schedule(now + compute, EventKind::kWorkload, m.to - config_.servers);
+        events_->Schedule(now + compute, EventKind::kWorkload, m.to - config_.servers, kTrainer);
       }
       break;
     }
+    case MessageKind::kVictimPush:
+      stats_->victim_push_latency_ns.push_back(now - m.enqueued);
+      ++victim_done_;
+      break;
+    case MessageKind::kVictimFetchRequest:
+      transport_->Send(m.to, m.from, MessageKind::kVictimFetchResponse, sizes_.Sample(victim_rng_),
+                       m.enqueued);
+      break;
+    case MessageKind::kVictimFetchResponse:
+      stats_->victim_fetch_latency_ns.push_back(now - m.origin);
+      ++victim_done_;
+      break;
   }
   messages_->Release(id);
 }
@@ -78,6 +119,7 @@ void Workload::OnSendCompleted(uint32_t id) {
 
 void Workload::Finish() {
   stats_->push_incomplete = pushes_sent_ - pushes_delivered_;
+  stats_->victim_incomplete = victim_sent_ - victim_done_;
 }
 
 }  // namespace bx::sim

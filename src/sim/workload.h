@@ -3,6 +3,9 @@
 // server, waits for all pushes to complete, fetches one lognormal message back from every
 // server, then computes for compute_ns (+- jitter) before the next iteration. Trainers start at
 // random offsets within one compute time, so they are loosely, not perfectly, synchronised.
+//
+// Victim traffic (optional, config.victim_clients): open-loop pushes to cold servers and fetches
+// from cold or hot servers by hosts outside the incast, measured apart (config.h says how).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +25,9 @@ class Workload : public MessageSink {
            Stats* stats);
   void SetTransport(Transport* transport) { transport_ = transport; }
   void Start();
-  void OnTimer(uint32_t trainer);
+  // A kWorkload event: a = trainer or victim client index, b = TimerKind.
+  enum TimerKind : uint32_t { kTrainer, kVictim };
+  void OnTimer(uint32_t index, uint32_t kind);
   void OnDelivered(uint32_t message) override;
   void OnSendCompleted(uint32_t message) override;
   // Pushes sent but not delivered by now count as incomplete.
@@ -36,6 +41,9 @@ class Workload : public MessageSink {
   uint32_t HostOfTrainer(uint32_t t) const { return config_.servers + t; }
   void StartPush(uint32_t trainer);
   void StartFetch(uint32_t trainer);
+  void VictimTick(uint32_t client);
+  void ScheduleVictim(uint32_t client, TimeNs at);
+  uint32_t ColdServer(uint32_t index) const { return config_.servers + config_.trainers + index; }
 
   WorkloadConfig config_;
   Random rng_;
@@ -47,6 +55,9 @@ class Workload : public MessageSink {
   std::vector<Trainer> trainers_;
   uint64_t pushes_sent_ = 0;
   uint64_t pushes_delivered_ = 0;
+  Random victim_rng_;  // apart, so victims leave the incast's draws unchanged
+  uint64_t victim_sent_ = 0;
+  uint64_t victim_done_ = 0;
 };
 
 }  // namespace bx::sim

@@ -46,6 +46,9 @@ void ExpectSameResult(const SimResult& a, const SimResult& b) {
   EXPECT_EQ(x.push_incomplete, y.push_incomplete);
   EXPECT_EQ(x.push_latency_ns, y.push_latency_ns);
   EXPECT_EQ(x.fetch_latency_ns, y.fetch_latency_ns);
+  EXPECT_EQ(x.victim_push_latency_ns, y.victim_push_latency_ns);
+  EXPECT_EQ(x.victim_fetch_latency_ns, y.victim_fetch_latency_ns);
+  EXPECT_EQ(x.victim_incomplete, y.victim_incomplete);
 }
 
 TEST(Simulation, DeterministicForASeed) {
@@ -58,6 +61,17 @@ TEST(Simulation, DeterministicForASeed) {
   SimConfig tcp = Small(0, 3);
   tcp.transport = TransportKind::kTcp;
   ExpectSameResult(RunSimulation(tcp), RunSimulation(tcp));
+  // Victim flows (two racks: 36 hosts), over RDMA and TCP.
+  SimConfig victims = Small(0, 3);
+  victims.workload.victim_servers = 2;
+  victims.workload.victim_clients = 2;
+  for (TransportKind transport : {TransportKind::kRdma, TransportKind::kTcp}) {
+    victims.transport = transport;
+    SimResult v = RunSimulation(victims);
+    ExpectSameResult(v, RunSimulation(victims));
+    EXPECT_GT(v.stats.victim_push_latency_ns.size(), 100u);
+    EXPECT_GT(v.stats.victim_fetch_latency_ns.size(), 100u);
+  }
   SimResult a = RunSimulation(Small(0, 3));
   SimResult c = RunSimulation(Small(0, 4));
   EXPECT_NE(a.stats.push_latency_ns, c.stats.push_latency_ns);
