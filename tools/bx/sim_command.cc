@@ -41,6 +41,11 @@ struct SimOptions {
   bool no_dcqcn = false;
   bool whole_fragments = false;
   double tcp_host_cost_us = 5;
+  uint32_t victims = 0;  // victim clients
+  uint32_t victim_servers = 0;
+  double victim_interval_us = 100;
+  bool victim_fetch_hot = false;
+  bool no_incast = false;
 };
 
 // "4096", "4K", "16M" (binary multiples).
@@ -77,6 +82,11 @@ SimConfig BaseConfig(const SimOptions& o) {
   c.tcp.host_cost_ns = sim::TimeNs(o.tcp_host_cost_us * 1000);
   c.duration_ns = sim::TimeNs(o.duration_s * 1e9);
   c.seed = o.seed;
+  c.workload.incast = !o.no_incast;
+  c.workload.victim_clients = o.victims;
+  c.workload.victim_servers = o.victim_servers;
+  c.workload.victim_interval_ns = sim::TimeNs(o.victim_interval_us * 1000);
+  c.workload.victim_fetch_hot = o.victim_fetch_hot;
   std::optional<uint64_t> window = ParseWindow(o.window);
   c.engine.window_bytes = window.value_or(0);
   c.transport = o.transport == "tcp" ? sim::TransportKind::kTcp : sim::TransportKind::kRdma;
@@ -109,6 +119,19 @@ nlohmann::ordered_json ToJson(const SimResult& r) {
     paused[sim::TierName(sim::PauseTier(t))] = r.paused_fraction_by_tier[t];
   }
   j["pfc_xoff_by_tier"] = xoff;
+  if (c.workload.victim_clients > 0) {
+    j["victim_push_p50_us"] = r.victim_push_p50_us;
+    j["victim_push_p99_us"] = r.victim_push_p99_us;
+    j["victim_fetch_p50_us"] = r.victim_fetch_p50_us;
+    j["victim_fetch_p99_us"] = r.victim_fetch_p99_us;
+    j["victim_pushes"] = s.victim_push_latency_ns.size();
+    j["victim_fetches"] = s.victim_fetch_latency_ns.size();
+    j["victim_incomplete"] = s.victim_incomplete;
+    j["victim_clients"] = c.workload.victim_clients;
+    j["victim_servers"] = c.workload.victim_servers;
+    j["victim_interval_us"] = double(c.workload.victim_interval_ns) / 1000;
+    j["victim_fetch_from"] = c.workload.victim_fetch_hot ? "hot" : "cold";
+  }
   j["paused_fraction_by_tier"] = paused;
   j["dcqcn_rate_cuts"] = s.dcqcn_rate_cuts;
   j["ecn_marks"] = s.ecn_marks;
@@ -130,7 +153,8 @@ nlohmann::ordered_json ToJson(const SimResult& r) {
   // The simulator's own cost, to compare sizes: wall seconds per simulated second.
   j["wall_seconds_per_sim_second"] = r.sim_seconds > 0 ? r.wall_seconds / r.sim_seconds : 0;
   j["events_per_sim_second"] = r.sim_seconds > 0 ? double(r.events) / r.sim_seconds : 0;
-  j["hosts"] = c.workload.servers + c.workload.trainers;
+  j["hosts"] = c.workload.hosts();
+  j["incast"] = c.workload.incast;
   j["servers"] = c.workload.servers;
   j["trainers"] = c.workload.trainers;
   j["compute_us"] = double(c.workload.compute_ns) / 1000;
@@ -146,20 +170,26 @@ std::string WindowLabel(const SimResult& r) {
   return r.config.engine.window_bytes == 0 ? "off" : std::to_string(r.config.engine.window_bytes);
 }
 
-void PrintHeader() {
-  fmt::print("{:<10} {:>9} {:>10} {:>10} {:>10} {:>9} {:>10} {:>12} {:>9} {:>8} {:>7}\n",
-             "transport", "window", "buffer", "push_p50", "push_p99", "pfc_xoff", "paused",
-             "peak_buffer", "cuts", "events/s", "wall_s");
+void PrintHeader(bool victims) {
+  fmt::print("{:<10} {:>9} {:>10} {:>10} {:>10} {:>9} {:>10} {:>12} {:>9} {:>8} {:>7}", "transport",
+             "window", "buffer", "push_p50", "push_p99", "pfc_xoff", "paused", "peak_buffer",
+             "cuts", "events/s", "wall_s");
+  if (victims) fmt::print(" {:>11} {:>11}", "vpush_p99", "vfetch_p99");
+  fmt::print("\n");
 }
 
 void PrintRow(const SimResult& r) {
   bool rdma = r.config.transport == sim::TransportKind::kRdma;
   fmt::print(
-      "{:<10} {:>9} {:>10} {:>10.1f} {:>10.1f} {:>9} {:>10.6f} {:>12} {:>9} {:>8.2e} {:>7.1f}\n",
+      "{:<10} {:>9} {:>10} {:>10.1f} {:>10.1f} {:>9} {:>10.6f} {:>12} {:>9} {:>8.2e} {:>7.1f}",
       rdma ? "rdma" : "tcp-dctcp", WindowLabel(r), r.config.fabric.buffer_bytes, r.push_p50_us,
       r.push_p99_us, r.pfc_xoff, r.paused_fraction, r.stats.peak_buffer_bytes,
       r.stats.dcqcn_rate_cuts, r.wall_seconds > 0 ? double(r.events) / r.wall_seconds : 0.0,
       r.wall_seconds);
+  if (r.config.workload.victim_clients > 0) {
+    fmt::print(" {:>11.1f} {:>11.1f}", r.victim_push_p99_us, r.victim_fetch_p99_us);
+  }
+  fmt::print("\n");
   std::fflush(stdout);
 }
 
@@ -211,7 +241,12 @@ int RunIncast(const SimOptions& o) {
     fmt::print(
         "bx sim incast: {} servers x {} trainers, {:.3f} s simulated, compute {} us, seed {}\n",
         o.servers * o.scale, o.trainers * o.scale, o.duration_s, o.compute_us, o.seed);
-    PrintHeader();
+    if (o.victims > 0) {
+      fmt::print("victims: {} clients, {} cold servers, one push and one fetch ({}) per {} us{}\n",
+                 o.victims, o.victim_servers, o.victim_fetch_hot ? "hot" : "cold",
+                 o.victim_interval_us, o.no_incast ? ", incast off" : "");
+    }
+    PrintHeader(o.victims > 0);
   }
   if (o.sweep.empty() && !o.compare) {
     results.push_back(RunOne(BaseConfig(o), o.json));
@@ -302,6 +337,23 @@ void AddSimCommand(CLI::App* app) {
       ->add_option("--tcp-host-cost-us", options->tcp_host_cost_us,
                    "TCP stack cost per message on each side")
       ->capture_default_str();
+  incast
+      ->add_option("--victims", options->victims,
+                   "victim clients: each pushes to a cold server and fetches once per interval")
+      ->capture_default_str();
+  incast
+      ->add_option("--victim-servers", options->victim_servers,
+                   "cold servers (receive only victim traffic)")
+      ->capture_default_str();
+  incast
+      ->add_option("--victim-interval-us", options->victim_interval_us,
+                   "mean gap between a victim client's requests (+-50% jitter)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  incast->add_flag("--victim-fetch-hot", options->victim_fetch_hot,
+                   "victims fetch from the hot parameter servers (default: cold servers)");
+  incast->add_flag("--no-incast", options->no_incast,
+                   "trainers stay idle (a baseline for the victims)");
   incast->add_flag("--json", options->json, "JSON output");
   incast->callback([options] {
     int rc = RunIncast(*options);
