@@ -1,6 +1,7 @@
-// Simulated hosts running RDMA: one engine per (trainer, server) queue pair at each end, driven by
-// the production flow-control classes (bx::flow_control::SendWindow, FragmentScheduler,
-// SendCredits, CreditReturner: the code the engine runs), over a simulated RNIC.
+// Simulated hosts running RDMA: one engine per (trainer, server) queue pair at each end (and per
+// (victim client, server) pair, endpoint_map.h), driven by the production flow-control classes
+// (bx::flow_control::SendWindow, FragmentScheduler, SendCredits, CreditReturner: the code the
+// engine runs), over a simulated RNIC.
 //
 // Engine (software): messages leave in order. Up to the eager limit a message is one SEND; larger
 // ones send a rendezvous request (RTS), wait for the reply (CTS) and then post WRITE fragments,

@@ -1,7 +1,8 @@
-// The TCP baseline: one kernel-TCP connection per (trainer, server) pair in the lossy class
-// (no PFC; switches drop past an egress dynamic threshold), DCTCP congestion control at the
-// sender, go-back-N recovery (three duplicate ACKs or a timeout), and a stated per-message
-// host-stack cost on each side, added as latency. No send window or credits: TCP has its own.
+// The TCP baseline: one kernel-TCP connection per (trainer, server) pair (and per victim client
+// and server, endpoint_map.h) in the lossy class (no PFC; switches drop past an egress dynamic
+// threshold), DCTCP congestion control at the sender, go-back-N recovery (three duplicate ACKs or
+// a timeout), and a stated per-message host-stack cost on each side, added as latency. No send
+// window or credits: TCP has its own.
 //
 // Simplifications (docs/SIMULATION.md): an ACK per segment; the receiver keeps no out-of-order
 // segments; the receiver learns message boundaries from the sender's list (framing is free).
