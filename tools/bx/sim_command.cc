@@ -119,6 +119,7 @@ nlohmann::ordered_json ToJson(const SimResult& r) {
     paused[sim::TierName(sim::PauseTier(t))] = r.paused_fraction_by_tier[t];
   }
   j["pfc_xoff_by_tier"] = xoff;
+  j["paused_fraction_by_tier"] = paused;
   if (c.workload.victim_clients > 0) {
     j["victim_push_p50_us"] = r.victim_push_p50_us;
     j["victim_push_p99_us"] = r.victim_push_p99_us;
@@ -130,9 +131,9 @@ nlohmann::ordered_json ToJson(const SimResult& r) {
     j["victim_clients"] = c.workload.victim_clients;
     j["victim_servers"] = c.workload.victim_servers;
     j["victim_interval_us"] = double(c.workload.victim_interval_ns) / 1000;
-    j["victim_fetch_from"] = c.workload.victim_fetch_hot ? "hot" : "cold";
+    bool hot = c.workload.victim_fetch_hot || c.workload.victim_servers == 0;
+    j["victim_fetch_from"] = hot ? "hot" : "cold";
   }
-  j["paused_fraction_by_tier"] = paused;
   j["dcqcn_rate_cuts"] = s.dcqcn_rate_cuts;
   j["ecn_marks"] = s.ecn_marks;
   j["cnps"] = s.cnps;
@@ -243,8 +244,9 @@ int RunIncast(const SimOptions& o) {
         o.servers * o.scale, o.trainers * o.scale, o.duration_s, o.compute_us, o.seed);
     if (o.victims > 0) {
       fmt::print("victims: {} clients, {} cold servers, one push and one fetch ({}) per {} us{}\n",
-                 o.victims, o.victim_servers, o.victim_fetch_hot ? "hot" : "cold",
-                 o.victim_interval_us, o.no_incast ? ", incast off" : "");
+                 o.victims, o.victim_servers,
+                 o.victim_fetch_hot || o.victim_servers == 0 ? "hot" : "cold", o.victim_interval_us,
+                 o.no_incast ? ", incast off" : "");
     }
     PrintHeader(o.victims > 0);
   }
