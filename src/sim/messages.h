@@ -31,6 +31,7 @@ struct Message {
   MessageKind kind = MessageKind::kPush;
   uint8_t state = 0;  // transport-private
   uint8_t refs = 0;
+  bool delivered = false;  // the receiving application has it (set by the workload)
 };
 
 class MessageTable {
@@ -53,6 +54,13 @@ class MessageTable {
     if (--messages_[id].refs == 0) free_.push_back(id);
   }
   size_t in_use() const { return messages_.size() - free_.size(); }
+  // Calls f(message) for every message not yet freed.
+  template <typename F>
+  void ForEachLive(F f) const {
+    for (const Message& m : messages_) {
+      if (m.refs > 0) f(m);
+    }
+  }
 
  private:
   std::vector<Message> messages_;

@@ -64,13 +64,17 @@ SimResult RunSimulation(const SimConfig& config) {
   }
 
   network.Finish(config.duration_ns);
-  workload.Finish();
+  workload.Finish(config.duration_ns);
   if (rdma) rdma->Finish();
 
   result.events = events.processed();
   result.sim_seconds = double(config.duration_ns) / double(kSecond);
   result.push_p50_us = double(Percentile(stats.push_latency_ns, 0.50)) / 1000.0;
   result.push_p99_us = double(Percentile(stats.push_latency_ns, 0.99)) / 1000.0;
+  std::vector<TimeNs> censored = stats.push_latency_ns;
+  censored.insert(censored.end(), stats.push_incomplete_age_ns.begin(),
+                  stats.push_incomplete_age_ns.end());
+  result.push_p99_censored_us = double(Percentile(censored, 0.99)) / 1000.0;
   result.fetch_p50_us = double(Percentile(stats.fetch_latency_ns, 0.50)) / 1000.0;
   result.fetch_p99_us = double(Percentile(stats.fetch_latency_ns, 0.99)) / 1000.0;
   result.victim_push_p50_us = double(Percentile(stats.victim_push_latency_ns, 0.50)) / 1000.0;

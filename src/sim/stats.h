@@ -29,6 +29,9 @@ struct Stats {
   uint64_t iterations = 0;
   uint64_t push_incomplete = 0;
   std::vector<TimeNs> push_latency_ns;
+  // Pushes not delivered when the run ended: how long each had waited by then. A push stuck
+  // behind a 200 ms retransmission timeout in a 50 ms run is here, not in push_latency_ns.
+  std::vector<TimeNs> push_incomplete_age_ns;
   std::vector<TimeNs> fetch_latency_ns;
   // Victim traffic, apart from the incast's (WorkloadConfig::victim_clients).
   std::vector<TimeNs> victim_push_latency_ns;

@@ -75,6 +75,7 @@ void Workload::OnDelivered(uint32_t id) {
   TimeNs now = events_->now();
   switch (m.kind) {
     case MessageKind::kPush:
+      m.delivered = true;
       stats_->push_latency_ns.push_back(now - m.enqueued);
       ++pushes_delivered_;
       break;
@@ -117,9 +118,14 @@ void Workload::OnSendCompleted(uint32_t id) {
   messages_->Release(id);
 }
 
-void Workload::Finish() {
+void Workload::Finish(TimeNs end) {
   stats_->push_incomplete = pushes_sent_ - pushes_delivered_;
   stats_->victim_incomplete = victim_sent_ - victim_done_;
+  messages_->ForEachLive([&](const Message& m) {
+    if (m.kind == MessageKind::kPush && !m.delivered) {
+      stats_->push_incomplete_age_ns.push_back(end - m.enqueued);
+    }
+  });
 }
 
 }  // namespace bx::sim

@@ -30,8 +30,8 @@ class Workload : public MessageSink {
   void OnTimer(uint32_t index, uint32_t kind);
   void OnDelivered(uint32_t message) override;
   void OnSendCompleted(uint32_t message) override;
-  // Pushes sent but not delivered by now count as incomplete.
-  void Finish();
+  // Pushes sent but not delivered by `end` count as incomplete; their ages go to the stats.
+  void Finish(TimeNs end);
 
  private:
   struct Trainer {

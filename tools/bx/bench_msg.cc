@@ -353,6 +353,16 @@ void RunBenchMsg(const BenchMsgOptions& options) {
 }
 
 }  // namespace
+
+Result<double> MeasureTcpHostCpuNsPerMessage(size_t size, int messages) {
+  BX_RETURN_IF_ERROR(EnsureMemoryPool(""));
+  BenchMsgOptions options;
+  options.messages = messages;
+  MsgResult result;
+  BX_RETURN_IF_ERROR(MeasureThroughput("tcp", size, options, &result));
+  return result.host_cpu_ns_per_msg;
+}
+
 }  // namespace bx::tools
 
 void AddBenchMsgCommand(CLI::App* bench) {

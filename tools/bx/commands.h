@@ -4,6 +4,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstddef>
+
+#include "bx/status.h"
 
 namespace bx::tools {
 
@@ -20,6 +23,11 @@ void AddStatsCommand(CLI::App* app);
 void AddSimCommand(CLI::App* app);
 // `bx sim validate`, under `bx sim` (sim_validate_command.cc).
 void AddSimValidateCommand(CLI::App* simulate);
+// `bx sim sensitivity`, under `bx sim` (sim_sensitivity_command.cc).
+void AddSimSensitivityCommand(CLI::App* simulate);
+// Host CPU per message of the tcp transport, both ends together, as `bx bench msg` measures it
+// (bench_msg.cc): what `bx sim sensitivity` takes the simulated TCP stack's cost from.
+Result<double> MeasureTcpHostCpuNsPerMessage(size_t size, int messages);
 
 // `bx demo`: an in-process parameter-server cluster, RDMA vs TCP (demo_command.cc).
 void AddDemoCommand(CLI::App* app);

@@ -362,6 +362,7 @@ void AddSimCommand(CLI::App* app) {
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
   AddSimValidateCommand(simulate);
+  AddSimSensitivityCommand(simulate);
 }
 
 }  // namespace bx::tools

@@ -45,6 +45,7 @@ void ExpectSameResult(const SimResult& a, const SimResult& b) {
   EXPECT_EQ(x.iterations, y.iterations);
   EXPECT_EQ(x.push_incomplete, y.push_incomplete);
   EXPECT_EQ(x.push_latency_ns, y.push_latency_ns);
+  EXPECT_EQ(x.push_incomplete_age_ns, y.push_incomplete_age_ns);
   EXPECT_EQ(x.fetch_latency_ns, y.fetch_latency_ns);
   EXPECT_EQ(x.victim_push_latency_ns, y.victim_push_latency_ns);
   EXPECT_EQ(x.victim_fetch_latency_ns, y.victim_fetch_latency_ns);
