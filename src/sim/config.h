@@ -98,6 +98,8 @@ struct WorkloadConfig {
   // Hosts in the order the fabric places them: servers, trainers, cold servers, victim clients.
   uint32_t hosts() const { return servers + trainers + victim_servers + victim_clients; }
   uint32_t first_victim_client() const { return servers + trainers + victim_servers; }
+  // Victim fetches go to the parameter servers when asked to or when there is no cold server.
+  bool victim_fetches_hot() const { return victim_fetch_hot || victim_servers == 0; }
 };
 
 enum class TransportKind { kRdma, kTcp };

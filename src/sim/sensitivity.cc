@@ -19,15 +19,11 @@ RunKey KeyOf(const SimConfig& c) {
           rdma && c.dcqcn.enabled, rdma ? 0 : c.tcp.min_rto_ns,      rdma ? 0 : c.tcp.host_cost_ns};
 }
 
-std::string Number(double v) {
+// `v` with `digits` decimals; digits < 0: none when v is whole, else one.
+std::string Number(double v, int digits = -1) {
+  if (digits < 0) digits = v == double(int64_t(v)) ? 0 : 1;
   char text[32];
-  std::snprintf(text, sizeof text, "%.*f", v == double(int64_t(v)) ? 0 : 1, v);
-  return text;
-}
-
-std::string Number2(double v) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f", v);
+  std::snprintf(text, sizeof text, "%.*f", digits, v);
   return text;
 }
 
@@ -124,12 +120,12 @@ std::string SensitivityVerdict(const std::vector<SensitivityRow>& rows) {
   if (!reached.empty()) {
     std::string list;
     for (const std::string& s : reached) list += (list.empty() ? "" : ", ") + s;
-    return "the paper's P99 push ratio (" + Number2(kPaperPushP99Ratio) +
+    return "the paper's P99 push ratio (" + Number(kPaperPushP99Ratio, 2) +
            ") is reached at: " + list;
   }
-  return "no point reaches the paper's P99 push ratio (" + Number2(kPaperPushP99Ratio) +
+  return "no point reaches the paper's P99 push ratio (" + Number(kPaperPushP99Ratio, 2) +
          "); the closest is " + closest->point.parameter + "=" + closest->point.value + " at " +
-         Number2(closest->push_p99_ratio) + " (RDMA " +
+         Number(closest->push_p99_ratio, 2) + " (RDMA " +
          Number(closest->rdma->push_p99_censored_us) + " us, TCP " +
          Number(closest->tcp->push_p99_censored_us) + " us)";
 }

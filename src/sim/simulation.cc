@@ -29,6 +29,14 @@ const char* TierName(PauseTier tier) {
   }
 }
 
+namespace {
+
+double PercentileUs(std::vector<TimeNs>& samples, double q) {
+  return double(Percentile(samples, q)) / 1000.0;
+}
+
+}  // namespace
+
 SimResult RunSimulation(const SimConfig& config) {
   auto wall_start = std::chrono::steady_clock::now();
   SimResult result;
@@ -69,18 +77,18 @@ SimResult RunSimulation(const SimConfig& config) {
 
   result.events = events.processed();
   result.sim_seconds = double(config.duration_ns) / double(kSecond);
-  result.push_p50_us = double(Percentile(stats.push_latency_ns, 0.50)) / 1000.0;
-  result.push_p99_us = double(Percentile(stats.push_latency_ns, 0.99)) / 1000.0;
+  result.push_p50_us = PercentileUs(stats.push_latency_ns, 0.50);
+  result.push_p99_us = PercentileUs(stats.push_latency_ns, 0.99);
   std::vector<TimeNs> censored = stats.push_latency_ns;
   censored.insert(censored.end(), stats.push_incomplete_age_ns.begin(),
                   stats.push_incomplete_age_ns.end());
-  result.push_p99_censored_us = double(Percentile(censored, 0.99)) / 1000.0;
-  result.fetch_p50_us = double(Percentile(stats.fetch_latency_ns, 0.50)) / 1000.0;
-  result.fetch_p99_us = double(Percentile(stats.fetch_latency_ns, 0.99)) / 1000.0;
-  result.victim_push_p50_us = double(Percentile(stats.victim_push_latency_ns, 0.50)) / 1000.0;
-  result.victim_push_p99_us = double(Percentile(stats.victim_push_latency_ns, 0.99)) / 1000.0;
-  result.victim_fetch_p50_us = double(Percentile(stats.victim_fetch_latency_ns, 0.50)) / 1000.0;
-  result.victim_fetch_p99_us = double(Percentile(stats.victim_fetch_latency_ns, 0.99)) / 1000.0;
+  result.push_p99_censored_us = PercentileUs(censored, 0.99);
+  result.fetch_p50_us = PercentileUs(stats.fetch_latency_ns, 0.50);
+  result.fetch_p99_us = PercentileUs(stats.fetch_latency_ns, 0.99);
+  result.victim_push_p50_us = PercentileUs(stats.victim_push_latency_ns, 0.50);
+  result.victim_push_p99_us = PercentileUs(stats.victim_push_latency_ns, 0.99);
+  result.victim_fetch_p50_us = PercentileUs(stats.victim_fetch_latency_ns, 0.50);
+  result.victim_fetch_p99_us = PercentileUs(stats.victim_fetch_latency_ns, 0.99);
   result.directed_links = network.directed_links();
   double link_time = double(result.directed_links) * double(config.duration_ns);
   for (size_t t = 0; t < size_t(PauseTier::kCount); ++t) {

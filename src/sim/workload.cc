@@ -43,7 +43,7 @@ void Workload::VictimTick(uint32_t client) {
     transport_->Send(host, cold, MessageKind::kVictimPush, sizes_.Sample(victim_rng_), now);
     ++victim_sent_;
   }
-  bool hot = config_.victim_fetch_hot || config_.victim_servers == 0;
+  bool hot = config_.victim_fetches_hot();
   uint32_t targets = hot ? config_.servers : config_.victim_servers;
   uint32_t index = uint32_t(victim_rng_.Uniform() * targets);
   transport_->Send(host, hot ? index : ColdServer(index), MessageKind::kVictimFetchRequest,

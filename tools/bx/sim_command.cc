@@ -131,8 +131,7 @@ nlohmann::ordered_json ToJson(const SimResult& r) {
     j["victim_clients"] = c.workload.victim_clients;
     j["victim_servers"] = c.workload.victim_servers;
     j["victim_interval_us"] = double(c.workload.victim_interval_ns) / 1000;
-    bool hot = c.workload.victim_fetch_hot || c.workload.victim_servers == 0;
-    j["victim_fetch_from"] = hot ? "hot" : "cold";
+    j["victim_fetch_from"] = c.workload.victim_fetches_hot() ? "hot" : "cold";
   }
   j["dcqcn_rate_cuts"] = s.dcqcn_rate_cuts;
   j["ecn_marks"] = s.ecn_marks;
@@ -245,7 +244,7 @@ int RunIncast(const SimOptions& o) {
     if (o.victims > 0) {
       fmt::print("victims: {} clients, {} cold servers, one push and one fetch ({}) per {} us{}\n",
                  o.victims, o.victim_servers,
-                 o.victim_fetch_hot || o.victim_servers == 0 ? "hot" : "cold", o.victim_interval_us,
+                 BaseConfig(o).workload.victim_fetches_hot() ? "hot" : "cold", o.victim_interval_us,
                  o.no_incast ? ", incast off" : "");
     }
     PrintHeader(o.victims > 0);
