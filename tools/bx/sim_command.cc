@@ -3,7 +3,6 @@
 // buffer that writes a CSV and an SVG plot through gnuplot.
 #include <fmt/core.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,6 +12,7 @@
 
 #include "commands.h"
 #include "sim/simulation.h"
+#include "svg_plot.h"
 
 namespace bx::tools {
 namespace {
@@ -213,26 +213,15 @@ void WriteCsv(const std::string& path, const std::vector<SimResult>& results) {
   }
 }
 
-// Plots column `x` against P99 push latency and the paused fraction (two y axes) with gnuplot.
+// Plots column `x` against P99 push latency and the paused fraction (two y axes).
 void Plot(const std::string& dir, const std::string& name, const std::string& x_column,
           const std::string& x_label, bool log_x) {
-  std::string script = dir + "/" + name + ".gp";
-  std::ofstream gp(script);
-  gp << "set terminal svg size 900,500\n"
-     << "set output '" << dir << "/" << name << ".svg'\n"
-     << "set datafile separator ','\n"
-     << "set key autotitle columnhead top left\n"
-     << (log_x ? "set logscale x 2\n" : "") << "set xlabel '" << x_label << "'\n"
-     << "set ylabel 'push P99 (us)'\nset y2label 'PFC paused fraction'\n"
-     << "set ytics nomirror\nset y2tics\n"
-     << "plot '" << dir << "/" << name << ".csv' using " << x_column
-     << ":6 with linespoints title 'push P99 (us)', '' using " << x_column
-     << ":8 axes x1y2 with linespoints title 'paused fraction'\n";
-  gp.close();
-  std::string command = "gnuplot '" + script + "' 2>&1";
-  if (std::system(command.c_str()) != 0) {
-    fmt::print(stderr, "bx sim: gnuplot failed (is gnuplot-nox installed?); CSV is in {}\n", dir);
-  }
+  SvgPlot plot{
+      dir + "/" + name, x_label, "PFC paused fraction",
+      std::string("set key autotitle columnhead top left\n") + (log_x ? "set logscale x 2\n" : ""),
+      "using " + x_column + ":6 with linespoints title 'push P99 (us)', '' using " + x_column +
+          ":8 axes x1y2 with linespoints title 'paused fraction'"};
+  RenderSvgPlot(plot, "bx sim");
 }
 
 int RunIncast(const SimOptions& o) {

@@ -5,7 +5,6 @@
 // run unless --tcp-host-cost-us gives it.
 #include <fmt/core.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,6 +13,7 @@
 
 #include "commands.h"
 #include "sim/sensitivity.h"
+#include "svg_plot.h"
 
 namespace bx::tools {
 namespace {
@@ -76,21 +76,12 @@ void WriteAxis(const std::string& dir, const std::string& axis,
   }
   csv.close();
   // Values are labels ("off", "rto200+..."), so points are placed by row and labelled.
-  std::ofstream gp(base + ".gp");
-  gp << "set terminal svg size 900,500\n"
-     << "set output '" << base << ".svg'\n"
-     << "set datafile separator ','\n"
-     << "set key top left\nset xlabel '" << axis << "'\n"
-     << "set ylabel 'push P99 (us)'\nset y2label 'RDMA PFC paused fraction'\n"
-     << "set ytics nomirror\nset y2tics\nset offsets 0.3, 0.3, 0, 0\n"
-     << "plot '" << base << ".csv' using 0:2:xtic(1) with linespoints title 'RDMA push P99', "
-     << "'' using 0:3 with linespoints title 'TCP push P99', "
-     << "'' using 0:5 axes x1y2 with linespoints title 'RDMA paused fraction'\n";
-  gp.close();
-  std::string command = "gnuplot '" + base + ".gp' 2>&1";
-  if (std::system(command.c_str()) != 0) {
-    fmt::print(stderr, "bx sim sensitivity: gnuplot failed (is gnuplot-nox installed?)\n");
-  }
+  SvgPlot plot{base, axis, "RDMA PFC paused fraction",
+               "set key top left\nset offsets 0.3, 0.3, 0, 0\n",
+               "using 0:2:xtic(1) with linespoints title 'RDMA push P99', "
+               "'' using 0:3 with linespoints title 'TCP push P99', "
+               "'' using 0:5 axes x1y2 with linespoints title 'RDMA paused fraction'"};
+  RenderSvgPlot(plot, "bx sim sensitivity");
 }
 
 void PrintTable(const std::vector<SensitivityRow>& rows) {
