@@ -26,7 +26,7 @@ constexpr uint64_t kDefaultWindowBytes = 4096;
 struct SimOptions {
   uint32_t servers = 124;
   uint32_t trainers = 346;
-  uint32_t scale = 1;  // multiplies servers and trainers (cost per simulated second vs size)
+  uint32_t scale = 1;  // multiplies every kind of host (cost per simulated second vs size)
   std::string window = "default";
   std::string buffer = "32M";
   double duration_s = 0.2;
@@ -83,8 +83,8 @@ SimConfig BaseConfig(const SimOptions& o) {
   c.duration_ns = sim::TimeNs(o.duration_s * 1e9);
   c.seed = o.seed;
   c.workload.incast = !o.no_incast;
-  c.workload.victim_clients = o.victims;
-  c.workload.victim_servers = o.victim_servers;
+  c.workload.victim_clients = o.victims * o.scale;
+  c.workload.victim_servers = o.victim_servers * o.scale;
   c.workload.victim_interval_ns = sim::TimeNs(o.victim_interval_us * 1000);
   c.workload.victim_fetch_hot = o.victim_fetch_hot;
   std::optional<uint64_t> window = ParseWindow(o.window);
@@ -202,14 +202,16 @@ SimResult RunOne(const SimConfig& config, bool json) {
 void WriteCsv(const std::string& path, const std::vector<SimResult>& results) {
   std::ofstream out(path);
   out << "transport,window_bytes,buffer_bytes,fragment_bytes,push_p50_us,push_p99_us,pfc_xoff,"
-         "paused_fraction,peak_buffer_bytes,dcqcn_rate_cuts,sim_seconds,wall_seconds\n";
+         "paused_fraction,peak_buffer_bytes,dcqcn_rate_cuts,victim_push_p99_us,"
+         "victim_fetch_p99_us,sim_seconds,wall_seconds\n";
   for (const SimResult& r : results) {
     bool rdma = r.config.transport == sim::TransportKind::kRdma;
     out << (rdma ? "rdma" : "tcp-dctcp") << ',' << (rdma ? r.config.engine.window_bytes : 0) << ','
         << r.config.fabric.buffer_bytes << ',' << r.fragment_bytes << ',' << r.push_p50_us << ','
         << r.push_p99_us << ',' << r.pfc_xoff << ',' << r.paused_fraction << ','
-        << r.stats.peak_buffer_bytes << ',' << r.stats.dcqcn_rate_cuts << ',' << r.sim_seconds
-        << ',' << r.wall_seconds << '\n';
+        << r.stats.peak_buffer_bytes << ',' << r.stats.dcqcn_rate_cuts << ','
+        << r.victim_push_p99_us << ',' << r.victim_fetch_p99_us << ',' << r.sim_seconds << ','
+        << r.wall_seconds << '\n';
   }
 }
 
@@ -231,10 +233,10 @@ int RunIncast(const SimOptions& o) {
         "bx sim incast: {} servers x {} trainers, {:.3f} s simulated, compute {} us, seed {}\n",
         o.servers * o.scale, o.trainers * o.scale, o.duration_s, o.compute_us, o.seed);
     if (o.victims > 0) {
+      const sim::WorkloadConfig w = BaseConfig(o).workload;
       fmt::print("victims: {} clients, {} cold servers, one push and one fetch ({}) per {} us{}\n",
-                 o.victims, o.victim_servers,
-                 BaseConfig(o).workload.victim_fetches_hot() ? "hot" : "cold", o.victim_interval_us,
-                 o.no_incast ? ", incast off" : "");
+                 w.victim_clients, w.victim_servers, w.victim_fetches_hot() ? "hot" : "cold",
+                 o.victim_interval_us, o.no_incast ? ", incast off" : "");
     }
     PrintHeader(o.victims > 0);
   }
@@ -297,7 +299,9 @@ void AddSimCommand(CLI::App* app) {
       "incast", "Training incast over a leaf-spine RoCE fabric: PFC, ECN/DCQCN, send window");
   incast->add_option("--servers", options->servers, "parameter servers")->capture_default_str();
   incast->add_option("--trainers", options->trainers, "trainers")->capture_default_str();
-  incast->add_option("--scale", options->scale, "multiply servers and trainers (4: 496 x 1384)")
+  incast
+      ->add_option("--scale", options->scale,
+                   "multiply every kind of host: servers, trainers, victims (4: 496 x 1384)")
       ->check(CLI::Range(1u, 64u))
       ->capture_default_str();
   incast
