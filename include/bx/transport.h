@@ -127,8 +127,10 @@ struct BX_EXPORT RdmaOptions {
   // Receive buffers posted per QP; also the credits the peer starts with.
   uint32_t recv_queue_depth = 64;
   // Messages up to this size go eagerly in one SEND into a posted receive buffer of this size;
-  // larger ones by rendezvous straight into the receiver's memory.
-  uint32_t eager_limit = 16 << 10;
+  // larger ones by rendezvous straight into the receiver's memory. 20 KiB, not 16: a 16 KiB
+  // payload with the headers the layers above add (an RPC frame's 32 bytes, a PS message's) still
+  // goes in one SEND, and bemalloc's size class above 16 KiB is 20 KiB anyway.
+  uint32_t eager_limit = 20 << 10;
   // The rendezvous fragment: the unit the scheduler and the send window work in.
   uint32_t fragment_bytes = 64 << 10;
   // Bytes posted and not yet completed per QP (0: unlimited). Bounds what N senders can put in

@@ -74,8 +74,9 @@ struct EngineConfig {
   uint32_t send_queue_depth = 32;
   // Receive-queue depth d; also the credits the peer starts with. Reposted in batches of d/2.
   uint32_t recv_queue_depth = 64;
-  // Largest message sent eagerly, and the size of each posted receive buffer.
-  uint32_t eager_limit = 16 << 10;
+  // Largest message sent eagerly, and the size of each posted receive buffer (RdmaOptions says
+  // why 20 KiB).
+  uint32_t eager_limit = 20 << 10;
   // Rendezvous fragment size S: the unit the scheduler (and the send window) works in.
   uint32_t fragment_bytes = 64 << 10;
   // Software send window W: bytes posted and not yet completed, per engine; 0 turns it off.
