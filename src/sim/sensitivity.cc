@@ -63,6 +63,14 @@ std::vector<SensitivityPoint> PlanSensitivity(const SimConfig& base,
     p.tcp.tcp.min_rto_ns = rto;
     plan.push_back(p);
   }
+  // The same RTOs on a shallow buffer (12 MB for both transports), where TCP drops all along,
+  // not only in the first iterations' burst: a tuned RTO meets sustained loss.
+  for (int ms : {1, 10, 200}) {
+    auto p = PointFrom(base, "tcp_min_rto_ms_12mb", std::to_string(ms), false);
+    p.tcp.tcp.min_rto_ns = ms * kMillisecond;
+    p.rdma.fabric.buffer_bytes = p.tcp.fabric.buffer_bytes = 12 * kMiB;
+    plan.push_back(p);
+  }
   std::vector<double> costs = tcp_host_costs_us;
   std::sort(costs.begin(), costs.end());
   costs.erase(std::unique(costs.begin(), costs.end()), costs.end());

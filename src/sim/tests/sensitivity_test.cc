@@ -44,6 +44,12 @@ TEST(Sensitivity, EachPointMovesOneParameterFromTheBase) {
     } else if (p.parameter == "buffer_mb") {
       EXPECT_FALSE(rdma_moved || tcp_moved) << p.value;
       EXPECT_EQ(buffer_moved, !p.base) << p.value;
+    } else if (p.parameter == "tcp_min_rto_ms_12mb") {
+      EXPECT_FALSE(p.base);
+      EXPECT_EQ(p.tcp.tcp.min_rto_ns, std::stoi(p.value) * kMillisecond);
+      EXPECT_EQ(p.tcp.tcp.host_cost_ns, base.tcp.host_cost_ns);
+      EXPECT_EQ(p.rdma.fabric.buffer_bytes, 12u << 20);
+      EXPECT_FALSE(rdma_moved) << p.value;
     } else {
       EXPECT_EQ(p.parameter, "tcp_worst");
       EXPECT_EQ(p.tcp.tcp.min_rto_ns, 200 * kMillisecond);
@@ -60,9 +66,10 @@ TEST(Sensitivity, PointsShareTheRunsTheyHaveInCommon) {
   int runs = 0;
   std::vector<SensitivityRow> rows = RunSensitivity(plan, [&](const SimResult&) { ++runs; });
   ASSERT_EQ(rows.size(), plan.size());
-  // RDMA: base, window off/64K/16K, buffer 12/16 MB, DCQCN off (tcp_worst's 12 MB is shared).
-  // TCP: base, buffer 12/16 MB, RTO 10/200 ms, tcp_worst.
-  EXPECT_EQ(runs, 7 + 6);
+  // RDMA: base, window off/64K/16K, buffer 12/16 MB, DCQCN off (the 12 MB points share one).
+  // TCP: base, buffer 12/16 MB (the first is also the 12 MB RTO axis's 1 ms), RTO 10/200 ms, and
+  // 10/200 ms on 12 MB (the latter is tcp_worst too, whose highest host cost is the base's 5).
+  EXPECT_EQ(runs, 7 + 7);
   for (const SensitivityRow& r : rows) {
     EXPECT_GT(r.rdma->push_p99_censored_us, 0) << r.point.parameter << "=" << r.point.value;
     EXPECT_DOUBLE_EQ(r.push_p99_ratio, r.rdma->push_p99_censored_us / r.tcp->push_p99_censored_us);
