@@ -69,6 +69,8 @@ struct DemoOptions {
 };
 
 constexpr uint32_t kTable = 1;
+// Inference requests drawn per ranker before the clock starts, then sent in turn.
+constexpr size_t kDrawnRequests = 512;
 
 uint64_t ThreadCpuNs() {
   timespec now{};
@@ -308,31 +310,46 @@ class Progress {
   std::thread thread_;
 };
 
-// Rankers: each keeps `outstanding` fan-out fetches in flight; a request's size (the response's
-// value bytes) is log-uniform from 1 KiB to 2 MiB.
-void RunInference(const DemoOptions& options, PsClient& client, double seconds,
-                  Recorder& recorder) {
+// Each ranker's inference requests (keys; the response's value bytes log-uniform from 1 KiB to
+// 2 MiB), drawn before the clock starts and then sent in turn. Drawn between sends (Zipf, up to
+// 8,192 keys each) they took the ranker thread's CPU from the transport it measures, and how full
+// its window stayed then depended on the transport.
+using DrawnRequests = std::vector<std::vector<std::vector<uint64_t>>>;
+
+DrawnRequests DrawInferenceRequests(const DemoOptions& options) {
   Result<ps::LogUniformSizes> sizes = ps::LogUniformSizes::Create();
   if (!sizes.ok()) Fail("sizes", sizes.status());
   ps::ZipfKeys keys(options.key_space);
+  DrawnRequests drawn(options.rankers);
+  for (int r = 0; r < options.rankers; ++r) {
+    ps::Rng rng(1000 + r);
+    drawn[r].resize(kDrawnRequests);
+    for (std::vector<uint64_t>& request : drawn[r]) {
+      request.resize(std::max<uint64_t>(1, sizes->Sample(rng) / (4 * uint64_t{options.dim})));
+      for (auto& key : request) key = keys.Next(rng);
+    }
+  }
+  return drawn;
+}
+
+// Rankers: each keeps `outstanding` fan-out fetches in flight, sending its drawn requests.
+void RunInference(const DemoOptions& options, PsClient& client, double seconds,
+                  const DrawnRequests& drawn, Recorder& recorder) {
   auto end = Clock::now() +
              std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   std::vector<std::thread> rankers;
   for (int r = 0; r < options.rankers; ++r) {
     rankers.emplace_back([&, r] {
-      ps::Rng rng(1000 + r);
       std::mutex mu;
       std::condition_variable cv;
       int in_flight = 0;
-      while (Clock::now() < end) {
+      for (size_t next = 0; Clock::now() < end; next = (next + 1) % kDrawnRequests) {
         {
           std::unique_lock lock(mu);
           cv.wait(lock, [&] { return in_flight < options.outstanding; });
           ++in_flight;
         }
-        uint64_t n = std::max<uint64_t>(1, sizes->Sample(rng) / (4 * uint64_t{options.dim}));
-        std::vector<uint64_t> request(n);
-        for (auto& key : request) key = keys.Next(rng);
+        const std::vector<uint64_t>& request = drawn[r][next];
         auto start = Clock::now();
         client.FetchRowsAsync(kTable, request, 2s, [&, start](Result<ps::FetchedRows> result) {
           if (result.ok()) {
@@ -477,6 +494,7 @@ Figures RunWorkload(const DemoOptions& options, const std::string& scheme, bool 
     Result<ps::FetchResult> r = cluster.client().Fetch(kTable, warm, 5s);
     if (!r.ok()) Fail(scheme + " warm-up fetch", r.status());
   }
+  const DrawnRequests drawn = training ? DrawnRequests{} : DrawInferenceRequests(options);
   Recorder recorder;
   ps::PsClientStats before = cluster.client().stats();
   std::map<std::string, uint64_t> engine_before = cluster.EngineCounters();
@@ -488,7 +506,7 @@ Figures RunWorkload(const DemoOptions& options, const std::string& scheme, bool 
     if (training) {
       compute_ns = RunTraining(options, cluster.client(), seconds, recorder);
     } else {
-      RunInference(options, cluster.client(), seconds, recorder);
+      RunInference(options, cluster.client(), seconds, drawn, recorder);
     }
   }
   Figures f = FiguresOf(recorder, std::chrono::duration<double>(Clock::now() - t0).count());
@@ -533,6 +551,12 @@ void PrintTable(const std::string& title, const Figures& rdma, const Figures& tc
           ? fmt::format("{:+.1f}% (gain)", 100.0 * (rdma.requests_per_sec - tcp.requests_per_sec) /
                                                tcp.requests_per_sec)
           : "n/a");
+  if (!training) {
+    // Little's law: the fan-outs a run kept in flight on average (at most rankers x outstanding).
+    // Runs that kept different numbers in flight compare latencies at different loads.
+    row("fetches in flight (mean)", rdma.requests_per_sec * rdma.fetch_mean_us / 1e6,
+        tcp.requests_per_sec * tcp.fetch_mean_us / 1e6, "");
+  }
   lower_better("host CPU per request (us)", &Figures::host_cpu_us_per_request);
   lower_better("  on RPC workers (PS work)", &Figures::workers_us_per_request);
   lower_better("  on transport I/O threads", &Figures::io_us_per_request);
@@ -664,6 +688,7 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
       }
     }
   }
+  const DrawnRequests drawn = training ? DrawnRequests{} : DrawInferenceRequests(options);
   Recorder recorder;
   const HostCpuMeter cpu;
   auto t0 = Clock::now();
@@ -677,7 +702,7 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
     if (training) {
       compute_ns = RunTraining(options, **client, seconds, recorder);
     } else {
-      RunInference(options, **client, seconds, recorder);
+      RunInference(options, **client, seconds, drawn, recorder);
     }
   }
   Figures f = FiguresOf(recorder, std::chrono::duration<double>(Clock::now() - t0).count());
