@@ -30,8 +30,9 @@ struct SensitivityPoint {
 // RDMA settings (window, buffer, DCQCN) and the TCP ones (min RTO, host cost); its transport is
 // ignored. `tcp_host_costs_us` is the host-cost axis (the cost measured on this machine among
 // them). "tcp_min_rto_ms_12mb" repeats the RTO axis on the smallest buffer (both transports get
-// it; none of its points is the base). The last axis, "tcp_worst", puts every TCP-hostile setting together: the longest RTO,
-// the highest host cost and the smallest buffer (both transports get that buffer).
+// it; none of its points is the base). The last axis, "tcp_worst", puts every TCP-hostile setting
+// together: the longest RTO, the highest host cost and the smallest buffer (both transports get
+// that buffer).
 std::vector<SensitivityPoint> PlanSensitivity(const SimConfig& base,
                                               const std::vector<double>& tcp_host_costs_us);
 
