@@ -7,7 +7,7 @@
 //
 // Threads: SetLogSink from any thread, at any time; the sink is called from any thread (I/O
 // threads among them), one message at a time per call, and must not block or call back into
-// bexpress.
+// bexpress (but for Log, and SetLogSink to replace itself).
 #pragma once
 
 #include <functional>
@@ -21,7 +21,9 @@ enum class LogLevel { kDebug, kInfo, kWarning, kError };
 
 using LogSink = std::function<void(LogLevel level, std::string_view message)>;
 
-// Replaces the sink; an empty one discards every message.
+// Replaces the sink; an empty one discards every message. Returns once no other thread is still
+// in the old sink, so what it captured may be destroyed then (called from within a sink, it
+// returns at once).
 BX_EXPORT void SetLogSink(LogSink sink);
 // Writes messages at `min_level` and above to stderr, one line each.
 BX_EXPORT LogSink StderrLogSink(LogLevel min_level = LogLevel::kDebug);

@@ -1,21 +1,29 @@
 #include "bx/log.h"
 
+#include <condition_variable>
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 namespace bx {
 namespace {
 
 std::mutex g_mu;
-std::shared_ptr<const LogSink> g_sink;  // null: discard
+std::condition_variable g_sink_released;  // a Log call let go of its sink
+std::shared_ptr<const LogSink> g_sink;    // guarded by g_mu; null: discard
+thread_local int t_sinks_held = 0;        // sink copies this thread's Log calls hold
 
 }  // namespace
 
 void SetLogSink(LogSink sink) {
   auto next = sink ? std::make_shared<const LogSink>(std::move(sink)) : nullptr;
-  std::lock_guard lock(g_mu);
-  g_sink = std::move(next);
+  std::unique_lock lock(g_mu);
+  std::shared_ptr<const LogSink> old = std::exchange(g_sink, std::move(next));
+  // Wait until no other thread runs the old sink, so that its caller may destroy what it
+  // captured. A sink that replaces itself cannot wait for itself: it goes on at once.
+  if (!old || t_sinks_held > 0) return;
+  g_sink_released.wait(lock, [&] { return old.use_count() == 1; });
 }
 
 LogSink StderrLogSink(LogLevel min_level) {
@@ -45,8 +53,22 @@ void Log(LogLevel level, std::string_view message) {
     std::lock_guard lock(g_mu);
     sink = g_sink;
   }
-  // Called outside the lock: a sink may log from another thread, or replace itself.
-  if (sink) (*sink)(level, message);
+  if (!sink) return;
+  // Lets go of the sink under the lock, where SetLogSink reads its count, even if it throws.
+  struct Release {
+    std::shared_ptr<const LogSink>& sink;
+    ~Release() {
+      --t_sinks_held;
+      {
+        std::lock_guard lock(g_mu);
+        sink.reset();
+      }
+      g_sink_released.notify_all();
+    }
+  } release{sink};
+  ++t_sinks_held;
+  // Called outside the lock: a sink may take its time, or log from another thread.
+  (*sink)(level, message);
 }
 
 }  // namespace bx

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -66,6 +67,58 @@ TEST(LogTest, TheSinkMayBeReplacedWhileOtherThreadsLog) {
   for (std::thread& t : loggers) t.join();
   SetLogSink(nullptr);
   EXPECT_TRUE(reached) << "a sink set was never called";
+}
+
+// A program may destroy what its sink captured once SetLogSink returns: the replaced sink is not
+// running on any thread by then (AuthTest's sink once ran on past its test under TSan).
+TEST(LogTest, ReplacingTheSinkWaitsForTheCallsStillInIt) {
+  std::mutex mu;
+  std::condition_variable changed;
+  bool inside = false, released = false, left = false, returned = false;  // guarded by mu
+  SetLogSink([&](LogLevel, std::string_view) {
+    std::unique_lock lock(mu);
+    inside = true;
+    changed.notify_all();
+    changed.wait(lock, [&] { return released; });
+    left = true;
+  });
+  std::thread logger([] { Log(LogLevel::kInfo, "held in the sink"); });
+  {
+    std::unique_lock lock(mu);
+    changed.wait(lock, [&] { return inside; });
+  }
+  bool left_when_returned = false;
+  std::thread replacer([&] {
+    SetLogSink(nullptr);
+    std::lock_guard lock(mu);
+    returned = true;
+    left_when_returned = left;
+    changed.notify_all();
+  });
+  {
+    // Without the wait, the replacer returns at once; with it, this times out.
+    std::unique_lock lock(mu);
+    changed.wait_for(lock, std::chrono::milliseconds(300), [&] { return returned; });
+    released = true;
+    changed.notify_all();
+  }
+  logger.join();
+  replacer.join();
+  EXPECT_TRUE(left_when_returned) << "SetLogSink returned while the old sink still ran";
+}
+
+// A sink may replace itself (it cannot wait for itself) and the next message goes to the new one.
+TEST(LogTest, ASinkThatReplacesItselfGoesOn) {
+  int first = 0, second = 0;
+  SetLogSink([&](LogLevel, std::string_view) {
+    ++first;
+    SetLogSink([&](LogLevel, std::string_view) { ++second; });
+  });
+  Log(LogLevel::kInfo, "to the first");
+  Log(LogLevel::kInfo, "to the second");
+  SetLogSink(nullptr);
+  EXPECT_EQ(first, 1);
+  EXPECT_EQ(second, 1);
 }
 
 }  // namespace
