@@ -51,7 +51,9 @@ struct BenchMsgOptions {
   int messages = 0;    // one-way messages per size; 0: chosen by size
   int io_threads = 1;
   std::string device;
-  RdmaPollingChoice rdma;        // --polling, --share-io-threads
+  RdmaPollingChoice rdma;  // --polling, --share-io-threads
+  // rdma: the per-QP send window (RdmaOptions::send_window_bytes; 0: unlimited).
+  uint64_t send_window_bytes = RdmaOptions{}.send_window_bytes;
   bool adaptive_polling = true;  // this run's rdma polling (from rdma.polling)
 };
 
@@ -118,6 +120,7 @@ Result<std::unique_ptr<Pair>> MakePair(const std::string& scheme, const BenchMsg
   transport_options.device = options.device;
   transport_options.rdma.adaptive_polling = options.adaptive_polling;
   transport_options.rdma.share_io_threads = options.rdma.share_io_threads;
+  transport_options.rdma.send_window_bytes = options.send_window_bytes;
   auto pair = std::make_unique<Pair>();
   BX_ASSIGN_OR_RETURN(pair->server, CreateTransport(scheme, transport_options));
   BX_ASSIGN_OR_RETURN(pair->client, CreateTransport(scheme, transport_options));
@@ -381,6 +384,11 @@ void AddBenchMsgCommand(CLI::App* bench) {
                       "One-way messages per size (default: 2 GiB worth, 2000-500000)");
   command->add_option("--io-threads", options->io_threads, "I/O threads per transport");
   AddRdmaPollingOptions(command, &options->rdma);
+  command
+      ->add_option("--send-window", options->send_window_bytes,
+                   "rdma: bytes posted and not yet completed per QP, e.g. 1MB (0: unlimited; "
+                   "default 128KB, the paper's bound for incasts)")
+      ->transform(CLI::AsSizeValue(/*kb_is_1000=*/false));
   command->add_option("--device", options->device,
                       "RDMA device (default: BX_DEVICE or the first); bemalloc registers with it");
   command->add_flag("--json", options->json, "Print JSON instead of the table");
