@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -55,6 +56,10 @@ struct DemoOptions {
   int replicas = 2;
   int rankers = 2;
   int outstanding = 8;  // Fetch fan-outs in flight per ranker
+  // > 0: the rankers together start this many fan-outs per second (Poisson arrivals, the same
+  // schedule over both transports), so the two are compared at the same load; 0: each ranker
+  // keeps `outstanding` in flight (closed loop). Either way `outstanding` caps what is in flight.
+  double inference_rate = 0;
   int trainers = 4;
   int compute_us = 200;  // stand-in forward/backward per training step
   uint32_t dim = 64;
@@ -332,25 +337,41 @@ DrawnRequests DrawInferenceRequests(const DemoOptions& options) {
   return drawn;
 }
 
-// Rankers: each keeps `outstanding` fan-out fetches in flight, sending its drawn requests.
+// Rankers: each keeps `outstanding` fan-out fetches in flight, sending its drawn requests; with
+// an inference rate, each starts its share of them at Poisson arrival times instead, and a
+// fetch's latency runs from the time it was due, so waiting for a free slot behind slow fetches
+// counts (no coordinated omission).
 void RunInference(const DemoOptions& options, PsClient& client, double seconds,
                   const DrawnRequests& drawn, Recorder& recorder) {
-  auto end = Clock::now() +
-             std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const auto t0 = Clock::now();
+  const auto end =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const bool open_loop = options.inference_rate > 0;
   std::vector<std::thread> rankers;
   for (int r = 0; r < options.rankers; ++r) {
     rankers.emplace_back([&, r] {
       std::mutex mu;
       std::condition_variable cv;
       int in_flight = 0;
-      for (size_t next = 0; Clock::now() < end; next = (next + 1) % kDrawnRequests) {
+      ps::Rng rng(7000 + r);  // the same arrival times for every transport
+      const double per_ranker = options.inference_rate / options.rankers;
+      Clock::time_point due = t0;
+      for (size_t next = 0;; next = (next + 1) % kDrawnRequests) {
+        if (open_loop) {
+          due += std::chrono::duration_cast<Clock::duration>(
+              std::chrono::duration<double>(-std::log(1.0 - rng.Uniform()) / per_ranker));
+          if (due >= end) break;
+          std::this_thread::sleep_until(due);
+        } else if (Clock::now() >= end) {
+          break;
+        }
         {
           std::unique_lock lock(mu);
           cv.wait(lock, [&] { return in_flight < options.outstanding; });
           ++in_flight;
         }
         const std::vector<uint64_t>& request = drawn[r][next];
-        auto start = Clock::now();
+        const auto start = open_loop ? due : Clock::now();
         client.FetchRowsAsync(kTable, request, 2s, [&, start](Result<ps::FetchedRows> result) {
           if (result.ok()) {
             recorder.Fetch(Clock::now() - start);
@@ -528,7 +549,8 @@ std::string Reduction(double rdma, double tcp) {
   return fmt::format("{:+.1f}%", 100.0 * (tcp - rdma) / tcp);
 }
 
-void PrintTable(const std::string& title, const Figures& rdma, const Figures& tcp, bool training) {
+void PrintTable(const std::string& title, const Figures& rdma, const Figures& tcp, bool training,
+                bool open_loop = false) {
   std::printf("\n%s\n", title.c_str());
   std::printf("%-28s %12s %12s %12s\n", "", "RDMA", "TCP", "reduction");
   auto row = [](const char* name, double r, double t, std::string red) {
@@ -553,8 +575,10 @@ void PrintTable(const std::string& title, const Figures& rdma, const Figures& tc
           : "n/a");
   if (!training) {
     // Little's law: the fan-outs a run kept in flight on average (at most rankers x outstanding).
-    // Runs that kept different numbers in flight compare latencies at different loads.
-    row("fetches in flight (mean)", rdma.requests_per_sec * rdma.fetch_mean_us / 1e6,
+    // Runs that kept different numbers in flight compare latencies at different loads. Open loop,
+    // latencies run from when a fetch was due, so this counts those waiting for a slot too.
+    row(open_loop ? "fetches due, not done (mean)" : "fetches in flight (mean)",
+        rdma.requests_per_sec * rdma.fetch_mean_us / 1e6,
         tcp.requests_per_sec * tcp.fetch_mean_us / 1e6, "");
   }
   lower_better("host CPU per request (us)", &Figures::host_cpu_us_per_request);
@@ -619,6 +643,7 @@ void RunDemo(const DemoOptions& options) {
     for (auto& [workload, by_scheme] : results) {
       for (auto& [scheme, figures] : by_scheme) out[workload][scheme] = ToJson(figures);
     }
+    out["inference"]["offered_rate"] = options.inference_rate;  // 0: closed loop
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
@@ -627,10 +652,17 @@ void RunDemo(const DemoOptions& options) {
       "transport (rdma on the %s)\n",
       options.shards, options.replicas, options.dim, each,
       std::getenv("BX_VERBS") ? std::getenv("BX_VERBS") : "default verbs");
-  PrintTable(fmt::format("inference: {} rankers x {} outstanding fan-out fetches, sizes "
-                         "log-uniform 1 KiB..2 MiB",
-                         options.rankers, options.outstanding),
-             results["inference"]["rdma"], results["inference"]["tcp"], false);
+  const std::string load =
+      options.inference_rate > 0
+          ? fmt::format(
+                "{:.0f} fan-out fetches/s offered (Poisson) by {} rankers, at most {} "
+                "in flight each",
+                options.inference_rate, options.rankers, options.outstanding)
+          : fmt::format("{} rankers x {} outstanding fan-out fetches", options.rankers,
+                        options.outstanding);
+  PrintTable(fmt::format("inference: {}, sizes log-uniform 1 KiB..2 MiB", load),
+             results["inference"]["rdma"], results["inference"]["tcp"], false,
+             options.inference_rate > 0);
   PrintTable(fmt::format("training: {} trainers, fetch + {} us compute + push, sizes lognormal "
                          "mean 20 KiB P99 50 KiB (requests = fetches + pushes)",
                          options.trainers, options.compute_us),
@@ -728,6 +760,11 @@ void AddDemoCommand(CLI::App* app) {
   command->add_option("--duration", options->duration_s, "Total seconds (4 runs share it)");
   command->add_option("--rankers", options->rankers, "Ranker threads");
   command->add_option("--outstanding", options->outstanding, "Fetch fan-outs in flight per ranker");
+  command
+      ->add_option("--inference-rate", options->inference_rate,
+                   "Fan-out fetches per second the rankers start together (Poisson; the same "
+                   "offered load over both transports); 0: closed loop, --outstanding each")
+      ->check(CLI::NonNegativeNumber);
   command->add_option("--trainers", options->trainers, "Trainer threads");
   command->add_option("--compute-us", options->compute_us, "Stand-in compute per training step");
   command->add_option("--shards", options->shards, "Shards");
