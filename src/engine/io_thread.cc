@@ -109,6 +109,7 @@ IoThreadCounters& IoThreadCounters::operator+=(const IoThreadCounters& o) {
   gaps_polled += o.gaps_polled;
   gaps_outlasted += o.gaps_outlasted;
   gaps_slept += o.gaps_slept;
+  slow_passes += o.slow_passes;
   return *this;
 }
 
@@ -117,7 +118,7 @@ std::map<std::string, uint64_t> IoThreadCounters::ToMap() const {
           {"io_yields", yields},           {"io_sleeps", sleeps},
           {"io_cq_wakeups", cq_wakeups},   {"io_task_wakeups", task_wakeups},
           {"io_gaps_polled", gaps_polled}, {"io_gaps_outlasted", gaps_outlasted},
-          {"io_gaps_slept", gaps_slept}};
+          {"io_gaps_slept", gaps_slept},   {"io_slow_passes", slow_passes}};
 }
 
 IoThreadCounters IoThread::counters() const {
@@ -131,6 +132,7 @@ IoThreadCounters IoThread::counters() const {
   c.gaps_polled = policy_.polled_gaps();
   c.gaps_outlasted = policy_.outlasted_gaps();
   c.gaps_slept = policy_.slept_gaps();
+  c.slow_passes = policy_.slow_passes();
   return c;
 }
 
@@ -295,6 +297,7 @@ void IoThread::Loop() {
   tasks_.EnterLoop();
   int idle_polls = 0;
   while (!stop_.load(std::memory_order_acquire)) {
+    const uint64_t pass_start = NowNs();
     if (PollOnce()) {
       busy_polls_.Add();
       policy_.OnWork(NowNs());
@@ -307,11 +310,14 @@ void IoThread::Loop() {
       int n = epoll_wait(epoll_fd_, events, 16, 0);
       if (n > 0) RunWatched(events, n);
     }
-    if (policy_.KeepPolling(NowNs(), expecting_ > 0)) {
+    const uint64_t now = NowNs();
+    if (policy_.KeepPolling(now, expecting_ > 0)) {
       // Polling that yields: free when the core is ours alone, and it does not starve the thread
-      // (application, peer, NIC) whose work we are waiting for when cores are scarce.
+      // (application, peer, NIC) whose work we are waiting for when cores are scarce. When the
+      // yield cost a scheduler slice, the policy sleeps through the next gaps instead.
       yields_.Add();
       std::this_thread::yield();
+      policy_.OnEmptyPass(pass_start, NowNs());
       continue;
     }
     Sleep();

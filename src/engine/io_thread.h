@@ -61,6 +61,8 @@ struct IoThreadCounters {
   uint64_t task_wakeups = 0;  // sleeps ended by a task posted from another thread
   // Idle gaps (poll_policy.h): ended while polling, outlasting the polling, slept at once.
   uint64_t gaps_polled = 0, gaps_outlasted = 0, gaps_slept = 0;
+  // Empty passes that lost the core for a scheduler slice (poll_policy.h: contention).
+  uint64_t slow_passes = 0;
   IoThreadCounters& operator+=(const IoThreadCounters& o);
   std::map<std::string, uint64_t> ToMap() const;
 };

@@ -19,7 +19,8 @@ constexpr uint64_t kMinBudgetNs = 2'000;
 
 }  // namespace
 
-uint64_t PollPolicy::Budget(bool completion_expected) const {
+uint64_t PollPolicy::Budget(uint64_t now_ns, bool completion_expected) const {
+  if (now_ns < contended_until_) return 0;
   if (!options_.adaptive || completion_expected) return options_.max_spin_ns;
   // No gap seen yet: poll for the limit, which a first gap then either confirms or not.
   if (predicted_ns_ == 0) return std::min(options_.max_spin_ns, options_.spin_limit_ns);
@@ -57,7 +58,7 @@ bool PollPolicy::KeepPolling(uint64_t now_ns, bool completion_expected) {
     budget_spent_ = false;
     slept_at_once_ = false;
     gap_expected_ = completion_expected;
-    const uint64_t budget = Budget(completion_expected);
+    const uint64_t budget = Budget(now_ns, completion_expected);
     spin_until_ = now_ns + budget;
     if (!completion_expected) sleeps_since_probe_ = budget == 0 ? sleeps_since_probe_ + 1 : 0;
     if (budget == 0) {
@@ -72,6 +73,16 @@ bool PollPolicy::KeepPolling(uint64_t now_ns, bool completion_expected) {
   budget_spent_ = true;
   outlasted_gaps_.Add();
   return false;
+}
+
+void PollPolicy::OnEmptyPass(uint64_t start_ns, uint64_t now_ns) {
+  if (now_ns - start_ns <= options_.slow_pass_ns) return;
+  slow_passes_.Add();
+  contended_until_ = now_ns + options_.contended_ns;
+  if (idle_since_ != 0 && !budget_spent_) {
+    budget_spent_ = true;
+    outlasted_gaps_.Add();
+  }
 }
 
 }  // namespace bx::engine

@@ -17,6 +17,13 @@
 //   measured length includes the wake-up's latency). So while sleeping, one gap in 16 is polled
 //   for the spin limit anyway, and short gaps found so bring polling back.
 //
+// Contention: polling yields the core after every empty pass, which is free while the thread has
+// the core to itself. When other busy threads share it, the kernel (EEVDF) sends a yielding
+// thread to the back for a whole slice (about a millisecond or more), and a completion that
+// arrives meanwhile waits for it. A pass that took far longer than a pass takes says so
+// (OnSlowPass); the thread then sleeps at once for every gap of the next `contended_ns`, since a
+// sleeping thread is woken at once when its completion arrives, and polls again after that.
+//
 // Single-threaded (the I/O thread owns it) but for the counters; times are steady-clock
 // nanoseconds.
 #pragma once
@@ -31,6 +38,11 @@ struct PollPolicyOptions {
   bool adaptive = true;
   uint64_t max_spin_ns = 200'000;   // the longest polling stretch, either mode
   uint64_t spin_limit_ns = 20'000;  // adaptive: poll only when the predicted gap is this or less
+  // An empty pass longer than this means another thread had the core: sleep for contended_ns.
+  // A millisecond is longer than our own threads keep a core between yields, and shorter than
+  // the slice a yield loses to a busy thread; measured with `bx bench rpc --cpu-hogs 2`.
+  uint64_t slow_pass_ns = 1'000'000;
+  uint64_t contended_ns = 5'000'000;
 };
 
 class PollPolicy {
@@ -43,6 +55,10 @@ class PollPolicy {
   // gap and fixes how long it may be polled; `completion_expected` is read then (it cannot change
   // before the next work).
   bool KeepPolling(uint64_t now_ns, bool completion_expected = false);
+  // An empty polling pass (poll and yield) began at `start_ns` and ended at `now_ns`. When it took
+  // longer than slow_pass_ns the core is contended: the gap under way and every gap for the next
+  // contended_ns are slept through.
+  void OnEmptyPass(uint64_t start_ns, uint64_t now_ns);
 
   // Adaptive: the expected idle gap with nothing in flight, nanoseconds (0 before any was seen).
   uint64_t predicted_gap_ns() const { return predicted_ns_; }
@@ -51,9 +67,11 @@ class PollPolicy {
   uint64_t polled_gaps() const { return polled_gaps_.Get(); }
   uint64_t outlasted_gaps() const { return outlasted_gaps_.Get(); }
   uint64_t slept_gaps() const { return slept_gaps_.Get(); }
+  // Slow passes seen (each starts or extends a contended stretch).
+  uint64_t slow_passes() const { return slow_passes_.Get(); }
 
  private:
-  uint64_t Budget(bool completion_expected) const;
+  uint64_t Budget(uint64_t now_ns, bool completion_expected) const;
 
   PollPolicyOptions options_;
   uint64_t predicted_ns_ = 0;
@@ -63,7 +81,8 @@ class PollPolicy {
   bool gap_expected_ = false;        // the gap under way waits for a completion in flight
   bool slept_at_once_ = false;       // the gap under way was not polled at all
   uint64_t sleeps_since_probe_ = 0;  // idle gaps slept at once since one was polled
-  SingleWriterCounter polled_gaps_, outlasted_gaps_, slept_gaps_;
+  uint64_t contended_until_ = 0;     // gaps starting before this are slept through
+  SingleWriterCounter polled_gaps_, outlasted_gaps_, slept_gaps_, slow_passes_;
 };
 
 }  // namespace bx::engine

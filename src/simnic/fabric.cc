@@ -25,6 +25,11 @@ inline void CpuRelax() {
   __builtin_ia32_pause();
 }
 
+// A yield that kept the hardware thread off its core this long lost it to another busy thread
+// (a scheduler slice is a millisecond or more); it then sleeps between doorbells for a while.
+constexpr uint64_t kSlowYieldNs = 500'000;
+constexpr uint64_t kContendedNs = 20'000'000;
+
 }  // namespace
 
 Fabric& Fabric::Get() {
@@ -182,6 +187,7 @@ void Fabric::Run() {
 
   std::unique_lock hw(hw_mu_);
   uint64_t last_work = NowNs();
+  uint64_t contended_until = 0;  // no polling before this: see below
   for (;;) {
     uint64_t seen = doorbell_seq_.load(std::memory_order_acquire);
     bool worked = RunOnce();
@@ -195,12 +201,17 @@ void Fabric::Run() {
     }
     if (worked) continue;
     bool timer_soon = !timers_.empty() && timers_.top().at_ns <= now + spin_ns_;
-    if (now - last_work < spin_ns_ || timer_soon) {
+    if ((now - last_work < spin_ns_ && now >= contended_until) || timer_soon) {
       // Poll, but give the core away when another thread wants it: on a small machine the
-      // thread that will ring the next doorbell may be waiting for this very core.
+      // thread that will ring the next doorbell may be waiting for this very core. A yield
+      // that cost a scheduler slice means busy threads share the core: a doorbell rung
+      // meanwhile would wait for the slice, so sleep (a doorbell wakes a sleeping NIC at once)
+      // until the contention has been gone a while.
       hw.unlock();
       std::this_thread::yield();
       hw.lock();
+      const uint64_t after = NowNs();
+      if (after - now > kSlowYieldNs) contended_until = after + kContendedNs;
       continue;
     }
     hw.unlock();

@@ -141,5 +141,34 @@ TEST(PollPolicyTest, WhileSleepingOneGapInSixteenIsProbed) {
   EXPECT_EQ(polled, 4);
 }
 
+// A pass that lost the core for a scheduler slice (another busy thread shares it): the gap under
+// way stops polling, and so does every gap for the contended stretch, even one that waits for a
+// completion in flight; after it, polling comes back. Fast passes change nothing.
+TEST(PollPolicyTest, ASlowPassSleepsThroughTheContendedStretch) {
+  PollPolicyOptions o = Adaptive();
+  o.slow_pass_ns = 1000 * kUs;
+  o.contended_ns = 5 * 1000 * kUs;
+  PollPolicy policy(o);
+  uint64_t t = 1'000'000;
+  Gaps(policy, t, 8 * kUs, 30);  // short gaps: polled
+  ASSERT_TRUE(policy.KeepPolling(t, /*completion_expected=*/true));
+  policy.OnEmptyPass(t, t + 2 * kUs);  // an ordinary pass
+  t += 2 * kUs;
+  EXPECT_TRUE(policy.KeepPolling(t, true));
+  EXPECT_EQ(policy.slow_passes(), 0u);
+
+  policy.OnEmptyPass(t, t + 3000 * kUs);  // the yield came back 3 ms later
+  t += 3000 * kUs;
+  EXPECT_EQ(policy.slow_passes(), 1u);
+  EXPECT_FALSE(policy.KeepPolling(t, true)) << "the gap under way kept polling";
+  policy.OnWork(t);
+  t += kUs;
+  EXPECT_FALSE(policy.KeepPolling(t, true)) << "a gap in the contended stretch was polled";
+  policy.OnWork(t + 5 * kUs);
+  t += 5 * 1000 * kUs;  // the stretch is over
+  EXPECT_TRUE(policy.KeepPolling(t, true));
+  EXPECT_EQ(policy.slow_passes(), 1u);
+}
+
 }  // namespace
 }  // namespace bx::engine
