@@ -21,7 +21,7 @@
 // the core to itself. When other busy threads share it, the kernel (EEVDF) sends a yielding
 // thread to the back for a whole slice (about a millisecond or more), and a completion that
 // arrives meanwhile waits for it. A pass that took far longer than a pass takes says so
-// (OnSlowPass); the thread then sleeps at once for every gap of the next `contended_ns`, since a
+// (OnEmptyPass); the thread then sleeps at once for every gap of the next `contended_ns`, since a
 // sleeping thread is woken at once when its completion arrives, and polls again after that.
 //
 // Single-threaded (the I/O thread owns it) but for the counters; times are steady-clock
