@@ -296,11 +296,14 @@ void IoThread::Loop() {
   cpu_clock_.CaptureCurrentThread();
   tasks_.EnterLoop();
   int idle_polls = 0;
+  // Where the pass under way began: the end of the one before (its clock reading reused, so a
+  // pass costs no extra clock read), or the wake-up after a sleep.
+  uint64_t pass_start = NowNs();
   while (!stop_.load(std::memory_order_acquire)) {
-    const uint64_t pass_start = NowNs();
     if (PollOnce()) {
       busy_polls_.Add();
-      policy_.OnWork(NowNs());
+      pass_start = NowNs();
+      policy_.OnWork(pass_start);
       idle_polls = 0;
       continue;
     }
@@ -310,17 +313,19 @@ void IoThread::Loop() {
       int n = epoll_wait(epoll_fd_, events, 16, 0);
       if (n > 0) RunWatched(events, n);
     }
-    const uint64_t now = NowNs();
-    if (policy_.KeepPolling(now, expecting_ > 0)) {
+    if (policy_.KeepPolling(NowNs(), expecting_ > 0)) {
       // Polling that yields: free when the core is ours alone, and it does not starve the thread
       // (application, peer, NIC) whose work we are waiting for when cores are scarce. When the
       // yield cost a scheduler slice, the policy sleeps through the next gaps instead.
       yields_.Add();
       std::this_thread::yield();
-      policy_.OnEmptyPass(pass_start, NowNs());
+      const uint64_t pass_end = NowNs();
+      policy_.OnEmptyPass(pass_start, pass_end);
+      pass_start = pass_end;
       continue;
     }
     Sleep();
+    pass_start = NowNs();
   }
   // What is queued runs here; what is posted from now on runs on its poster.
   tasks_.Finish();
