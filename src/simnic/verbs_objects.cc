@@ -153,19 +153,36 @@ constexpr int kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
                              IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING;
 
-// Real registration pins every page and fails with EFAULT on unmapped memory. mincore() walks
-// the same page tables and fails with ENOMEM on a hole, so the simnic refuses what hardware would.
-bool RangeIsMapped(const void* addr, size_t length) {
+// Real registration pins every page (ib_umem_get): a hole fails with EFAULT, and every page is
+// faulted in then, writable when the access is, so the NIC never meets a page fault in the data
+// path. The simnic does the same: mincore() walks the page tables and fails with ENOMEM on a hole,
+// then MADV_POPULATE_* faults the range in, on the registering thread, where hardware pays it
+// too. Without it the first touch of each page fell to the simnic's hardware thread, in the middle
+// of a transfer (a growing pool then slowed the "NIC" itself).
+// Returns 0 or the errno registration fails with.
+int PinRange(const void* addr, size_t length, unsigned access) {
   static const size_t kPage = size_t(sysconf(_SC_PAGESIZE));
   uintptr_t begin = reinterpret_cast<uintptr_t>(addr) & ~(kPage - 1);
-  uintptr_t end = reinterpret_cast<uintptr_t>(addr) + length;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(addr) + length;
   unsigned char vec[1024];
-  while (begin < end) {
-    size_t chunk = std::min<size_t>(end - begin, sizeof(vec) * kPage);
-    if (mincore(reinterpret_cast<void*>(begin), chunk, vec) != 0) return false;
-    begin += chunk;
+  for (uintptr_t at = begin; at < end;) {
+    size_t chunk = std::min<size_t>(end - at, sizeof(vec) * kPage);
+    if (mincore(reinterpret_cast<void*>(at), chunk, vec) != 0) return EFAULT;
+    at += chunk;
   }
-  return true;
+  constexpr unsigned kWritable = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
+  const int advice = (access & kWritable) != 0 ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
+  // A kernel before 5.14 has no MADV_POPULATE_*: pages are then faulted in on first use.
+  static const bool kCanPopulate = [] {
+    static char probe[1];
+    const auto page = reinterpret_cast<uintptr_t>(probe) & ~(kPage - 1);
+    return madvise(reinterpret_cast<void*>(page), kPage, MADV_POPULATE_READ) == 0;
+  }();
+  if (!kCanPopulate || madvise(reinterpret_cast<void*>(begin), end - begin, advice) == 0) return 0;
+  // EINVAL is a mapping the access does not allow (read-only under a writable registration,
+  // PROT_NONE, VM_IO): pinning fails there too.
+  return errno == ENOMEM ? ENOMEM : EFAULT;
 }
 
 // Access flags a registration may ask for: known ones, and remote write only with local write.
@@ -180,8 +197,8 @@ ibv_mr* RegisterMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigne
     errno = EINVAL;
     return nullptr;
   }
-  if (!RangeIsMapped(addr, length)) {
-    errno = EFAULT;
+  if (int error = PinRange(addr, length, access); error != 0) {
+    errno = error;
     return nullptr;
   }
   SimPd* protection = Protection(pd);
@@ -459,13 +476,15 @@ int ibv_rereg_mr(ibv_mr* ibmr, int flags, ibv_pd* pd, void* addr, size_t length,
   size_t to_length = translation ? length : ibmr->length;
   // A new translation is at its own address; an unchanged one keeps the iova it had.
   uint64_t to_iova = translation ? reinterpret_cast<uintptr_t>(addr) : mr->iova;
-  if (translation && !RangeIsMapped(to_addr, to_length)) {
-    errno = EFAULT;
-    return IBV_REREG_MR_ERR_INPUT;
-  }
   SimPd* from_pd = mr->protection_domain;
   SimPd* to_pd = new_pd ? Protection(pd) : from_pd;
   int to_access = new_access ? access : mr->access;
+  if (translation || new_access) {
+    if (int error = PinRange(to_addr, to_length, unsigned(to_access)); error != 0) {
+      errno = error;
+      return IBV_REREG_MR_ERR_INPUT;
+    }
+  }
   Device* dev = ToSim(ibmr->context)->device;
   if (!dev->ReregisterMr(mr, to_pd, to_addr, to_length, to_iova, to_access)) {
     errno = EBUSY;  // memory windows are bound to it

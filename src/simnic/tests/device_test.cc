@@ -87,6 +87,43 @@ TEST(DeviceTest, RegistrationFollowsTheManPage) {
 
 // The GID table as libibverbs 1.11 reads it, and ibv_devinfo's private type query: one RoCE v2
 // entry at index 0 (ibv_devinfo -v and rdma-core's test_device crashed in libibverbs before).
+// Registration pins: every page is present once ibv_reg_mr returns (the NIC never takes a page
+// fault mid-transfer), and a writable registration of read-only memory fails as pinning it would.
+TEST(DeviceTest, RegistrationFaultsInEveryPage) {
+  ibv_context* ctx = OpenDevice("bxsim0");
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const size_t length = 256 * page;
+  auto resident = [&](void* at) {
+    std::vector<unsigned char> vec(length / page);
+    EXPECT_EQ(mincore(at, length, vec.data()), 0);
+    size_t n = 0;
+    for (unsigned char v : vec) n += v & 1;
+    return n;
+  };
+  void* fresh = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(fresh, MAP_FAILED);
+  EXPECT_EQ(resident(fresh), 0u) << "an untouched mapping has no pages yet";
+  ibv_mr* mr = ibv_reg_mr(pd, fresh, length, int{IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE});
+  ASSERT_NE(mr, nullptr);
+  EXPECT_EQ(resident(fresh), length / page);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  munmap(fresh, length);
+
+  void* read_only = mmap(nullptr, length, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(read_only, MAP_FAILED);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, read_only, length, int{IBV_ACCESS_LOCAL_WRITE}), nullptr);
+  EXPECT_EQ(errno, EFAULT);
+  mr = ibv_reg_mr(pd, read_only, length, int{IBV_ACCESS_REMOTE_READ});
+  ASSERT_NE(mr, nullptr) << "read access pins read-only memory";
+  EXPECT_EQ(resident(read_only), length / page);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  munmap(read_only, length);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+  EXPECT_EQ(ibv_close_device(ctx), 0);
+}
+
 TEST(DeviceTest, GidTableHasOneRoceV2Entry) {
   ibv_context* ctx = OpenDevice("bxsim0");
   ASSERT_NE(ctx, nullptr);
