@@ -19,17 +19,36 @@ constexpr uint64_t kMinBudgetNs = 2'000;
 
 }  // namespace
 
-uint64_t PollPolicy::Budget(uint64_t now_ns, bool completion_expected) const {
+PollPolicy::PollPolicy(const PollPolicyOptions& options) : options_(options) {
+  idle_.limit_ns = options.spin_limit_ns;
+  completion_.limit_ns = options.completion_spin_limit_ns;
+}
+
+uint64_t PollPolicy::Budget(uint64_t now_ns, const Kind& kind) const {
   if (now_ns < contended_until_) return 0;
-  if (!options_.adaptive || completion_expected) return options_.max_spin_ns;
+  if (!options_.adaptive) return options_.max_spin_ns;
   // No gap seen yet: poll for the limit, which a first gap then either confirms or not.
-  if (predicted_ns_ == 0) return std::min(options_.max_spin_ns, options_.spin_limit_ns);
-  if (predicted_ns_ > options_.spin_limit_ns) {
-    return sleeps_since_probe_ + 1 >= kProbeEvery
-               ? std::min(options_.max_spin_ns, options_.spin_limit_ns)
+  if (kind.predicted_ns == 0) return std::min(options_.max_spin_ns, kind.limit_ns);
+  if (kind.predicted_ns > kind.limit_ns) {
+    return kind.sleeps_since_probe + 1 >= kProbeEvery
+               ? std::min(options_.max_spin_ns, kind.limit_ns)
                : 0;
   }
-  return std::min(options_.max_spin_ns, std::max(2 * predicted_ns_, kMinBudgetNs));
+  return std::min(options_.max_spin_ns, std::max(2 * kind.predicted_ns, kMinBudgetNs));
+}
+
+void PollPolicy::Learn(Kind& kind, uint64_t gap) const {
+  // A gap that outlasted its polling was long (how long, the wake-up's latency hides).
+  const uint64_t cap = kCapInLimits * kind.limit_ns;
+  const uint64_t sample = budget_spent_ ? cap : std::min(gap, cap);
+  if (kind.predicted_ns == 0) {
+    kind.predicted_ns = std::max<uint64_t>(sample, 1);
+    return;
+  }
+  // predicted += (sample - predicted) / 4, in unsigned arithmetic.
+  kind.predicted_ns =
+      kind.predicted_ns - (kind.predicted_ns >> kWeightShift) + (sample >> kWeightShift);
+  kind.predicted_ns = std::max<uint64_t>(kind.predicted_ns, 1);
 }
 
 void PollPolicy::OnWork(uint64_t now_ns) {
@@ -37,19 +56,9 @@ void PollPolicy::OnWork(uint64_t now_ns) {
   const uint64_t gap = now_ns - idle_since_;
   idle_since_ = 0;
   if (!budget_spent_) polled_gaps_.Add();
-  // The prediction is for waits with nothing in flight, and learns only what polling saw: a gap
-  // that ended while polled is measured as it was; one that outlasted its polling was long (how
-  // long, the wake-up's latency hides); one slept through at once says nothing.
-  if (gap_expected_ || slept_at_once_) return;
-  const uint64_t cap = kCapInLimits * options_.spin_limit_ns;
-  const uint64_t sample = budget_spent_ ? cap : std::min(gap, cap);
-  if (predicted_ns_ == 0) {
-    predicted_ns_ = std::max<uint64_t>(sample, 1);
-  } else {
-    // predicted += (sample - predicted) / 4, in unsigned arithmetic.
-    predicted_ns_ = predicted_ns_ - (predicted_ns_ >> kWeightShift) + (sample >> kWeightShift);
-    predicted_ns_ = std::max<uint64_t>(predicted_ns_, 1);
-  }
+  // A gap slept through at once says nothing: its length includes the wake-up's latency.
+  if (slept_at_once_) return;
+  Learn(gap_expected_ ? completion_ : idle_, gap);
 }
 
 bool PollPolicy::KeepPolling(uint64_t now_ns, bool completion_expected) {
@@ -58,9 +67,10 @@ bool PollPolicy::KeepPolling(uint64_t now_ns, bool completion_expected) {
     budget_spent_ = false;
     slept_at_once_ = false;
     gap_expected_ = completion_expected;
-    const uint64_t budget = Budget(now_ns, completion_expected);
+    Kind& kind = completion_expected ? completion_ : idle_;
+    const uint64_t budget = Budget(now_ns, kind);
     spin_until_ = now_ns + budget;
-    if (!completion_expected) sleeps_since_probe_ = budget == 0 ? sleeps_since_probe_ + 1 : 0;
+    kind.sleeps_since_probe = budget == 0 ? kind.sleeps_since_probe + 1 : 0;
     if (budget == 0) {
       budget_spent_ = true;
       slept_at_once_ = true;
@@ -83,6 +93,8 @@ void PollPolicy::OnEmptyPass(uint64_t start_ns, uint64_t now_ns) {
     budget_spent_ = true;
     outlasted_gaps_.Add();
   }
+  // The gap's length is the contention's, which the contended stretch answers: not a sample.
+  slept_at_once_ = true;
 }
 
 }  // namespace bx::engine

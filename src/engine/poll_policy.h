@@ -3,19 +3,23 @@
 // Polling costs CPU for as long as it lasts; sleeping costs a CQ arm, an epoll_wait and a
 // wake-up (CPU on both sides, and the wake-up's latency). Which is cheaper depends on how long
 // the thread would wait. Fixed polls for `max_spin_ns` after every piece of work (the old
-// behaviour). Adaptive tells two kinds of wait apart:
+// behaviour). Adaptive predicts each wait from the earlier waits of its kind, and polls only
+// while the prediction is short, for up to twice it; otherwise it sleeps at once:
 // - A completion is on its way (the thread's engines have requests in flight or a rendezvous
-//   under way): the thread polls through it, up to `max_spin_ns`, as a NIC finishing a fragment
-//   is worth waiting for.
+//   under way): a NIC finishing a fragment is worth waiting for, so the limit is higher
+//   (`completion_spin_limit_ns`). Such waits are long when the transfer is (a 1 MiB message with
+//   no send window) or when the completion itself waits for a core: on a host whose cores are
+//   all taken, I/O threads that poll through every wait for a completion keep the threads that
+//   produce it (the peer's I/O thread, the simnic's hardware thread) off the cores, the waits
+//   grow, and more polling follows (`bx bench rpc --rate 20000` stalled for 30-200 ms so).
 // - Nothing is in flight: work can only come from outside (a peer's new message, a task), and
-//   the wait is predicted from the earlier waits of this kind: an idle gap runs from the first
-//   pass that found no work to the next pass that found some, whether polling or a wake-up ended
-//   it. The thread polls only while the predicted gap is short (at most `spin_limit_ns`, about
-//   what a sleep and wake-up cost), for up to twice the prediction; otherwise it sleeps at once.
-//   The prediction learns only from what polling saw: a gap that ends while polled counts as it
-//   was, one that outlasts its polling counts as long, one slept through at once not at all (its
-//   measured length includes the wake-up's latency). So while sleeping, one gap in 16 is polled
-//   for the spin limit anyway, and short gaps found so bring polling back.
+//   the limit is about what a sleep and wake-up cost (`spin_limit_ns`).
+// A gap runs from the first pass that found no work to the next pass that found some, whether
+// polling or a wake-up ended it. The predictions learn only from what polling saw: a gap that
+// ends while polled counts as it was, one that outlasts its polling counts as long, one slept
+// through at once not at all (its measured length includes the wake-up's latency). So while
+// sleeping, one gap in 16 of each kind is polled for its limit anyway, and short gaps found so
+// bring polling back.
 //
 // Contention: polling yields the core after every empty pass, which is free while the thread has
 // the core to itself. When other busy threads share it, the kernel (EEVDF) sends a yielding
@@ -38,6 +42,9 @@ struct PollPolicyOptions {
   bool adaptive = true;
   uint64_t max_spin_ns = 200'000;   // the longest polling stretch, either mode
   uint64_t spin_limit_ns = 20'000;  // adaptive: poll only when the predicted gap is this or less
+  // The same for waits with a completion in flight: sleeping adds a wake-up's latency (about
+  // 12 us on this project's 2-core VMs) to the transfer, which a wait this long can afford.
+  uint64_t completion_spin_limit_ns = 50'000;
   // An empty pass longer than this means another thread had the core: sleep for contended_ns.
   // A millisecond is longer than our own threads keep a core between yields, and shorter than
   // the slice a yield loses to a busy thread; measured with `bx bench rpc --cpu-hogs 2`.
@@ -47,7 +54,7 @@ struct PollPolicyOptions {
 
 class PollPolicy {
  public:
-  explicit PollPolicy(const PollPolicyOptions& options) : options_(options) {}
+  explicit PollPolicy(const PollPolicyOptions& options);
 
   // A pass found work; ends the idle gap under way, if any.
   void OnWork(uint64_t now_ns);
@@ -61,7 +68,9 @@ class PollPolicy {
   void OnEmptyPass(uint64_t start_ns, uint64_t now_ns);
 
   // Adaptive: the expected idle gap with nothing in flight, nanoseconds (0 before any was seen).
-  uint64_t predicted_gap_ns() const { return predicted_ns_; }
+  uint64_t predicted_gap_ns() const { return idle_.predicted_ns; }
+  // Adaptive: the expected wait for a completion in flight (0 before any was seen).
+  uint64_t predicted_completion_ns() const { return completion_.predicted_ns; }
   // Gaps ended while polling, gaps polled to the end of their budget, gaps slept at once.
   // Any thread may read these.
   uint64_t polled_gaps() const { return polled_gaps_.Get(); }
@@ -71,17 +80,23 @@ class PollPolicy {
   uint64_t slow_passes() const { return slow_passes_.Get(); }
 
  private:
-  uint64_t Budget(uint64_t now_ns, bool completion_expected) const;
+  // What the policy knows of one kind of wait.
+  struct Kind {
+    uint64_t limit_ns = 0;            // polled only while predicted_ns is this or less
+    uint64_t predicted_ns = 0;        // 0: none seen yet
+    uint64_t sleeps_since_probe = 0;  // gaps of this kind slept at once since one was polled
+  };
+  uint64_t Budget(uint64_t now_ns, const Kind& kind) const;
+  void Learn(Kind& kind, uint64_t gap) const;
 
   PollPolicyOptions options_;
-  uint64_t predicted_ns_ = 0;
-  uint64_t idle_since_ = 0;          // 0: not idle
-  uint64_t spin_until_ = 0;          // polling ends here in the gap under way
-  bool budget_spent_ = false;        // the gap under way stopped polling (counted once)
-  bool gap_expected_ = false;        // the gap under way waits for a completion in flight
-  bool slept_at_once_ = false;       // the gap under way was not polled at all
-  uint64_t sleeps_since_probe_ = 0;  // idle gaps slept at once since one was polled
-  uint64_t contended_until_ = 0;     // gaps starting before this are slept through
+  Kind idle_, completion_;
+  uint64_t idle_since_ = 0;       // 0: not idle
+  uint64_t spin_until_ = 0;       // polling ends here in the gap under way
+  bool budget_spent_ = false;     // the gap under way stopped polling (counted once)
+  bool gap_expected_ = false;     // the gap under way waits for a completion in flight
+  bool slept_at_once_ = false;    // the gap under way teaches nothing (slept at once, slow)
+  uint64_t contended_until_ = 0;  // gaps starting before this are slept through
   SingleWriterCounter polled_gaps_, outlasted_gaps_, slept_gaps_, slow_passes_;
 };
 
