@@ -2,6 +2,7 @@
 // through Receive() when a socket has no on_message.
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "transport/tests/transport_fixture.h"
 
@@ -93,7 +94,13 @@ TEST_P(TransportTest, KeepsOrderOfManySmallMessages) {
   }
   ASSERT_TRUE(done.WaitFor([&] { return received == kMessages; }));
   EXPECT_EQ(out_of_order, 0u);
+  // A message counts as sent when its send completes, which over rdma comes after the peer has
+  // it (the ACK travels back, and a sleeping I/O thread takes it on its wake-up): wait for it.
   auto counters = socket->counters();
+  for (int i = 0; i < 10000 && counters["messages_sent"] < kMessages; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    counters = socket->counters();
+  }
   EXPECT_EQ(counters["messages_sent"], kMessages);
   EXPECT_EQ(counters["bytes_sent"], kMessages * sizeof(uint64_t));
   server_.reset();  // before `done` goes out of scope
