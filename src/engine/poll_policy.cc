@@ -37,7 +37,7 @@ uint64_t PollPolicy::Budget(uint64_t now_ns, const Kind& kind) const {
   return std::min(options_.max_spin_ns, std::max(2 * kind.predicted_ns, kMinBudgetNs));
 }
 
-void PollPolicy::Learn(Kind& kind, uint64_t gap) const {
+void PollPolicy::Learn(Kind& kind, uint64_t gap) {
   // A gap that outlasted its polling was long (how long, the wake-up's latency hides).
   const uint64_t cap = kCapInLimits * kind.limit_ns;
   const uint64_t sample = budget_spent_ ? cap : std::min(gap, cap);
@@ -57,7 +57,7 @@ void PollPolicy::OnWork(uint64_t now_ns) {
   idle_since_ = 0;
   if (!budget_spent_) polled_gaps_.Add();
   // A gap slept through at once says nothing: its length includes the wake-up's latency.
-  if (slept_at_once_) return;
+  if (unmeasured_) return;
   Learn(gap_expected_ ? completion_ : idle_, gap);
 }
 
@@ -65,7 +65,7 @@ bool PollPolicy::KeepPolling(uint64_t now_ns, bool completion_expected) {
   if (idle_since_ == 0) {
     idle_since_ = std::max<uint64_t>(now_ns, 1);
     budget_spent_ = false;
-    slept_at_once_ = false;
+    unmeasured_ = false;
     gap_expected_ = completion_expected;
     Kind& kind = completion_expected ? completion_ : idle_;
     const uint64_t budget = Budget(now_ns, kind);
@@ -73,7 +73,7 @@ bool PollPolicy::KeepPolling(uint64_t now_ns, bool completion_expected) {
     kind.sleeps_since_probe = budget == 0 ? kind.sleeps_since_probe + 1 : 0;
     if (budget == 0) {
       budget_spent_ = true;
-      slept_at_once_ = true;
+      unmeasured_ = true;
       slept_gaps_.Add();
       return false;
     }
@@ -94,7 +94,7 @@ void PollPolicy::OnEmptyPass(uint64_t start_ns, uint64_t now_ns) {
     outlasted_gaps_.Add();
   }
   // The gap's length is the contention's, which the contended stretch answers: not a sample.
-  slept_at_once_ = true;
+  unmeasured_ = true;
 }
 
 }  // namespace bx::engine

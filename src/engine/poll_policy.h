@@ -87,7 +87,7 @@ class PollPolicy {
     uint64_t sleeps_since_probe = 0;  // gaps of this kind slept at once since one was polled
   };
   uint64_t Budget(uint64_t now_ns, const Kind& kind) const;
-  void Learn(Kind& kind, uint64_t gap) const;
+  void Learn(Kind& kind, uint64_t gap);
 
   PollPolicyOptions options_;
   Kind idle_, completion_;
@@ -95,7 +95,7 @@ class PollPolicy {
   uint64_t spin_until_ = 0;       // polling ends here in the gap under way
   bool budget_spent_ = false;     // the gap under way stopped polling (counted once)
   bool gap_expected_ = false;     // the gap under way waits for a completion in flight
-  bool slept_at_once_ = false;    // the gap under way teaches nothing (slept at once, slow)
+  bool unmeasured_ = false;       // the gap under way teaches nothing (slept at once, slow)
   uint64_t contended_until_ = 0;  // gaps starting before this are slept through
   SingleWriterCounter polled_gaps_, outlasted_gaps_, slept_gaps_, slow_passes_;
 };

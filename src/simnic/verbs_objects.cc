@@ -162,7 +162,7 @@ constexpr int kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 // Returns 0 or the errno registration fails with.
 int PinRange(const void* addr, size_t length, unsigned access) {
   static const size_t kPage = size_t(sysconf(_SC_PAGESIZE));
-  uintptr_t begin = reinterpret_cast<uintptr_t>(addr) & ~(kPage - 1);
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(addr) & ~(kPage - 1);
   const uintptr_t end = reinterpret_cast<uintptr_t>(addr) + length;
   unsigned char vec[1024];
   for (uintptr_t at = begin; at < end;) {

@@ -85,8 +85,6 @@ TEST(DeviceTest, RegistrationFollowsTheManPage) {
   ibv_close_device(ctx);
 }
 
-// The GID table as libibverbs 1.11 reads it, and ibv_devinfo's private type query: one RoCE v2
-// entry at index 0 (ibv_devinfo -v and rdma-core's test_device crashed in libibverbs before).
 // Registration pins: every page is present once ibv_reg_mr returns (the NIC never takes a page
 // fault mid-transfer), and a writable registration of read-only memory fails as pinning it would.
 TEST(DeviceTest, RegistrationFaultsInEveryPage) {
@@ -124,6 +122,8 @@ TEST(DeviceTest, RegistrationFaultsInEveryPage) {
   EXPECT_EQ(ibv_close_device(ctx), 0);
 }
 
+// The GID table as libibverbs 1.11 reads it, and ibv_devinfo's private type query: one RoCE v2
+// entry at index 0 (ibv_devinfo -v and rdma-core's test_device crashed in libibverbs before).
 TEST(DeviceTest, GidTableHasOneRoceV2Entry) {
   ibv_context* ctx = OpenDevice("bxsim0");
   ASSERT_NE(ctx, nullptr);
