@@ -40,6 +40,9 @@ struct FabricConfig {
   // true: host h on leaf h % leaves (servers and trainers mixed in every rack);
   // false: hosts fill racks in order (servers packed into the first racks).
   bool interleave_hosts = true;
+  // Speed only: a port's serialisation end is scheduled only when something waits for the port
+  // (network.h). false schedules every one; the results are the same either way (tested).
+  bool skip_idle_port_events = true;
 };
 
 struct DcqcnConfig {

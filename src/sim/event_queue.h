@@ -31,18 +31,20 @@ class EventQueue {
   uint64_t processed() const { return processed_; }
 
   void Schedule(TimeNs at, EventKind kind, uint32_t a, uint32_t b = 0) {
-    assert(at >= now_);
-    Event e{at, next_order_++, a, b, kind};
-    ++size_;
-    int64_t bucket = at >> kBucketShift;
-    if (bucket <= current_) {
-      draining_.Push(e);
-    } else if (bucket < current_ + kBuckets) {
-      wheel_[size_t(bucket & (kBuckets - 1))].push_back(e);
-      ++in_wheel_;
-    } else {
-      far_.Push(e);
-    }
+    Insert(Event{at, next_order_++, a, b, kind});
+  }
+
+  // An event that may turn out to be a no-op (a port's serialisation end with nothing waiting,
+  // network.h) takes its place in the order now and is scheduled only if it is needed: it then
+  // pops exactly where it would have, so skipping the others changes no result.
+  uint64_t ReserveOrder() { return next_order_++; }
+  void ScheduleReserved(TimeNs at, uint64_t order, EventKind kind, uint32_t a, uint32_t b = 0) {
+    assert(!Passed(at, order));
+    Insert(Event{at, order, a, b, kind});
+  }
+  // Whether an event at (at, order) would have been popped already.
+  bool Passed(TimeNs at, uint64_t order) const {
+    return at < now_ || (at == now_ && order < popped_order_);
   }
 
   // Time of the earliest event. Requires !empty().
@@ -57,11 +59,27 @@ class EventQueue {
     Event e = draining_.Pop();
     --size_;
     now_ = e.time;
+    popped_order_ = e.order;
     ++processed_;
     return e;
   }
 
  private:
+  void Insert(const Event& e) {
+    assert(e.time >= now_);
+    TimeNs at = e.time;
+    ++size_;
+    int64_t bucket = at >> kBucketShift;
+    if (bucket <= current_) {
+      draining_.Push(e);
+    } else if (bucket < current_ + kBuckets) {
+      wheel_[size_t(bucket & (kBuckets - 1))].push_back(e);
+      ++in_wheel_;
+    } else {
+      far_.Push(e);
+    }
+  }
+
   // Makes the earliest pending event the top of draining_: moves on to the next non-empty bucket.
   void Settle() {
     while (draining_.empty()) {
@@ -88,6 +106,7 @@ class EventQueue {
   size_t size_ = 0;
   TimeNs now_ = 0;
   uint64_t next_order_ = 0;
+  uint64_t popped_order_ = 0;
   uint64_t processed_ = 0;
 };
 

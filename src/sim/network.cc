@@ -197,12 +197,28 @@ void Network::OnNicWake(uint32_t host) {
 
 void Network::OnTxDone(uint32_t port) {
   ports_[port].busy = false;
+  ports_[port].tx_done_due = false;
   TryTransmit(port);
 }
 
+bool Network::HasWork(const Port& pt) const {
+  if (!pt.control.empty()) return true;
+  return IsHostNode(pt.node) ? stack_->HasData(pt.node) : !pt.data.empty();
+}
+
+// Every change that gives a port work calls this, so a busy port whose serialisation end was not
+// scheduled schedules it here, or, if that end is already past, is idle now.
 void Network::TryTransmit(uint32_t port) {
   Port& pt = ports_[port];
-  if (pt.busy) return;
+  if (pt.busy) {
+    if (pt.tx_done_due) return;
+    if (!events_->Passed(pt.tx_done_at, pt.tx_done_order)) {
+      pt.tx_done_due = true;
+      events_->ScheduleReserved(pt.tx_done_at, pt.tx_done_order, EventKind::kPortTxDone, port);
+      return;
+    }
+    pt.busy = false;
+  }
   if (!pt.control.empty()) {
     Transmit(port, pt.control.Pop(packets_));
     return;
@@ -242,7 +258,12 @@ void Network::Transmit(uint32_t port, uint32_t id) {
   Packet& p = packets_[id];
   pt.busy = true;
   TimeNs done = events_->now() + (TimeNs(p.wire_bytes) * pt.ps_per_byte + 999) / 1000;
-  events_->Schedule(done, EventKind::kPortTxDone, port);
+  pt.tx_done_at = done;
+  pt.tx_done_order = events_->ReserveOrder();
+  pt.tx_done_due = !config_.skip_idle_port_events || HasWork(pt);
+  if (pt.tx_done_due) {
+    events_->ScheduleReserved(done, pt.tx_done_order, EventKind::kPortTxDone, port);
+  }
   p.at_port = pt.peer;
   events_->Schedule(done + config_.link_delay_ns, EventKind::kPacketArrive, id);
 }

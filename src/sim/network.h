@@ -3,7 +3,9 @@
 // host's stack for its next data packet when the NIC port is free, and hands it arriving packets.
 //
 // Every port has two FIFOs: control (ACKs, CNPs; strict priority, never paused) and data. A packet
-// costs two events per hop: its port's serialisation end and its arrival at the next node.
+// costs one or two events per hop: its arrival at the next node and, only when something waits
+// at the port by then, its port's serialisation end (a port that ends a packet with nothing to
+// send next just stays idle; skipping that no-op event changes no result, event_queue.h).
 // Single-threaded.
 #pragma once
 
@@ -26,6 +28,9 @@ class HostStack {
   // The NIC port of `host` is free: the next data packet, or kNoPacket. When a QP has data but
   // its rate does not allow it yet, `*retry_at` is lowered to when it may send.
   virtual uint32_t NextDataPacket(uint32_t host, TimeNs now, TimeNs* retry_at) = 0;
+  // Whether a QP of `host` has cells waiting (NextDataPacket would look at something). Data that
+  // arrives later comes with a Kick.
+  virtual bool HasData(uint32_t host) const = 0;
   // A packet reached `host`; the stack owns it (and frees it).
   virtual void OnPacket(uint32_t host, uint32_t packet) = 0;
 };
@@ -75,7 +80,10 @@ class Network {
     PacketFifo data;
     uint64_t data_bytes = 0;  // egress data queue length (ECN, lossy admission)
     uint64_t ecn_kmin = 0, ecn_kmax = 0;
-    bool busy = false;
+    bool busy = false;         // serialising until tx_done_at, or its end not yet noticed
+    bool tx_done_due = false;  // the kPortTxDone event for tx_done_at is scheduled
+    TimeNs tx_done_at = 0;
+    uint64_t tx_done_order = 0;  // its place among events at the same time, reserved
     bool paused = false;
     TimeNs paused_since = 0;
     PauseTier pauser = PauseTier::kCount;  // the tier that pauses this port
@@ -94,6 +102,8 @@ class Network {
   uint32_t Route(const Switch& sw, uint32_t switch_index, const Packet& p) const;
   void TryTransmit(uint32_t port);
   void Transmit(uint32_t port, uint32_t packet);
+  // Whether the port has a packet waiting or a host stack with cells to send.
+  bool HasWork(const Port& pt) const;
   void SendPause(const Switch& sw, uint32_t global_port, bool pause);
   void RedMark(const Port& pt, Packet& p);
   bool IsHostNode(uint32_t node) const { return node < hosts_; }

@@ -33,6 +33,7 @@ class TcpStack : public HostStack, public Transport {
   uint32_t Send(uint32_t from, uint32_t to, MessageKind kind, uint32_t bytes,
                 TimeNs origin) override;
   uint32_t NextDataPacket(uint32_t host, TimeNs now, TimeNs* retry_at) override;
+  bool HasData(uint32_t host) const override { return !rings_[host].empty(); }
   void OnPacket(uint32_t host, uint32_t packet) override;
   void OnTimer(uint32_t kind, uint32_t arg);
 

@@ -84,5 +84,27 @@ TEST(EventQueue, TiesPopInInsertionOrder) {
   EXPECT_TRUE(queue.empty());
 }
 
+// A reserved place in the order, scheduled late, pops where an event scheduled at reservation
+// time would have; Passed says whether that place is already behind the clock.
+TEST(EventQueue, ReservedEventsPopInTheirReservedPlace) {
+  EventQueue queue;
+  queue.Schedule(100, EventKind::kWorkload, 1);
+  uint64_t early = queue.ReserveOrder();   // a place after event 1, before 2 and 3
+  uint64_t unused = queue.ReserveOrder();  // never scheduled: its turn passes all the same
+  queue.Schedule(100, EventKind::kWorkload, 2);
+  queue.Schedule(100, EventKind::kWorkload, 3);
+  EXPECT_FALSE(queue.Passed(100, early));
+  EXPECT_EQ(queue.Pop().a, 1u);
+  EXPECT_FALSE(queue.Passed(100, early));
+  queue.ScheduleReserved(100, early, EventKind::kWorkload, 10);
+  EXPECT_EQ(queue.Pop().a, 10u);  // before 2 and 3, scheduled earlier than it
+  EXPECT_EQ(queue.Pop().a, 2u);
+  EXPECT_TRUE(queue.Passed(100, unused));  // event 2 came after that place
+  EXPECT_FALSE(queue.Passed(100, queue.ReserveOrder()));
+  EXPECT_TRUE(queue.Passed(99, queue.ReserveOrder()));
+  EXPECT_EQ(queue.Pop().a, 3u);
+  EXPECT_TRUE(queue.empty());
+}
+
 }  // namespace
 }  // namespace bx::sim

@@ -33,6 +33,10 @@ class StreamStack : public HostStack {
     p.flow = host;
     return id;
   }
+  bool HasData(uint32_t host) const override {
+    auto it = remaining_.find(host);
+    return it != remaining_.end() && it->second > 0;
+  }
   void OnPacket(uint32_t, uint32_t id) override {
     arrivals.push_back({net_->packets()[id].src_host, now_()});
     net_->packets().Free(id);
