@@ -3,16 +3,19 @@
 //
 // A timing wheel (calendar queue) of kBuckets buckets of 2^kBucketShift ns each. At paper scale
 // about two events fall due per simulated nanosecond, almost all within a few microseconds.
-// Scheduling appends to an unsorted bucket; only the bucket being drained is a heap (about ten
-// events). Events beyond the wheel's horizon wait in a second heap and join the current bucket
-// when its turn comes. The pop order is exactly that of one binary heap over all events (tested
-// against one), so results do not depend on the bucket width. The horizon is short on purpose:
-// nearly every event is due within a link delay plus a serialisation (about 2.4 us), and a small
-// wheel (512 buckets of about 16 events) stays in the L2 cache; 4096 buckets did not.
+// Scheduling appends to an unsorted bucket; the bucket being drained is sorted once (about ten
+// events) and read in order, and an event scheduled into it is inserted in place. Events beyond the
+// wheel's horizon wait in a second heap and join the current bucket when its turn comes. The pop
+// order is exactly that of one binary heap over all events (tested against one), so results do not
+// depend on the bucket width. The horizon is short on purpose: nearly every event is due within a
+// link delay plus a serialisation (about 2.4 us), and a small wheel (512 buckets of about 16
+// events) stays in the L2 cache; 4096 buckets did not.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cassert>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -50,13 +53,13 @@ class EventQueue {
   // Time of the earliest event. Requires !empty().
   TimeNs NextTime() {
     Settle();
-    return draining_.top().time;
+    return run_[next_].time;
   }
 
   // Removes the earliest event and advances the clock to it. Requires !empty().
   Event Pop() {
     Settle();
-    Event e = draining_.Pop();
+    Event e = run_[next_++];
     --size_;
     now_ = e.time;
     popped_order_ = e.order;
@@ -71,7 +74,10 @@ class EventQueue {
     ++size_;
     int64_t bucket = at >> kBucketShift;
     if (bucket <= current_) {
-      draining_.Push(e);
+      // In place among the bucket's remaining events (a reserved order may precede some).
+      auto at_or_after =
+          std::upper_bound(run_.begin() + std::ptrdiff_t(next_), run_.end(), e, EventBefore);
+      run_.insert(at_or_after, e);
     } else if (bucket < current_ + kBuckets) {
       wheel_[size_t(bucket & (kBuckets - 1))].push_back(e);
       ++in_wheel_;
@@ -80,27 +86,30 @@ class EventQueue {
     }
   }
 
-  // Makes the earliest pending event the top of draining_: moves on to the next non-empty bucket.
+  // Makes run_[next_] the earliest pending event: moves on to the next non-empty bucket.
   void Settle() {
-    while (draining_.empty()) {
+    while (next_ == run_.size()) {
       if (in_wheel_ == 0) {
         current_ = far_.top().time >> kBucketShift;  // skip the empty stretch
       } else {
         ++current_;
       }
+      run_.clear();
+      next_ = 0;
       std::vector<Event>& slot = wheel_[size_t(current_ & (kBuckets - 1))];
-      for (const Event& e : slot) draining_.Push(e);
-      in_wheel_ -= slot.size();
-      slot.clear();
+      run_.swap(slot);  // the slot keeps the drained run's capacity
+      in_wheel_ -= run_.size();
       while (!far_.empty() && (far_.top().time >> kBucketShift) == current_) {
-        draining_.Push(far_.Pop());
+        run_.push_back(far_.Pop());
       }
+      std::sort(run_.begin(), run_.end(), EventBefore);
     }
   }
 
   std::array<std::vector<Event>, kBuckets> wheel_;
-  EventHeap draining_;  // the events of bucket current_
-  EventHeap far_;       // beyond the wheel when scheduled
+  std::vector<Event> run_;  // the events of bucket current_, sorted; run_[next_] is next
+  size_t next_ = 0;
+  EventHeap far_;  // beyond the wheel when scheduled
   int64_t current_ = 0;
   size_t in_wheel_ = 0;
   size_t size_ = 0;
