@@ -2,7 +2,7 @@
 // (time, insertion order), so a run is a pure function of its seed. Single-threaded.
 //
 // A timing wheel (calendar queue) of kBuckets buckets of 2^kBucketShift ns each. At paper scale
-// about two events fall due per simulated nanosecond, almost all within a few microseconds.
+// one or two events fall due per simulated nanosecond, almost all within a few microseconds.
 // Scheduling appends to an unsorted bucket; the bucket being drained is sorted once (about ten
 // events) and read in order, and an event scheduled into it is inserted in place. Events beyond the
 // wheel's horizon wait in a second heap and join the current bucket when its turn comes. The pop
