@@ -90,5 +90,31 @@ TEST(FragmentScheduler, RemoveTakesAFlowOutWherever) {
   EXPECT_EQ(s.Current(), 3u);
 }
 
+// The ring is a list through the flow states: removing its tail, its head or its only flow leaves
+// a list that later activations append to in order.
+TEST(FragmentScheduler, RemoveKeepsTheRingsOrderAtItsEnds) {
+  FragmentScheduler s(10);
+  for (uint32_t f : {1, 2, 3}) s.Activate(f);
+  s.Remove(3);  // the tail
+  s.Activate(4);
+  s.Remove(1);  // the head
+  s.Remove(7);  // never active: nothing
+  EXPECT_EQ(s.active_flows(), 2u);
+  EXPECT_EQ(s.Current(), 2u);
+  s.EndVisit();
+  EXPECT_EQ(s.Current(), 4u);
+  s.EndVisit();
+  EXPECT_EQ(s.Current(), 2u);
+  s.Remove(2);
+  s.Remove(4);
+  EXPECT_TRUE(s.empty());
+  s.Activate(5);
+  s.Activate(6);
+  EXPECT_EQ(s.Current(), 5u);
+  s.Deactivate();
+  EXPECT_EQ(s.Current(), 6u);
+  EXPECT_EQ(s.active_flows(), 1u);
+}
+
 }  // namespace
 }  // namespace bx::flow_control
