@@ -54,6 +54,8 @@ struct BenchMsgOptions {
   RdmaPollingChoice rdma;  // --polling, --share-io-threads
   // rdma: the per-QP send window (RdmaOptions::send_window_bytes; 0: unlimited).
   uint64_t send_window_bytes = RdmaOptions{}.send_window_bytes;
+  // rdma: receive buffers per QP, also the sender's credits (RdmaOptions::recv_queue_depth).
+  uint32_t recv_queue_depth = RdmaOptions{}.recv_queue_depth;
   bool adaptive_polling = true;  // this run's rdma polling (from rdma.polling)
 };
 
@@ -121,6 +123,7 @@ Result<std::unique_ptr<Pair>> MakePair(const std::string& scheme, const BenchMsg
   transport_options.rdma.adaptive_polling = options.adaptive_polling;
   transport_options.rdma.share_io_threads = options.rdma.share_io_threads;
   transport_options.rdma.send_window_bytes = options.send_window_bytes;
+  transport_options.rdma.recv_queue_depth = options.recv_queue_depth;
   auto pair = std::make_unique<Pair>();
   BX_ASSIGN_OR_RETURN(pair->server, CreateTransport(scheme, transport_options));
   BX_ASSIGN_OR_RETURN(pair->client, CreateTransport(scheme, transport_options));
@@ -389,6 +392,10 @@ void AddBenchMsgCommand(CLI::App* bench) {
                    "rdma: bytes posted and not yet completed per QP, e.g. 1MB (0: unlimited; "
                    "default 128KB, the paper's bound for incasts)")
       ->transform(CLI::AsSizeValue(/*kb_is_1000=*/false));
+  command
+      ->add_option("--recv-queue-depth", options->recv_queue_depth,
+                   "rdma: receive buffers posted per QP, the sender's credits (default 64)")
+      ->check(CLI::Range(2, 4096));
   command->add_option("--device", options->device,
                       "RDMA device (default: BX_DEVICE or the first); bemalloc registers with it");
   command->add_flag("--json", options->json, "Print JSON instead of the table");
