@@ -70,9 +70,8 @@ class EventQueue {
  private:
   void Insert(const Event& e) {
     assert(e.time >= now_);
-    TimeNs at = e.time;
     ++size_;
-    int64_t bucket = at >> kBucketShift;
+    int64_t bucket = e.time >> kBucketShift;
     if (bucket <= current_) {
       // In place among the bucket's remaining events (a reserved order may precede some).
       auto at_or_after =
