@@ -45,6 +45,15 @@ struct FabricConfig {
   bool skip_idle_port_events = true;
 };
 
+// Sets RED as stated for a port of `gbps`: FabricConfig holds it per 25G, and Network scales it by
+// each port's rate.
+inline void SetRedAtRate(FabricConfig& fabric, double gbps, uint64_t kmin_bytes,
+                         uint64_t kmax_bytes, double pmax) {
+  fabric.ecn_kmin_bytes = uint64_t(double(kmin_bytes) * 25 / gbps);
+  fabric.ecn_kmax_bytes = uint64_t(double(kmax_bytes) * 25 / gbps);
+  fabric.ecn_pmax = pmax;
+}
+
 struct DcqcnConfig {
   bool enabled = true;
   double g = 1.0 / 256;

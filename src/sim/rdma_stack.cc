@@ -245,6 +245,11 @@ uint32_t RdmaStack::NextDataPacket(uint32_t host, TimeNs now, TimeNs* retry_at) 
   return kNoPacket;
 }
 
+double RdmaStack::CurrentRateMbps(uint32_t from, uint32_t to, TimeNs now) {
+  if (!config_.dcqcn.enabled) return network_->host_rate_mbps();
+  return endpoints_[map_.EndpointFor(from, to)].dcqcn.RateAt(now);
+}
+
 void RdmaStack::SendNicControl(uint32_t host, PacketType type, uint32_t dst, uint32_t flow,
                                uint32_t ref) {
   PacketPool& pool = network_->packets();

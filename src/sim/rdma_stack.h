@@ -47,6 +47,9 @@ class RdmaStack : public HostStack, public Transport {
   // Window, credit and DCQCN totals into the stats.
   void Finish();
 
+  // The DCQCN rate at `now` of the QP that sends from `from` to `to`, Mb/s (line rate if off).
+  double CurrentRateMbps(uint32_t from, uint32_t to, TimeNs now);
+
   // The fragment size actually used (the window may shrink it; see EngineModelConfig).
   uint32_t fragment_bytes() const { return fragment_bytes_; }
 

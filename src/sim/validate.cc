@@ -116,10 +116,7 @@ IncastResult RunIncastScenario(const IncastScenario& s, uint64_t seed) {
   fabric.uplink_gbps = s.uplink_gbps;
   fabric.host_gbps = s.gbps;
   fabric.link_delay_ns = s.link_delay_ns;
-  // Network scales RED thresholds by rate / 25G; the scenario states them for its own rate.
-  fabric.ecn_kmin_bytes = uint64_t(double(s.ecn_kmin_bytes) * 25 / s.gbps);
-  fabric.ecn_kmax_bytes = uint64_t(double(s.ecn_kmax_bytes) * 25 / s.gbps);
-  fabric.ecn_pmax = s.ecn_pmax;
+  SetRedAtRate(fabric, s.gbps, s.ecn_kmin_bytes, s.ecn_kmax_bytes, s.ecn_pmax);
   fabric.ecn_at_enqueue = s.ecn_at_enqueue;
   config.workload.servers = 1;
   config.workload.trainers = hosts - 1;

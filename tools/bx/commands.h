@@ -25,6 +25,8 @@ void AddSimCommand(CLI::App* app);
 void AddSimValidateCommand(CLI::App* simulate);
 // `bx sim sensitivity`, under `bx sim` (sim_sensitivity_command.cc).
 void AddSimSensitivityCommand(CLI::App* simulate);
+// `bx sim dcqcn-fluid`: DCQCN against its fluid model (sim_dcqcn_fluid_command.cc).
+void AddSimDcqcnFluidCommand(CLI::App* simulate);
 // Host CPU per message of the tcp transport, both ends together, as `bx bench msg` measures it
 // (bench_msg.cc): what `bx sim sensitivity` takes the simulated TCP stack's cost from.
 Result<double> MeasureTcpHostCpuNsPerMessage(size_t size, int messages);

@@ -355,6 +355,7 @@ void AddSimCommand(CLI::App* app) {
   });
   AddSimValidateCommand(simulate);
   AddSimSensitivityCommand(simulate);
+  AddSimDcqcnFluidCommand(simulate);
 }
 
 }  // namespace bx::tools
