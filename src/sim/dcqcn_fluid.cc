@@ -144,10 +144,13 @@ DcqcnFlowsResult SolveDcqcnFluid(const DcqcnFlowsScenario& s, DcqcnFluidTimer ti
         const TimeNs from = std::max<TimeNs>(0, i + 1 - back + cnp_steps);
         return from > i ? 1.0 : std::exp(-(marks_now - marks_before[size_t(from)]));
       };
-      for (TimeNs k = 1, back = timer_steps; back <= i; ++k, back += timer_steps) {
-        const size_t then = size_t(i - back);
-        const double none_since = no_cnp_since(back);
-        if (none_since < 1e-12) break;
+      // Stages one by one up to the first hyper increase; flows cut longer ago than that are
+      // all in hyper increase, and their timers fire once a period, at phases that have long
+      // since spread out.
+      const TimeNs stages = TimeNs(d.fast_recovery_steps) + 2;
+      for (TimeNs k = 1; k <= stages && k * timer_steps <= i; ++k) {
+        const size_t then = size_t(i - k * timer_steps);
+        const double none_since = no_cnp_since(k * timer_steps);
         const double rate = (cuts_before[then + 1] - cuts_before[then]) / dt * none_since;
         if (k <= TimeNs(d.fast_recovery_steps)) {
           fast += rate;
@@ -156,6 +159,11 @@ DcqcnFlowsResult SolveDcqcnFluid(const DcqcnFlowsScenario& s, DcqcnFluidTimer ti
         } else {
           hyper += rate;
         }
+      }
+      if ((stages + 1) * timer_steps <= i) {
+        const double long_ago =
+            no_cnp_since((stages + 1) * timer_steps) - std::exp(-cuts_before[size_t(i) + 1]);
+        hyper += std::max(0.0, long_ago) / double(d.increase_interval_ns);
       }
       // Cut once, and no CNP within the last period.
       increased_since_cut =

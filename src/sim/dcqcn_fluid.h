@@ -70,6 +70,8 @@ enum class DcqcnFluidTimer {
   kStationary,
   // From the run's own history: a flow's timer fires k periods after its last cut, with no CNP
   // since (no mark once tau_cnp has passed). Keeps the recovery that follows a burst of cuts.
+  // Flows cut longer ago than the first hyper increase are counted together, one increase per
+  // period each.
   kRemembered,
 };
 
