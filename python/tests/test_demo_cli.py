@@ -1,8 +1,8 @@
-"""`bx demo --inference-rate`: open-loop inference, the same offered load over both transports.
+"""`bx demo`: both transports get the same load.
 
-The closed-loop demo lets each transport set its own load (the rankers keep their fan-outs in
-flight), so its fetch latencies compare different loads. With a rate, the rankers start fetches
-at Poisson arrival times drawn from fixed seeds: both transports get the very same schedule.
+Closed loop (the default), each completed fetch starts the ranker's next, so both transports
+carry the same fan-outs in flight. With `--inference-rate`, the rankers start fetches at Poisson
+arrival times drawn from fixed seeds: both transports get the very same schedule.
 """
 
 import json
@@ -12,9 +12,11 @@ import subprocess
 import unittest
 
 BX = os.environ["BX_BIN"]
+# Control: BX_DEMO_EXTRA_ARGS=--refill-from-ranker runs the old closed loop.
+EXTRA_ARGS = os.environ.get("BX_DEMO_EXTRA_ARGS", "").split()
 
 
-class DemoOpenLoopTest(unittest.TestCase):
+class DemoLoadTest(unittest.TestCase):
     def test_both_transports_serve_the_same_offered_load(self):
         rate, duration = 100.0, 8.0  # 2 s for each workload and transport
         run = subprocess.run(
@@ -33,6 +35,21 @@ class DemoOpenLoopTest(unittest.TestCase):
                             f"{scheme}: {figures['requests']} fetches for {expected:.0f} offered")
         # The same arrival times over both transports: the same number of fetches.
         self.assertEqual(inference["rdma"]["requests"], inference["tcp"]["requests"])
+
+    def test_the_closed_loop_keeps_its_fetches_in_flight_on_both_transports(self):
+        # 2 rankers x 8 fan-outs: each completed fetch starts the next, so by Little's law the
+        # mean in flight (fetches/s x mean latency) is the full 16 on both transports. Refilled
+        # by the ranker thread instead (--refill-from-ranker), the busier transport kept fewer.
+        duration = 8.0
+        run = subprocess.run([BX, "demo", "--duration", str(duration), "--json"] + EXTRA_ARGS,
+                             capture_output=True, text=True, timeout=170)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        inference = json.loads(run.stdout)["inference"]
+        for scheme in ("rdma", "tcp"):
+            figures = inference[scheme]
+            self.assertEqual(figures["errors"], 0, scheme)
+            in_flight = figures["requests_per_sec"] * figures["fetch_mean_us"] / 1e6
+            self.assertGreater(in_flight, 0.9 * 16, f"{scheme}: {in_flight:.2f} of 16 in flight")
 
     def test_a_negative_rate_is_refused(self):
         run = subprocess.run([BX, "demo", "--inference-rate", "-5"], capture_output=True,

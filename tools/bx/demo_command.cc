@@ -60,6 +60,10 @@ struct DemoOptions {
   // schedule over both transports), so the two are compared at the same load; 0: each ranker
   // keeps `outstanding` in flight (closed loop). Either way `outstanding` caps what is in flight.
   double inference_rate = 0;
+  // Closed loop: a fan-out that completes starts the ranker's next one from its callback, so
+  // `outstanding` stay in flight over both transports. false: the ranker thread starts it once it
+  // is woken, and how late that is depends on how busy the CPU is, which differs by transport.
+  bool refill_from_completion = true;
   int trainers = 4;
   int compute_us = 200;  // stand-in forward/backward per training step
   uint32_t dim = 64;
@@ -337,10 +341,58 @@ DrawnRequests DrawInferenceRequests(const DemoOptions& options) {
   return drawn;
 }
 
-// Rankers: each keeps `outstanding` fan-out fetches in flight, sending its drawn requests; with
-// an inference rate, each starts its share of them at Poisson arrival times instead, and a
-// fetch's latency runs from the time it was due, so waiting for a free slot behind slow fetches
-// counts (no coordinated omission).
+// Closed loop, refilled from completions: `outstanding` chains of fetches per ranker, each
+// fetch started by the callback of the one before it. A failed fetch hands its chain back to the
+// ranker thread (a failure may come inline, and restarting it there could recurse).
+void RunRankerChains(const DemoOptions& options, PsClient& client, Clock::time_point end,
+                     const std::vector<std::vector<uint64_t>>& requests, Recorder& recorder) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int chains = 0;      // guarded by mu: chains not yet ended
+  int to_restart = 0;  // guarded by mu: chains whose last fetch failed
+  std::atomic<size_t> next{0};
+  std::function<void()> start_fetch = [&] {
+    const std::vector<uint64_t>& request = requests[next.fetch_add(1) % requests.size()];
+    const auto start = Clock::now();
+    client.FetchRowsAsync(kTable, request, 2s, [&, start](Result<ps::FetchedRows> result) {
+      const auto now = Clock::now();
+      if (result.ok()) {
+        recorder.Fetch(now - start);
+        recorder.requests.fetch_add(1);
+        if (now < end) return start_fetch();
+      } else {
+        recorder.errors.fetch_add(1);
+      }
+      std::lock_guard lock(mu);
+      if (!result.ok() && now < end) {
+        ++to_restart;
+      } else {
+        --chains;
+      }
+      cv.notify_all();
+    });
+  };
+  {
+    std::lock_guard lock(mu);
+    chains = options.outstanding;
+  }
+  for (int i = 0; i < options.outstanding; ++i) start_fetch();
+  std::unique_lock lock(mu);
+  for (;;) {
+    cv.wait(lock, [&] { return chains == 0 || to_restart > 0; });
+    if (chains == 0) break;
+    --to_restart;
+    lock.unlock();
+    start_fetch();
+    lock.lock();
+  }
+}
+
+// Rankers: each keeps `outstanding` fan-out fetches in flight, sending its drawn requests (by
+// default each restarted from its completion: RunRankerChains); with an inference rate, each
+// starts its share of them at Poisson arrival times instead, and a fetch's latency runs from the
+// time it was due, so waiting for a free slot behind slow fetches counts (no coordinated
+// omission).
 void RunInference(const DemoOptions& options, PsClient& client, double seconds,
                   const DrawnRequests& drawn, Recorder& recorder) {
   const auto t0 = Clock::now();
@@ -350,6 +402,9 @@ void RunInference(const DemoOptions& options, PsClient& client, double seconds,
   std::vector<std::thread> rankers;
   for (int r = 0; r < options.rankers; ++r) {
     rankers.emplace_back([&, r] {
+      if (!open_loop && options.refill_from_completion) {
+        return RunRankerChains(options, client, end, drawn[r], recorder);
+      }
       std::mutex mu;
       std::condition_variable cv;
       int in_flight = 0;
@@ -644,6 +699,7 @@ void RunDemo(const DemoOptions& options) {
       for (auto& [scheme, figures] : by_scheme) out[workload][scheme] = ToJson(figures);
     }
     out["inference"]["offered_rate"] = options.inference_rate;  // 0: closed loop
+    out["inference"]["refill_from_completion"] = options.refill_from_completion;
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
@@ -658,8 +714,9 @@ void RunDemo(const DemoOptions& options) {
                 "{:.0f} fan-out fetches/s offered (Poisson) by {} rankers, at most {} "
                 "in flight each",
                 options.inference_rate, options.rankers, options.outstanding)
-          : fmt::format("{} rankers x {} outstanding fan-out fetches", options.rankers,
-                        options.outstanding);
+          : fmt::format("{} rankers x {} outstanding fan-out fetches{}", options.rankers,
+                        options.outstanding,
+                        options.refill_from_completion ? "" : " (refilled by the ranker)");
   PrintTable(fmt::format("inference: {}, sizes log-uniform 1 KiB..2 MiB", load),
              results["inference"]["rdma"], results["inference"]["tcp"], false,
              options.inference_rate > 0);
@@ -765,6 +822,9 @@ void AddDemoCommand(CLI::App* app) {
                    "Fan-out fetches per second the rankers start together (Poisson; the same "
                    "offered load over both transports); 0: closed loop, --outstanding each")
       ->check(CLI::NonNegativeNumber);
+  command->add_flag("!--refill-from-ranker", options->refill_from_completion,
+                    "closed loop: the ranker thread starts the next fetch once woken (default: "
+                    "the completed fetch's callback does, so --outstanding stay in flight)");
   command->add_option("--trainers", options->trainers, "Trainer threads");
   command->add_option("--compute-us", options->compute_us, "Stand-in compute per training step");
   command->add_option("--shards", options->shards, "Shards");
