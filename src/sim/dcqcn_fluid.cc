@@ -45,6 +45,72 @@ class NullSink : public MessageSink {
   void OnSendCompleted(uint32_t) override {}
 };
 
+// The expected rates (per ns, per flow) of the increase events of each stage, and the share of
+// flows whose next cut also sets RT <- RC (an increase came since their last cut).
+struct IncreaseRates {
+  double fast = 0, additive = 0, hyper = 0;
+  double increased_since_cut = 0;
+};
+
+// The paper's way: cuts a Poisson process at today's rate `lambda`, so each stage's increase
+// events come at a fixed fraction of it (a timer period with no cut, then two, ...).
+IncreaseRates StationaryIncreases(const DcqcnConfig& d, double lambda) {
+  IncreaseRates r;
+  const double x = lambda * double(d.increase_interval_ns);
+  if (x < 1e-9) {
+    r.hyper = 1 / double(d.increase_interval_ns);  // no cuts: past the additive stage
+  } else {
+    const double f = d.fast_recovery_steps;
+    r.fast = lambda * (std::exp(-x) - std::exp(-(f + 1) * x)) / (1 - std::exp(-x));
+    r.additive = lambda * std::exp(-(f + 1) * x);
+    r.hyper = lambda * std::exp(-(f + 2) * x) / (1 - std::exp(-x));
+  }
+  r.increased_since_cut = std::exp(-x);
+  return r;
+}
+
+// From the run's history, at step i: a flow's increase timer fires when its last cut was k timer
+// periods ago: a cut at t - kT (density lambda(t - kT), from cuts_before) and no CNP since.
+// After a CNP the receiver ignores marks for tau_cnp, then answers the first one, so "no CNP
+// since" is "no mark from t - kT + tau_cnp on": exp(-marks in between). That keeps the timer's
+// memory (the fast recovery follows a burst of cuts one period later) and its regularity (while
+// every cell is marked, CNPs come every tau_cnp and the timer never fires), as in the packet
+// model. Stages are followed one by one up to the first hyper increase; flows cut longer ago are
+// all in hyper increase, their timers firing once a period at phases long since spread out.
+IncreaseRates RememberedIncreases(const DcqcnConfig& d, TimeNs i, TimeNs timer_steps,
+                                  TimeNs cnp_steps, double dt,
+                                  const std::vector<double>& cuts_before,
+                                  const std::vector<double>& marks_before) {
+  IncreaseRates r;
+  const double marks_now = marks_before[size_t(i) + 1];
+  const double never_cut = std::exp(-cuts_before[size_t(i) + 1]);
+  auto no_cnp_since = [&](TimeNs back) {
+    const TimeNs from = std::max<TimeNs>(0, i + 1 - back + cnp_steps);
+    return from > i ? 1.0 : std::exp(-(marks_now - marks_before[size_t(from)]));
+  };
+  const TimeNs fast_steps = TimeNs(d.fast_recovery_steps);
+  const TimeNs stages = fast_steps + 2;
+  for (TimeNs k = 1; k <= stages && k * timer_steps <= i; ++k) {
+    const size_t then = size_t(i - k * timer_steps);
+    const double rate =
+        (cuts_before[then + 1] - cuts_before[then]) / dt * no_cnp_since(k * timer_steps);
+    if (k <= fast_steps) {
+      r.fast += rate;
+    } else if (k == fast_steps + 1) {
+      r.additive += rate;
+    } else {
+      r.hyper += rate;
+    }
+  }
+  if ((stages + 1) * timer_steps <= i) {
+    const double long_ago = no_cnp_since((stages + 1) * timer_steps) - never_cut;
+    r.hyper += std::max(0.0, long_ago) / double(d.increase_interval_ns);
+  }
+  // Cut once, and no CNP within the last period.
+  r.increased_since_cut = std::max(0.0, no_cnp_since(timer_steps) - never_cut);
+  return r;
+}
+
 }  // namespace
 
 std::vector<DcqcnFlowsScenario> DcqcnFlowsScenarios() {
@@ -115,60 +181,12 @@ DcqcnFlowsResult SolveDcqcnFluid(const DcqcnFlowsScenario& s, DcqcnFluidTimer ti
     cuts_before[size_t(i) + 1] = cuts_before[size_t(i)] + lambda * dt;
     marks_before[size_t(i) + 1] = marks_before[size_t(i)] + p * cells_per_ns * dt;
 
-    double fast = 0, additive = 0, hyper = 0;
-    double increased_since_cut = 0;  // the flows whose next cut also sets RT <- RC
-    if (timer_model == DcqcnFluidTimer::kStationary) {
-      // The paper's way: cuts a Poisson process at today's rate, so the increase events of
-      // each stage come at fixed fractions of it (a timer period with no cut, then two, ...).
-      if (seen_cnp) {
-        const double x = lambda * double(d.increase_interval_ns);
-        if (x < 1e-9) {
-          hyper = 1 / double(d.increase_interval_ns);  // no cuts: past the additive stage
-        } else {
-          const double f = d.fast_recovery_steps;
-          fast = lambda * (std::exp(-x) - std::exp(-(f + 1) * x)) / (1 - std::exp(-x));
-          additive = lambda * std::exp(-(f + 1) * x);
-          hyper = lambda * std::exp(-(f + 2) * x) / (1 - std::exp(-x));
-        }
-        increased_since_cut = std::exp(-x);
-      }
-    } else {
-      // A flow's increase timer fires at t when its last cut was k timer periods ago: a cut at
-      // t - kT (density lambda(t - kT)) and no CNP since. After a CNP the receiver ignores marks
-      // for tau_cnp, then answers the first one, so "no CNP since" is "no mark from t - kT +
-      // tau_cnp on": exp(-marks in between). That keeps the timer's memory (the fast recovery
-      // follows a burst of cuts one period later) and its regularity (while every cell is
-      // marked, CNPs come every tau_cnp and the timer never fires), as in the packet model.
-      const double marks_now = marks_before[size_t(i) + 1];
-      auto no_cnp_since = [&](TimeNs back) {
-        const TimeNs from = std::max<TimeNs>(0, i + 1 - back + cnp_steps);
-        return from > i ? 1.0 : std::exp(-(marks_now - marks_before[size_t(from)]));
-      };
-      // Stages one by one up to the first hyper increase; flows cut longer ago than that are
-      // all in hyper increase, and their timers fire once a period, at phases that have long
-      // since spread out.
-      const TimeNs stages = TimeNs(d.fast_recovery_steps) + 2;
-      for (TimeNs k = 1; k <= stages && k * timer_steps <= i; ++k) {
-        const size_t then = size_t(i - k * timer_steps);
-        const double none_since = no_cnp_since(k * timer_steps);
-        const double rate = (cuts_before[then + 1] - cuts_before[then]) / dt * none_since;
-        if (k <= TimeNs(d.fast_recovery_steps)) {
-          fast += rate;
-        } else if (k == TimeNs(d.fast_recovery_steps) + 1) {
-          additive += rate;
-        } else {
-          hyper += rate;
-        }
-      }
-      if ((stages + 1) * timer_steps <= i) {
-        const double long_ago =
-            no_cnp_since((stages + 1) * timer_steps) - std::exp(-cuts_before[size_t(i) + 1]);
-        hyper += std::max(0.0, long_ago) / double(d.increase_interval_ns);
-      }
-      // Cut once, and no CNP within the last period.
-      increased_since_cut =
-          std::max(0.0, no_cnp_since(timer_steps) - std::exp(-cuts_before[size_t(i) + 1]));
-    }
+    const IncreaseRates inc =
+        timer_model == DcqcnFluidTimer::kStationary
+            ? (seen_cnp ? StationaryIncreases(d, lambda) : IncreaseRates{})
+            : RememberedIncreases(d, i, timer_steps, cnp_steps, dt, cuts_before, marks_before);
+    const double fast = inc.fast, additive = inc.additive, hyper = inc.hyper;
+    const double increased_since_cut = inc.increased_since_cut;
     const double increases = fast + additive + hyper;
     const double target_gain = additive * rate_ai + hyper * rate_hai;
     const double cut_after_increase = lambda * increased_since_cut;
