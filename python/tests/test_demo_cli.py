@@ -17,13 +17,16 @@ EXTRA_ARGS = os.environ.get("BX_DEMO_EXTRA_ARGS", "").split()
 
 
 class DemoLoadTest(unittest.TestCase):
+    def run_demo(self, duration, *args):
+        """Runs `bx demo --json` for `duration` seconds; returns its inference figures."""
+        run = subprocess.run([BX, "demo", "--duration", str(duration), "--json", *args],
+                             capture_output=True, text=True, timeout=170)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        return json.loads(run.stdout)["inference"]
+
     def test_both_transports_serve_the_same_offered_load(self):
         rate, duration = 100.0, 8.0  # 2 s for each workload and transport
-        run = subprocess.run(
-            [BX, "demo", "--duration", str(duration), "--inference-rate", str(rate), "--json"],
-            capture_output=True, text=True, timeout=170)
-        self.assertEqual(run.returncode, 0, run.stderr)
-        inference = json.loads(run.stdout)["inference"]
+        inference = self.run_demo(duration, "--inference-rate", str(rate))
         self.assertEqual(inference["offered_rate"], rate)
         expected = rate * duration / 4
         for scheme in ("rdma", "tcp"):
@@ -41,10 +44,7 @@ class DemoLoadTest(unittest.TestCase):
         # mean in flight (fetches/s x mean latency) is the full 16 on both transports. Refilled
         # by the ranker thread instead (--refill-from-ranker), the busier transport kept fewer.
         duration = 8.0
-        run = subprocess.run([BX, "demo", "--duration", str(duration), "--json"] + EXTRA_ARGS,
-                             capture_output=True, text=True, timeout=170)
-        self.assertEqual(run.returncode, 0, run.stderr)
-        inference = json.loads(run.stdout)["inference"]
+        inference = self.run_demo(duration, *EXTRA_ARGS)
         for scheme in ("rdma", "tcp"):
             figures = inference[scheme]
             self.assertEqual(figures["errors"], 0, scheme)

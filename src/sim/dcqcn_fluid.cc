@@ -185,11 +185,9 @@ DcqcnFlowsResult SolveDcqcnFluid(const DcqcnFlowsScenario& s, DcqcnFluidTimer ti
         timer_model == DcqcnFluidTimer::kStationary
             ? (seen_cnp ? StationaryIncreases(d, lambda) : IncreaseRates{})
             : RememberedIncreases(d, i, timer_steps, cnp_steps, dt, cuts_before, marks_before);
-    const double fast = inc.fast, additive = inc.additive, hyper = inc.hyper;
-    const double increased_since_cut = inc.increased_since_cut;
-    const double increases = fast + additive + hyper;
-    const double target_gain = additive * rate_ai + hyper * rate_hai;
-    const double cut_after_increase = lambda * increased_since_cut;
+    const double increases = inc.fast + inc.additive + inc.hyper;
+    const double target_gain = inc.additive * rate_ai + inc.hyper * rate_hai;
+    const double cut_after_increase = lambda * inc.increased_since_cut;
     const double drc = -lambda * rc * alpha / 2 + increases * (rt - rc) / 2 + target_gain / 2;
     const double drt = target_gain - cut_after_increase * (rt - rc);
     const double dalpha = seen_cnp ? d.g * lambda - d.g * alpha / tau_alpha : 0;

@@ -348,8 +348,8 @@ void RunRankerChains(const DemoOptions& options, PsClient& client, Clock::time_p
                      const std::vector<std::vector<uint64_t>>& requests, Recorder& recorder) {
   std::mutex mu;
   std::condition_variable cv;
-  int chains = 0;      // guarded by mu: chains not yet ended
-  int to_restart = 0;  // guarded by mu: chains whose last fetch failed
+  int chains = options.outstanding;  // guarded by mu: chains not yet ended
+  int to_restart = 0;                // guarded by mu: chains whose last fetch failed
   std::atomic<size_t> next{0};
   std::function<void()> start_fetch = [&] {
     const std::vector<uint64_t>& request = requests[next.fetch_add(1) % requests.size()];
@@ -372,10 +372,6 @@ void RunRankerChains(const DemoOptions& options, PsClient& client, Clock::time_p
       cv.notify_all();
     });
   };
-  {
-    std::lock_guard lock(mu);
-    chains = options.outstanding;
-  }
   for (int i = 0; i < options.outstanding; ++i) start_fetch();
   std::unique_lock lock(mu);
   for (;;) {
