@@ -37,6 +37,9 @@ struct FabricConfig {
   // Mark on arrival against the queue ahead (RED's and ns-3's place) instead of at dequeue. Only
   // `bx sim validate` uses it, to show how much of the gap to ns-3 the marking point explains.
   bool ecn_at_enqueue = false;
+  // Switches queue TCP's ACKs with its data (one FIFO, as ns-3 and a single-class switch do)
+  // instead of in the strict-priority control queue that RDMA's ACKs and CNPs use.
+  bool tcp_acks_with_data = false;
   // true: host h on leaf h % leaves (servers and trainers mixed in every rack);
   // false: hosts fill racks in order (servers packed into the first racks).
   bool interleave_hosts = true;

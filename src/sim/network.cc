@@ -109,9 +109,22 @@ TimeNs Network::HostSerialisation(uint32_t bytes) const {
 uint32_t Network::Route(const Switch& sw, uint32_t switch_index, const Packet& p) const {
   if (sw.spine) return host_leaf_[p.dst_host];
   if (host_leaf_[p.dst_host] == switch_index) return host_slot_[p.dst_host];
-  // ECMP: every packet of a flow takes the same spine.
-  uint64_t h = Mix((uint64_t(p.flow) << 32) ^ (uint64_t(p.src_host) << 16) ^ p.dst_host);
-  return config_.hosts_per_leaf + uint32_t(h % (sw.ports - config_.hosts_per_leaf));
+  return config_.hosts_per_leaf +
+         EcmpSpine(p.flow, p.src_host, p.dst_host, sw.ports - config_.hosts_per_leaf);
+}
+
+uint32_t Network::EcmpSpine(uint32_t flow, uint32_t src, uint32_t dst, uint32_t spines) {
+  uint64_t h = Mix((uint64_t(flow) << 32) ^ (uint64_t(src) << 16) ^ dst);
+  return uint32_t(h % spines);
+}
+
+uint64_t Network::UplinkQueueBytes(uint32_t leaf) const {
+  const Switch& sw = switches_[leaf];
+  uint64_t bytes = 0;
+  for (uint32_t i = config_.hosts_per_leaf; i < sw.ports; ++i) {
+    bytes += ports_[sw.first_port + i].data_bytes;
+  }
+  return bytes;
 }
 
 void Network::Kick(uint32_t host) {
@@ -136,7 +149,7 @@ void Network::OnArrive(uint32_t id) {
   uint32_t out = sw.first_port + Route(sw, switch_index, p);
   Port& o = ports_[out];
   assert(o.peer != kUnconnected);
-  if (p.control()) {
+  if (p.control() && !(config_.tcp_acks_with_data && p.type == PacketType::kTcpAck)) {
     o.control.Push(packets_, id);
   } else if (p.lossless()) {
     p.in_port = uint16_t(in.local);

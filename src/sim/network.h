@@ -69,6 +69,13 @@ class Network {
   uint64_t EgressQueueBytes(uint32_t host) const {
     return ports_[ports_[host_port_[host]].peer].data_bytes;
   }
+  // Data bytes queued at a leaf's uplink ports, all spines together.
+  uint64_t UplinkQueueBytes(uint32_t leaf) const;
+
+  // ECMP: the spine (of `spines`) that a packet of `flow` from `src` to `dst` takes. Per flow and
+  // direction, as a switch hashes a 5-tuple: every packet of a flow takes the same path, and its
+  // ACKs (src and dst swapped) a path of their own.
+  static uint32_t EcmpSpine(uint32_t flow, uint32_t src, uint32_t dst, uint32_t spines);
 
  private:
   struct Port {

@@ -5,6 +5,7 @@
 
 #include "base/percentile.h"
 #include "sim/dispatch.h"
+#include "sim/endpoint_map.h"
 #include "sim/event_queue.h"
 #include "sim/messages.h"
 #include "sim/network.h"
@@ -20,7 +21,7 @@ class FlowDriver : public MessageSink {
  public:
   FlowDriver(const IncastScenario& s, EventQueue* events, MessageTable* messages,
              IncastResult* result)
-      : events_(events), messages_(messages), result_(result) {
+      : scenario_(s), events_(events), messages_(messages), result_(result) {
     uint32_t flows = s.senders + s.background;
     for (uint32_t i = 0; i < flows; ++i) {
       FlowResult f;
@@ -34,15 +35,15 @@ class FlowDriver : public MessageSink {
   void SetTransport(Transport* t) { transport_ = t; }
   bool done() const { return done_ == result_->flows.size(); }
 
-  // Flow i leaves host i + 1 (the receiver is host 0, the one "server").
+  // Flow i leaves host receivers + i (the receivers are the "servers").
   void Start(uint32_t i) {
     started_[i] = events_->now();
-    transport_->Send(i + 1, 0, MessageKind::kPush, uint32_t(result_->flows[i].bytes),
-                     events_->now());
+    transport_->Send(scenario_.receivers + i, ReceiverOf(scenario_, i), MessageKind::kPush,
+                     uint32_t(result_->flows[i].bytes), events_->now());
   }
   void OnDelivered(uint32_t id) override {
     Message& m = (*messages_)[id];
-    uint32_t i = m.from - 1;
+    uint32_t i = m.from - scenario_.receivers;
     result_->flows[i].fct_us = double(events_->now() - started_[i]) / 1000.0;
     ++done_;
     messages_->Release(id);
@@ -50,6 +51,7 @@ class FlowDriver : public MessageSink {
   void OnSendCompleted(uint32_t id) override { messages_->Release(id); }
 
  private:
+  const IncastScenario& scenario_;
   EventQueue* events_;
   MessageTable* messages_;
   IncastResult* result_;
@@ -101,25 +103,57 @@ std::vector<IncastScenario> ValidationScenarios() {
   s.background = 1;
   s.background_bytes = 8 << 20;
   v.push_back(s);
+
+  s = IncastScenario{};
+  s.name = "ecmp-8x1M";
+  s.description =
+      "2 leaves, 4 spines of 25G; 8 flows of 1 MB, each to a receiver on the other leaf";
+  s.senders = 8;
+  s.receivers = 8;
+  s.bytes = 1 << 20;
+  s.leaves = 2;
+  s.spines = 4;
+  s.uplink_gbps = 25;
+  v.push_back(s);
   return v;
+}
+
+uint32_t ReceiverOf(const IncastScenario& s, uint32_t flow) {
+  return s.receivers > 1 ? (flow + 1) % s.receivers : 0;
+}
+
+std::vector<EcmpPath> EcmpPaths(const IncastScenario& s) {
+  WorkloadConfig w;
+  w.servers = s.receivers;
+  w.trainers = s.senders + s.background;
+  EndpointMap map(w);
+  std::vector<EcmpPath> paths;
+  for (uint32_t i = 0; i < w.trainers; ++i) {
+    uint32_t from = s.receivers + i, to = ReceiverOf(s, i);
+    uint32_t flow = map.EndpointFor(from, to);  // TCP's data and ACKs carry the sender's
+    paths.push_back({Network::EcmpSpine(flow, from, to, s.spines),
+                     Network::EcmpSpine(flow, to, from, s.spines)});
+  }
+  return paths;
 }
 
 IncastResult RunIncastScenario(const IncastScenario& s, uint64_t seed) {
   IncastResult result;
   SimConfig config;
   config.transport = TransportKind::kTcp;
-  uint32_t hosts = 1 + s.senders + s.background;
+  uint32_t hosts = s.receivers + s.senders + s.background;
   FabricConfig& fabric = config.fabric;
-  // One leaf and no spine is a single switch; otherwise one spine (no ECMP to model).
+  // One leaf is a single switch (no spine); otherwise leaves under s.spines spines.
   fabric.hosts_per_leaf = (hosts + s.leaves - 1) / s.leaves;
-  fabric.spines = 1;
+  fabric.spines = s.spines;
   fabric.uplink_gbps = s.uplink_gbps;
   fabric.host_gbps = s.gbps;
   fabric.link_delay_ns = s.link_delay_ns;
   SetRedAtRate(fabric, s.gbps, s.ecn_kmin_bytes, s.ecn_kmax_bytes, s.ecn_pmax);
   fabric.ecn_at_enqueue = s.ecn_at_enqueue;
-  config.workload.servers = 1;
-  config.workload.trainers = hosts - 1;
+  fabric.tcp_acks_with_data = s.tcp_acks_with_data;
+  config.workload.servers = s.receivers;
+  config.workload.trainers = hosts - s.receivers;
   config.tcp.host_cost_ns = 0;  // ns-3 has none either
 
   EventQueue events;
@@ -139,7 +173,7 @@ IncastResult RunIncastScenario(const IncastScenario& s, uint64_t seed) {
   const TimeNs give_up = 1 * kSecond;
   while (!events.empty() && !driver.done() && events.NextTime() <= give_up) {
     while (next_sample <= events.NextTime()) {
-      uint64_t q = network.EgressQueueBytes(0);
+      uint64_t q = s.spines > 1 ? network.UplinkQueueBytes(0) : network.EgressQueueBytes(0);
       queue_sum += q;
       result.queue_max_bytes = std::max(result.queue_max_bytes, q);
       ++result.queue_samples;
@@ -156,23 +190,40 @@ IncastResult RunIncastScenario(const IncastScenario& s, uint64_t seed) {
   return result;
 }
 
-std::vector<std::string> Ns3Arguments(const IncastScenario& s) {
+std::vector<std::string> Ns3Arguments(const IncastScenario& s, bool even_paths) {
   auto arg = [](const char* name, auto value) {
     return std::string("--") + name + "=" + std::to_string(value);
   };
-  return {arg("senders", s.senders),
-          arg("bytes", s.bytes),
-          arg("start_us", double(s.start_ns) / 1000.0),
-          arg("background", s.background),
-          arg("background_bytes", s.background_bytes),
-          arg("gbps", s.gbps),
-          arg("leaves", s.leaves),
-          arg("uplink_gbps", s.uplink_gbps),
-          arg("delay_us", double(s.link_delay_ns) / 1000.0),
-          arg("kmin", s.ecn_kmin_bytes),
-          arg("kmax", s.ecn_kmax_bytes),
-          arg("pmax", s.ecn_pmax),
-          arg("sample_us", double(s.sample_ns) / 1000.0)};
+  std::vector<std::string> args;
+  if (s.spines > 1) {
+    // "data:ack" spines per flow, comma-separated.
+    std::string paths;
+    std::vector<EcmpPath> ours = EcmpPaths(s);
+    std::vector<uint32_t> dealt(s.leaves);  // even paths: flows so far from each leaf
+    for (uint32_t i = 0; i < ours.size(); ++i) {
+      uint32_t spine = dealt[(s.receivers + i) % s.leaves]++ % s.spines;
+      EcmpPath p = even_paths ? EcmpPath{spine, spine} : ours[i];
+      paths += (i ? "," : "") + std::to_string(p.data_spine) + ":" + std::to_string(p.ack_spine);
+    }
+    args.push_back("--paths=" + paths);
+  }
+  std::vector<std::string> common = {arg("senders", s.senders),
+                                     arg("receivers", s.receivers),
+                                     arg("spines", s.spines),
+                                     arg("bytes", s.bytes),
+                                     arg("start_us", double(s.start_ns) / 1000.0),
+                                     arg("background", s.background),
+                                     arg("background_bytes", s.background_bytes),
+                                     arg("gbps", s.gbps),
+                                     arg("leaves", s.leaves),
+                                     arg("uplink_gbps", s.uplink_gbps),
+                                     arg("delay_us", double(s.link_delay_ns) / 1000.0),
+                                     arg("kmin", s.ecn_kmin_bytes),
+                                     arg("kmax", s.ecn_kmax_bytes),
+                                     arg("pmax", s.ecn_pmax),
+                                     arg("sample_us", double(s.sample_ns) / 1000.0)};
+  args.insert(args.end(), common.begin(), common.end());
+  return args;
 }
 
 double FctPercentile(const IncastResult& result, double q) {

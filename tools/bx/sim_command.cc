@@ -39,6 +39,7 @@ struct SimOptions {
   std::string out_dir = "sim-out";
   bool packed = false;
   bool no_dcqcn = false;
+  bool tcp_acks_with_data = false;
   bool whole_fragments = false;
   double tcp_host_cost_us = 5;
   uint32_t victims = 0;  // victim clients
@@ -78,6 +79,7 @@ SimConfig BaseConfig(const SimOptions& o) {
   c.fabric.buffer_bytes = ParseBytes(o.buffer);
   c.fabric.interleave_hosts = !o.packed;
   c.dcqcn.enabled = !o.no_dcqcn;
+  c.fabric.tcp_acks_with_data = o.tcp_acks_with_data;
   c.engine.fragment_fits_window = !o.whole_fragments;
   c.tcp.host_cost_ns = sim::TimeNs(o.tcp_host_cost_us * 1000);
   c.duration_ns = sim::TimeNs(o.duration_s * 1e9);
@@ -327,6 +329,9 @@ void AddSimCommand(CLI::App* app) {
   incast->add_flag("--no-dcqcn", options->no_dcqcn, "disable DCQCN at the sender NICs");
   incast->add_flag("--whole-fragments", options->whole_fragments,
                    "keep 64 KiB fragments even when the window is smaller");
+  incast->add_flag("--tcp-acks-with-data", options->tcp_acks_with_data,
+                   "switches queue TCP's ACKs with its data (one FIFO, as in ns-3) instead of in "
+                   "the strict-priority control queue");
   incast
       ->add_option("--tcp-host-cost-us", options->tcp_host_cost_us,
                    "TCP stack cost per message on each side")
