@@ -89,6 +89,11 @@ struct TcpConfig {
   TimeNs min_rto_ns = 1 * kMillisecond;
   // Kernel stack cost per message, on each side (send and receive), added as latency.
   TimeNs host_cost_ns = 5 * kMicrosecond;
+  // Grow cwnd only while it is what limits the sender, as Linux does (tcp_is_cwnd_limited): in
+  // slow start while cwnd < 2 x the most bytes in flight this window, later only in a window in
+  // which the sender ran out of cwnd. Off (the default, as ns-3 3.37): every unmarked ACK grows
+  // cwnd, so a flow that its NIC limits builds a window it cannot use (docs/SIMULATION.md).
+  bool grow_only_when_cwnd_limited = false;
 };
 
 struct WorkloadConfig {

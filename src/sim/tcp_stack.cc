@@ -181,10 +181,21 @@ void TcpStack::OnAck(const Packet& p) {
   const TcpConfig& tcp = config_.tcp;
   if (p.seq > e.snd_una) {
     uint64_t acked = p.seq - e.snd_una;
+    // Before this ACK: bytes in flight, and whether cwnd left no room for the next segment of
+    // data that was waiting (our stack hands the NIC a packet only when its port is free, so a
+    // flow that its NIC or the fabric limits keeps in flight less than cwnd).
+    uint64_t in_flight = e.snd_nxt - e.snd_una;
+    e.max_in_flight = std::max(e.max_in_flight, in_flight);
+    if (e.snd_nxt<e.stream_end&& double(in_flight + tcp.mss_bytes)> e.cwnd) {
+      e.cwnd_limited = true;
+    }
     e.snd_una = p.seq;
     if (e.snd_nxt < e.snd_una) e.snd_nxt = e.snd_una;
     e.duplicate_acks = 0;
     e.rto_deadline = events_->now() + tcp.min_rto_ns;
+    // Whether this ACK may grow cwnd, from this window so far (always, unless the option).
+    bool may_grow = !tcp.grow_only_when_cwnd_limited ||
+                    (e.cwnd < e.ssthresh ? e.cwnd < 2.0 * double(e.max_in_flight) : e.cwnd_limited);
     // DCTCP: alpha from the fraction of marked bytes, once per window of data.
     e.acked += acked;
     if (p.ece) e.marked += acked;
@@ -196,8 +207,10 @@ void TcpStack::OnAck(const Packet& p) {
       }
       e.acked = e.marked = 0;
       e.window_end = e.snd_nxt;
+      e.max_in_flight = 0;
+      e.cwnd_limited = false;
     }
-    if (!p.ece) {
+    if (!p.ece && may_grow) {
       e.cwnd += e.cwnd < e.ssthresh ? double(acked) : double(tcp.mss_bytes) * acked / e.cwnd;
     }
     while (e.unacked_head != kNoMessage && (*messages_)[e.unacked_head].stream_end <= e.snd_una) {

@@ -43,6 +43,8 @@ class TcpStack : public HostStack, public Transport {
     uint64_t rcv_nxt = 0;  // of the peer's stream
     double cwnd = 0, ssthresh = 1e18, alpha = 1;
     uint64_t window_end = 0, acked = 0, marked = 0;
+    uint64_t max_in_flight = 0;  // this window (grow_only_when_cwnd_limited)
+    bool cwnd_limited = false;   // this window: cwnd, not the NIC, held data back
     uint32_t duplicate_acks = 0;
     TimeNs rto_deadline = 0;
     bool timer_armed = false;

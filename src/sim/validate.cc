@@ -155,6 +155,7 @@ IncastResult RunIncastScenario(const IncastScenario& s, uint64_t seed) {
   config.workload.servers = s.receivers;
   config.workload.trainers = hosts - s.receivers;
   config.tcp.host_cost_ns = 0;  // ns-3 has none either
+  config.tcp.grow_only_when_cwnd_limited = s.tcp_cwnd_limited;
 
   EventQueue events;
   Random rng(seed * 2 + 1);

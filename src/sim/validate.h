@@ -41,6 +41,8 @@ struct IncastScenario {
   // FIFO (false: the strict-priority control queue, bx sim incast's default). It matters only
   // where ACKs cross a port that data congests (ecmp-8x1M).
   bool tcp_acks_with_data = true;
+  // Ours only: TcpConfig::grow_only_when_cwnd_limited (Linux's check; ns-3 3.37 has none).
+  bool tcp_cwnd_limited = false;
 };
 
 struct FlowResult {

@@ -40,6 +40,7 @@ struct SimOptions {
   bool packed = false;
   bool no_dcqcn = false;
   bool tcp_acks_with_data = false;
+  bool tcp_cwnd_limited = false;
   bool whole_fragments = false;
   double tcp_host_cost_us = 5;
   uint32_t victims = 0;  // victim clients
@@ -80,6 +81,7 @@ SimConfig BaseConfig(const SimOptions& o) {
   c.fabric.interleave_hosts = !o.packed;
   c.dcqcn.enabled = !o.no_dcqcn;
   c.fabric.tcp_acks_with_data = o.tcp_acks_with_data;
+  c.tcp.grow_only_when_cwnd_limited = o.tcp_cwnd_limited;
   c.engine.fragment_fits_window = !o.whole_fragments;
   c.tcp.host_cost_ns = sim::TimeNs(o.tcp_host_cost_us * 1000);
   c.duration_ns = sim::TimeNs(o.duration_s * 1e9);
@@ -332,6 +334,8 @@ void AddSimCommand(CLI::App* app) {
   incast->add_flag("--tcp-acks-with-data", options->tcp_acks_with_data,
                    "switches queue TCP's ACKs with its data (one FIFO, as in ns-3) instead of in "
                    "the strict-priority control queue");
+  incast->add_flag("--tcp-cwnd-limited", options->tcp_cwnd_limited,
+                   "TCP grows cwnd only while cwnd limits the sender, as Linux does");
   incast
       ->add_option("--tcp-host-cost-us", options->tcp_host_cost_us,
                    "TCP stack cost per message on each side")

@@ -27,6 +27,7 @@ struct ValidateOptions {
   double ours_delay_us = -1;    // control: a mismatched link delay on our side only
   bool ecn_at_enqueue = false;  // ours marks on arrival, as ns-3's RED does
   bool acks_first = false;      // ours gives TCP's ACKs the control queue's priority
+  bool cwnd_limited = false;    // ours grows cwnd only while it limits the sender (Linux)
   bool ns3_even_paths = false;  // control: ns-3's flows dealt evenly over the spines
 };
 
@@ -102,6 +103,7 @@ int RunValidate(const ValidateOptions& o) {
     if (o.ours_delay_us >= 0) ours_s.link_delay_ns = sim::TimeNs(o.ours_delay_us * 1000);
     ours_s.ecn_at_enqueue = o.ecn_at_enqueue;
     ours_s.tcp_acks_with_data = !o.acks_first;
+    ours_s.tcp_cwnd_limited = o.cwnd_limited;
     sim::IncastResult ours = sim::RunIncastScenario(ours_s);
     sim::IncastResult ns3 = RunNs3(binary, s, o.ns3_even_paths);
     double p50[2] = {sim::FctPercentile(ours, 0.5), sim::FctPercentile(ns3, 0.5)};
@@ -161,6 +163,7 @@ int RunValidate(const ValidateOptions& o) {
     if (o.ours_delay_us >= 0) out["ours_link_delay_us"] = o.ours_delay_us;
     out["ours_ecn_at_enqueue"] = o.ecn_at_enqueue;
     out["ours_acks_first"] = o.acks_first;
+    out["ours_cwnd_limited"] = o.cwnd_limited;
     out["ns3_even_paths"] = o.ns3_even_paths;
     fmt::print("{}\n", out.dump(2));
   } else {
@@ -189,6 +192,9 @@ void AddSimValidateCommand(CLI::App* simulate) {
   validate->add_flag("--ours-acks-first", options->acks_first,
                      "ours gives TCP's ACKs the switches' strict-priority control queue, as bx sim "
                      "incast does (default: they queue with data, as in ns-3)");
+  validate->add_flag("--ours-cwnd-limited", options->cwnd_limited,
+                     "ours grows cwnd only while cwnd limits the sender, as Linux does (ns-3 "
+                     "3.37 does not check)");
   validate->add_flag("--ns3-even-paths", options->ns3_even_paths,
                      "control: ns-3 deals the flows round-robin over the spines instead of taking "
                      "our ECMP hash's paths (should disagree where the hash collides)");
