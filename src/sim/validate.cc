@@ -115,6 +115,14 @@ std::vector<IncastScenario> ValidationScenarios() {
   s.spines = 4;
   s.uplink_gbps = 25;
   v.push_back(s);
+
+  s.name = "ecmp-incast-16x256K";
+  s.description =
+      "2 leaves, 4 spines of 25G; 16 flows of 256 KB into 2 receivers, each on the other leaf";
+  s.senders = 16;
+  s.receivers = 2;
+  s.bytes = 256 << 10;
+  v.push_back(s);
   return v;
 }
 
