@@ -111,8 +111,23 @@ Ipv4Address PlaneAddress(uint32_t spine, uint32_t host) {
   return Ipv4Address(PlaneNetwork(spine).Get() + host + 1);
 }
 
+// A spine number below `spines`, or a fatal error naming the bad item.
+uint32_t ParseSpine(const std::string& text, uint32_t spines, const std::string& item) {
+  size_t used = 0;
+  unsigned long spine = spines;
+  try {
+    spine = std::stoul(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || spine >= spines) {
+    NS_FATAL_ERROR("--paths: " << item << ": expected data:ack spines below " << spines);
+  }
+  return uint32_t(spine);
+}
+
 // "d:a,d:a,...": each flow's data and ACK spines.
-std::vector<std::pair<uint32_t, uint32_t>> ParsePaths(const std::string& text) {
+std::vector<std::pair<uint32_t, uint32_t>> ParsePaths(const std::string& text, uint32_t spines) {
   std::vector<std::pair<uint32_t, uint32_t>> paths;
   size_t at = 0;
   while (at < text.size()) {
@@ -120,7 +135,8 @@ std::vector<std::pair<uint32_t, uint32_t>> ParsePaths(const std::string& text) {
     std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
     size_t colon = item.find(':');
     if (colon == std::string::npos) NS_FATAL_ERROR("--paths: expected data:ack, got " << item);
-    paths.emplace_back(std::stoul(item.substr(0, colon)), std::stoul(item.substr(colon + 1)));
+    paths.emplace_back(ParseSpine(item.substr(0, colon), spines, item),
+                       ParseSpine(item.substr(colon + 1), spines, item));
     if (comma == std::string::npos) break;
     at = comma + 1;
   }
@@ -242,7 +258,7 @@ int main(int argc, char** argv) {
 
   uint32_t hosts = senders + background;
   if (leaves == 1) spines = 0;
-  auto paths = ParsePaths(paths_text);
+  auto paths = ParsePaths(paths_text, spines);
   if (spines > 1 && paths.size() != hosts) NS_FATAL_ERROR("--paths: need one per flow");
   // Host h (receivers first, then flow i's sender as receivers + i) hangs off leaf h % leaves, as
   // our Network places hosts; with more than one leaf, every leaf has one uplink to each spine.
