@@ -260,6 +260,10 @@ int main(int argc, char** argv) {
   if (leaves == 1) spines = 0;
   auto paths = ParsePaths(paths_text, spines);
   if (spines > 1 && paths.size() != hosts) NS_FATAL_ERROR("--paths: need one per flow");
+  // The planes' addressing (PlaneAddress) has room for 254 receivers and 128 flows.
+  if (spines > 1 && (receivers > 254 || hosts > 128)) {
+    NS_FATAL_ERROR("several spines: at most 254 receivers and 128 flows");
+  }
   // Host h (receivers first, then flow i's sender as receivers + i) hangs off leaf h % leaves, as
   // our Network places hosts; with more than one leaf, every leaf has one uplink to each spine.
   NodeContainer leaf, spine, receiver, sources;
