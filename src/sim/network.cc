@@ -118,6 +118,11 @@ uint32_t Network::EcmpSpine(uint32_t flow, uint32_t src, uint32_t dst, uint32_t 
   return uint32_t(h % spines);
 }
 
+bool Network::StrictPriority(const Packet& p) const {
+  if (!p.control()) return false;
+  return !(config_.tcp_acks_with_data && p.type == PacketType::kTcpAck);
+}
+
 uint64_t Network::UplinkQueueBytes(uint32_t leaf) const {
   const Switch& sw = switches_[leaf];
   uint64_t bytes = 0;
@@ -149,7 +154,7 @@ void Network::OnArrive(uint32_t id) {
   uint32_t out = sw.first_port + Route(sw, switch_index, p);
   Port& o = ports_[out];
   assert(o.peer != kUnconnected);
-  if (p.control() && !(config_.tcp_acks_with_data && p.type == PacketType::kTcpAck)) {
+  if (StrictPriority(p)) {
     o.control.Push(packets_, id);
   } else if (p.lossless()) {
     p.in_port = uint16_t(in.local);

@@ -107,6 +107,9 @@ class Network {
   uint32_t AddPort(uint32_t node, uint32_t local, double gbps);
   void Connect(uint32_t a, uint32_t b);
   uint32_t Route(const Switch& sw, uint32_t switch_index, const Packet& p) const;
+  // Whether a switch queues the packet in the strict-priority control FIFO: ACKs and CNPs, but
+  // TCP's ACKs with the data when tcp_acks_with_data says so.
+  bool StrictPriority(const Packet& p) const;
   void TryTransmit(uint32_t port);
   void Transmit(uint32_t port, uint32_t packet);
   // Whether the port has a packet waiting or a host stack with cells to send.

@@ -186,9 +186,8 @@ void TcpStack::OnAck(const Packet& p) {
     // flow that its NIC or the fabric limits keeps in flight less than cwnd).
     uint64_t in_flight = e.snd_nxt - e.snd_una;
     e.max_in_flight = std::max(e.max_in_flight, in_flight);
-    if (e.snd_nxt<e.stream_end&& double(in_flight + tcp.mss_bytes)> e.cwnd) {
-      e.cwnd_limited = true;
-    }
+    const bool data_waiting = e.snd_nxt < e.stream_end;
+    if (data_waiting && double(in_flight + tcp.mss_bytes) > e.cwnd) e.cwnd_limited = true;
     e.snd_una = p.seq;
     if (e.snd_nxt < e.snd_una) e.snd_nxt = e.snd_una;
     e.duplicate_acks = 0;

@@ -203,15 +203,32 @@ std::vector<std::string> Ns3Arguments(const IncastScenario& s, bool even_paths) 
   auto arg = [](const char* name, auto value) {
     return std::string("--") + name + "=" + std::to_string(value);
   };
-  std::vector<std::string> args;
+  std::vector<std::string> args = {arg("senders", s.senders),
+                                   arg("receivers", s.receivers),
+                                   arg("spines", s.spines),
+                                   arg("bytes", s.bytes),
+                                   arg("start_us", double(s.start_ns) / 1000.0),
+                                   arg("background", s.background),
+                                   arg("background_bytes", s.background_bytes),
+                                   arg("gbps", s.gbps),
+                                   arg("leaves", s.leaves),
+                                   arg("uplink_gbps", s.uplink_gbps),
+                                   arg("delay_us", double(s.link_delay_ns) / 1000.0),
+                                   arg("kmin", s.ecn_kmin_bytes),
+                                   arg("kmax", s.ecn_kmax_bytes),
+                                   arg("pmax", s.ecn_pmax),
+                                   arg("sample_us", double(s.sample_ns) / 1000.0)};
   if (s.spines > 1) {
     // "data:ack" spines per flow, comma-separated.
     std::string paths;
     std::vector<EcmpPath> ours = EcmpPaths(s);
     std::vector<uint32_t> dealt(s.leaves);  // even paths: flows so far from each leaf
     for (uint32_t i = 0; i < ours.size(); ++i) {
-      uint32_t spine = dealt[(s.receivers + i) % s.leaves]++ % s.spines;
-      EcmpPath p = even_paths ? EcmpPath{spine, spine} : ours[i];
+      EcmpPath p = ours[i];
+      if (even_paths) {
+        uint32_t spine = dealt[(s.receivers + i) % s.leaves]++ % s.spines;
+        p = EcmpPath{spine, spine};
+      }
       // Appended piece by piece: GCC 12 at -O3 warns (-Wrestrict, a false positive) on
       // "literal" + std::string&&.
       if (i > 0) paths += ',';
@@ -221,22 +238,6 @@ std::vector<std::string> Ns3Arguments(const IncastScenario& s, bool even_paths) 
     }
     args.push_back("--paths=" + paths);
   }
-  std::vector<std::string> common = {arg("senders", s.senders),
-                                     arg("receivers", s.receivers),
-                                     arg("spines", s.spines),
-                                     arg("bytes", s.bytes),
-                                     arg("start_us", double(s.start_ns) / 1000.0),
-                                     arg("background", s.background),
-                                     arg("background_bytes", s.background_bytes),
-                                     arg("gbps", s.gbps),
-                                     arg("leaves", s.leaves),
-                                     arg("uplink_gbps", s.uplink_gbps),
-                                     arg("delay_us", double(s.link_delay_ns) / 1000.0),
-                                     arg("kmin", s.ecn_kmin_bytes),
-                                     arg("kmax", s.ecn_kmax_bytes),
-                                     arg("pmax", s.ecn_pmax),
-                                     arg("sample_us", double(s.sample_ns) / 1000.0)};
-  args.insert(args.end(), common.begin(), common.end());
   return args;
 }
 

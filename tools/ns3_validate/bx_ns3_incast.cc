@@ -145,14 +145,15 @@ std::vector<std::pair<uint32_t, uint32_t>> ParsePaths(const std::string& text, u
 
 // The link from a host to its leaf, as installed.
 struct HostLink {
-  Ptr<Node> host, leaf;
+  Ptr<Node> host;
+  uint32_t leaf;               // index into the leaf switches
   NetDeviceContainer devices;  // host side, leaf side
   Ipv4InterfaceContainer addresses;
 };
 
 // Static routes for the plane addressing above (see the top of this file). Hosts are numbered
 // receivers first.
-void RouteByPlanes(const std::vector<HostLink>& hosts, uint32_t receivers, NodeContainer& leaf,
+void RouteByPlanes(const std::vector<HostLink>& hosts, uint32_t receivers, NodeContainer& leaves,
                    NodeContainer& spine,
                    const std::vector<std::vector<Ipv4InterfaceContainer>>& uplinks,
                    const std::vector<std::vector<NetDeviceContainer>>& uplink_devices) {
@@ -163,10 +164,9 @@ void RouteByPlanes(const std::vector<HostLink>& hosts, uint32_t receivers, NodeC
     Ptr<Ipv4> ip = link.host->GetObject<Ipv4>();
     uint32_t host_if = ip->GetInterfaceForDevice(link.devices.Get(0));
     helper.GetStaticRouting(ip)->SetDefaultRoute(link.addresses.GetAddress(1), host_if);
-    Ptr<Ipv4> leaf_ip = link.leaf->GetObject<Ipv4>();
+    const uint32_t l = link.leaf;
+    Ptr<Ipv4> leaf_ip = leaves.Get(l)->GetObject<Ipv4>();
     uint32_t leaf_if = leaf_ip->GetInterfaceForDevice(link.devices.Get(1));
-    uint32_t l = 0;
-    while (leaf.Get(l) != link.leaf) ++l;
     for (uint32_t k = 0; k < spines; ++k) {
       // Every spine reaches the host through the host's leaf: its plane address (a receiver),
       // or its link (a sender; only its ACK spine will see traffic for it).
@@ -185,8 +185,8 @@ void RouteByPlanes(const std::vector<HostLink>& hosts, uint32_t receivers, NodeC
     }
   }
   // A leaf sends plane k's other addresses up to spine k (host routes are longer, so win).
-  for (uint32_t l = 0; l < leaf.GetN(); ++l) {
-    Ptr<Ipv4> ip = leaf.Get(l)->GetObject<Ipv4>();
+  for (uint32_t l = 0; l < leaves.GetN(); ++l) {
+    Ptr<Ipv4> ip = leaves.Get(l)->GetObject<Ipv4>();
     for (uint32_t k = 0; k < spines; ++k) {
       uint32_t up = ip->GetInterfaceForDevice(uplink_devices[l][k].Get(0));
       helper.GetStaticRouting(ip)->AddNetworkRouteTo(PlaneNetwork(k), Ipv4Mask("255.255.0.0"),
@@ -299,8 +299,8 @@ int main(int argc, char** argv) {
   std::vector<HostLink> host_links;  // by host number
   for (uint32_t r = 0; r < receivers; ++r) {
     if (r > 0) addresses.NewNetwork();
-    HostLink h{receiver.Get(r), leaf.Get(r % leaves), {}, {}};
-    NetDeviceContainer d = link.Install(h.leaf, h.host);
+    HostLink h{receiver.Get(r), r % leaves, {}, {}};
+    NetDeviceContainer d = link.Install(leaf.Get(h.leaf), h.host);
     Ptr<QueueDisc> port = red(gbps).Install(d.Get(0)).Get(0);
     fifo.Install(d.Get(1));
     Ipv4InterfaceContainer ifs = addresses.Assign(d);
@@ -316,8 +316,8 @@ int main(int argc, char** argv) {
   }
 
   for (uint32_t i = 0; i < hosts; ++i) {
-    HostLink h{sources.Get(i), leaf.Get((receivers + i) % leaves), {}, {}};
-    NetDeviceContainer d = link.Install(h.host, h.leaf);
+    HostLink h{sources.Get(i), (receivers + i) % leaves, {}, {}};
+    NetDeviceContainer d = link.Install(h.host, leaf.Get(h.leaf));
     fifo.Install(d.Get(0));
     red(gbps).Install(d.Get(1));
     Ipv4InterfaceContainer ifs;
