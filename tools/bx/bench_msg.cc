@@ -9,6 +9,10 @@
 // with a bounded window of unacknowledged sends, and the clock stops when the server has them all.
 // Host CPU per message: the process's CPU time over the throughput run, minus the simnic's
 // "hardware" threads (bxsim_hardware_cpu_ns), divided by the messages; it covers both ends.
+// --rounds N repeats every transport and size N times, interleaved (round 1 runs them all, then
+// round 2 ...), so that each round's RDMA/TCP ratio compares runs minutes apart at most; the
+// ratios reported are the median of the rounds' with their range, since on a shared host one
+// run's CPU per message moves by a third from minute to minute.
 #include <time.h>
 
 #include <CLI/CLI.hpp>
@@ -50,6 +54,7 @@ struct BenchMsgOptions {
   int iterations = 0;  // round trips per size; 0: chosen by size
   int messages = 0;    // one-way messages per size; 0: chosen by size
   int io_threads = 1;
+  int rounds = 1;  // every transport and size this many times, interleaved
   std::string device;
   RdmaPollingChoice rdma;  // --polling, --share-io-threads
   // rdma: the per-QP send window (RdmaOptions::send_window_bytes; 0: unlimited).
@@ -78,6 +83,7 @@ int ThroughputMessages(const BenchMsgOptions& options, size_t size) {
 struct MsgResult {
   std::string transport;
   size_t size = 0;
+  int round = 1;
   double p50_us = 0, p99_us = 0, p999_us = 0;
   double msgs_per_sec = 0, gbytes_per_sec = 0;
   double host_cpu_ns_per_msg = 0;
@@ -264,6 +270,7 @@ Status MeasureThroughput(const std::string& scheme, size_t size, const BenchMsgO
 json ToJson(const MsgResult& r) {
   return {{"transport", r.transport},
           {"size", r.size},
+          {"round", r.round},
           {"p50_us", r.p50_us},
           {"p99_us", r.p99_us},
           {"p999_us", r.p999_us},
@@ -274,25 +281,29 @@ json ToJson(const MsgResult& r) {
 }
 
 void PrintTable(const std::vector<MsgResult>& results) {
-  fmt::print("{:<10} {:>9} {:>9} {:>9} {:>9} {:>12} {:>8} {:>12}\n", "transport", "size", "p50_us",
-             "p99_us", "p999_us", "msgs/s", "GB/s", "host_ns/msg");
+  fmt::print("{:<10} {:>5} {:>9} {:>9} {:>9} {:>9} {:>12} {:>8} {:>12}\n", "transport", "round",
+             "size", "p50_us", "p99_us", "p999_us", "msgs/s", "GB/s", "host_ns/msg");
   for (const MsgResult& r : results) {
-    fmt::print("{:<10} {:>9} {:>9.1f} {:>9.1f} {:>9.1f} {:>12.0f} {:>8.3f} {:>12.0f}\n",
-               r.transport, r.size, r.p50_us, r.p99_us, r.p999_us, r.msgs_per_sec, r.gbytes_per_sec,
-               r.host_cpu_ns_per_msg);
+    fmt::print("{:<10} {:>5} {:>9} {:>9.1f} {:>9.1f} {:>9.1f} {:>12.0f} {:>8.3f} {:>12.0f}\n",
+               r.transport, r.round, r.size, r.p50_us, r.p99_us, r.p999_us, r.msgs_per_sec,
+               r.gbytes_per_sec, r.host_cpu_ns_per_msg);
   }
 }
 
-// RDMA/TCP for each size both ran at: below 1 is better for latency and CPU, above 1 for rates.
-json Ratios(const std::vector<MsgResult>& results) {
+const char* const kRatioFields[] = {"p50", "p99", "p999", "msgs_per_sec", "host_cpu_ns_per_msg"};
+
+// RDMA/TCP for each size and round both ran in: below 1 is better for latency and CPU, above 1
+// for rates.
+json RoundRatios(const std::vector<MsgResult>& results) {
   json ratios = json::array();
   for (const MsgResult& rdma : results) {
     if (rdma.transport != "rdma") continue;
     for (const MsgResult& tcp : results) {
-      if (tcp.transport != "tcp" || tcp.size != rdma.size) continue;
+      if (tcp.transport != "tcp" || tcp.size != rdma.size || tcp.round != rdma.round) continue;
       auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
       ratios.push_back(
           {{"size", rdma.size},
+           {"round", rdma.round},
            {"p50", ratio(rdma.p50_us, tcp.p50_us)},
            {"p99", ratio(rdma.p99_us, tcp.p99_us)},
            {"p999", ratio(rdma.p999_us, tcp.p999_us)},
@@ -301,6 +312,28 @@ json Ratios(const std::vector<MsgResult>& results) {
     }
   }
   return ratios;
+}
+
+// Per size, each ratio's median over the rounds (the lower middle one for an even count, so that
+// it is always a round's own figure), with "range": [smallest, largest] for each field.
+json MedianRatios(const json& round_ratios, const std::vector<size_t>& sizes) {
+  json medians = json::array();
+  for (size_t size : sizes) {
+    json median = {{"size", size}, {"rounds", 0}, {"range", json::object()}};
+    for (const char* field : kRatioFields) {
+      std::vector<double> values;
+      for (const json& r : round_ratios) {
+        if (r["size"].get<size_t>() == size) values.push_back(r[field].get<double>());
+      }
+      if (values.empty()) break;
+      std::sort(values.begin(), values.end());
+      median["rounds"] = values.size();
+      median[field] = values[(values.size() - 1) / 2];
+      median["range"][field] = {values.front(), values.back()};
+    }
+    if (median["rounds"].get<size_t>() > 0) medians.push_back(std::move(median));
+  }
+  return medians;
 }
 
 void RunBenchMsg(const BenchMsgOptions& options) {
@@ -315,30 +348,37 @@ void RunBenchMsg(const BenchMsgOptions& options) {
                                          : std::vector<std::string>{options.transport};
   const std::vector<size_t>& sizes = options.sizes.empty() ? kDefaultSizes : options.sizes;
   std::vector<MsgResult> results;
-  for (const std::string& scheme : schemes) {
-    for (const auto& [label, adaptive] : PollingRuns(scheme, options.rdma)) {
-      BenchMsgOptions run = options;
-      run.adaptive_polling = adaptive;
-      for (size_t size : sizes) {
-        MsgResult result;
-        result.transport = label;
-        result.size = size;
-        Status status = MeasureLatency(scheme, size, run, &result);
-        if (status.ok()) status = MeasureThroughput(scheme, size, run, &result);
-        if (!status.ok()) {
-          fmt::print(stderr, "bx bench msg: {} at {} B: {}\n", result.transport, size,
-                     status.ToString());
-          throw CLI::RuntimeError(1);
+  for (int round = 1; round <= options.rounds; ++round) {
+    for (const std::string& scheme : schemes) {
+      for (const auto& [label, adaptive] : PollingRuns(scheme, options.rdma)) {
+        BenchMsgOptions run = options;
+        run.adaptive_polling = adaptive;
+        for (size_t size : sizes) {
+          MsgResult result;
+          result.transport = label;
+          result.size = size;
+          result.round = round;
+          Status status = MeasureLatency(scheme, size, run, &result);
+          if (status.ok()) status = MeasureThroughput(scheme, size, run, &result);
+          if (!status.ok()) {
+            fmt::print(stderr, "bx bench msg: {} at {} B (round {}): {}\n", result.transport, size,
+                       round, status.ToString());
+            throw CLI::RuntimeError(1);
+          }
+          results.push_back(std::move(result));
         }
-        results.push_back(std::move(result));
       }
     }
   }
-  json ratios = Ratios(results);
+  json round_ratios = RoundRatios(results);
+  json ratios = MedianRatios(round_ratios, sizes);
   if (options.json) {
-    json out = {{"results", json::array()}};
+    json out = {{"results", json::array()}, {"rounds", options.rounds}};
     for (const MsgResult& r : results) out["results"].push_back(ToJson(r));
-    if (!ratios.empty()) out["ratios_rdma_over_tcp"] = ratios;
+    if (!ratios.empty()) {
+      out["ratios_rdma_over_tcp"] = ratios;
+      out["ratios_by_round"] = round_ratios;
+    }
     fmt::print("{}\n", out.dump(2));
     return;
   }
@@ -346,15 +386,24 @@ void RunBenchMsg(const BenchMsgOptions& options) {
   if (options.transport == "all" && ratios.empty()) {
     fmt::print("\n(no ratios: this bx has only {})\n", fmt::join(schemes, ", "));
   }
-  if (!ratios.empty()) {
-    fmt::print("\nRDMA/TCP  {:>9} {:>9} {:>9} {:>9} {:>12} {:>12}\n", "size", "p50", "p99", "p999",
-               "msgs/s", "host_ns/msg");
-    for (const json& r : ratios) {
-      fmt::print("          {:>9} {:>9.2f} {:>9.2f} {:>9.2f} {:>12.2f} {:>12.2f}\n",
-                 r["size"].get<size_t>(), r["p50"].get<double>(), r["p99"].get<double>(),
-                 r["p999"].get<double>(), r["msgs_per_sec"].get<double>(),
-                 r["host_cpu_ns_per_msg"].get<double>());
+  if (ratios.empty()) return;
+  fmt::print("\nRDMA/TCP  {:>9} {:>9} {:>9} {:>9} {:>12} {:>12}\n", "size", "p50", "p99", "p999",
+             "msgs/s", "host_ns/msg");
+  for (const json& r : ratios) {
+    fmt::print("          {:>9} {:>9.2f} {:>9.2f} {:>9.2f} {:>12.2f} {:>12.2f}\n",
+               r["size"].get<size_t>(), r["p50"].get<double>(), r["p99"].get<double>(),
+               r["p999"].get<double>(), r["msgs_per_sec"].get<double>(),
+               r["host_cpu_ns_per_msg"].get<double>());
+  }
+  if (options.rounds == 1) return;
+  fmt::print("(each the median of {} rounds; the rounds' range:)\n", options.rounds);
+  for (const json& r : ratios) {
+    std::string line = fmt::format("          {:>9}", r["size"].get<size_t>());
+    for (const char* field : kRatioFields) {
+      const json& range = r["range"][field];
+      line += fmt::format(" {:>4.2f}-{:<4.2f}", range[0].get<double>(), range[1].get<double>());
     }
+    fmt::print("{}\n", line);
   }
 }
 
@@ -386,6 +435,11 @@ void AddBenchMsgCommand(CLI::App* bench) {
   command->add_option("--messages", options->messages,
                       "One-way messages per size (default: 2 GiB worth, 2000-500000)");
   command->add_option("--io-threads", options->io_threads, "I/O threads per transport");
+  command
+      ->add_option("--rounds", options->rounds,
+                   "Run every transport and size this many times, interleaved; ratios are the "
+                   "rounds' median, with their range")
+      ->check(CLI::Range(1, 50));
   AddRdmaPollingOptions(command, &options->rdma);
   command
       ->add_option("--send-window", options->send_window_bytes,
