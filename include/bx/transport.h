@@ -136,6 +136,11 @@ struct BX_EXPORT RdmaOptions {
   // Bytes posted and not yet completed per QP (0: unlimited). Bounds what N senders can put in
   // one switch queue during an incast to N x this.
   uint64_t send_window_bytes = 128 << 10;
+  // Rendezvous messages queued behind the one under way on a socket send their requests early,
+  // up to this many bytes per QP (0: each waits for the one before), so that a stream of large
+  // messages does not wait a round trip between every two. The receiver allocates their
+  // destinations that much earlier.
+  uint64_t rendezvous_ahead_bytes = 1 << 20;
   // Rendezvous targets are exposed through a memory window over exactly the buffer (where the
   // device has type 2 windows) rather than the whole registered region.
   bool scoped_remote_writes = true;

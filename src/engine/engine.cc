@@ -18,6 +18,7 @@ std::map<std::string, uint64_t> EngineCounters::ToMap() const {
           {"channels_opened", channels_opened},
           {"eager_sent", eager_sent},
           {"rendezvous_exchanges", rendezvous_sent},
+          {"rendezvous_ahead", rendezvous_ahead},
           {"remote_writes", remote_writes},
           {"fragments", fragments},
           {"credit_stalls", credit_stalls},

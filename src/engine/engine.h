@@ -11,7 +11,10 @@
 // fragments of `fragment_bytes` to p, p+S, ..., the last one a WRITE_WITH_IMM whose receive
 // completion tells the receiver the message is whole. Since a channel's next message starts only
 // after its previous one's last request is posted, the receiver delivers in order per channel
-// with no reordering buffer.
+// with no reordering buffer. The requests of the rendezvous messages queued right behind the one
+// under way go ahead of it (up to `rendezvous_ahead_bytes` per engine), so that their replies are
+// in when their turn comes: otherwise a stream of mid-size messages on one channel waits a
+// round trip between every two (64 KiB messages ran at 0.63x TCP's rate so).
 //
 // Scheduling: when the work-request chain has free slots, a FragmentScheduler (deficit
 // round-robin by bytes) picks the next channel with work; it prepares small messages up to its
@@ -90,6 +93,12 @@ struct EngineConfig {
   // Rendezvous destinations through a memory window bound to exactly the buffer (see above);
   // off, or where the device has no type 2 windows, the peer gets the whole region's rkey.
   bool scoped_remote_writes = true;
+  // Rendezvous messages announced ahead of the message under way on their channel, at most this
+  // many bytes per engine and messages per channel: the peer allocates (and holds, with a memory
+  // window each) their destinations that much earlier. A round trip of the exchange at the ~8
+  // GB/s measured on the simnic is ~160 KB. 0 bytes announces none.
+  uint64_t rendezvous_ahead_bytes = 1 << 20;
+  uint32_t rendezvous_ahead_messages = 8;
 };
 
 // What the peer told us at connection set-up.
@@ -121,6 +130,7 @@ struct EngineCounters {
   uint64_t window_stalls = 0, max_outstanding_bytes = 0, window_bytes = 0;
   uint64_t scheduler_rounds = 0;
   uint64_t eager_sent = 0, rendezvous_sent = 0, remote_writes = 0, fragments = 0;
+  uint64_t rendezvous_ahead = 0;  // requests sent while an earlier message was under way
   uint64_t credit_stalls = 0, credit_updates_sent = 0, credits_received = 0;
   uint64_t rnr_events = 0;  // RNR-retry-exceeded completions: credits should make it stay 0
   uint64_t signalled_completions = 0, receive_batches_posted = 0;
@@ -254,6 +264,13 @@ class Engine {
   Step PumpChannel(ChannelId id);
   Step Admit(uint32_t bytes, bool spends_credit, uint32_t slots);
   void FinishMessage(ChannelId id, Channel& channel, WorkRequestChain::Slot& last);
+  // Takes the channel's next message as the one under way (the queue's head).
+  void StartNext(Channel& channel);
+  // Sends the request of rendezvous message `out` of `channel` (checks done by the caller).
+  void PrepareRendezvousRequest(ChannelId channel, Outgoing& out);
+  // Announces the rendezvous messages queued right behind the one under way, within
+  // rendezvous_ahead_bytes and what credits, chain and window allow now.
+  void AnnounceAhead(ChannelId id, Channel& channel);
   uint16_t AllocateRendezvousId();
   void PostPending();
   void OnSendCompletion(const ibv_wc& wc);
@@ -322,6 +339,9 @@ class Engine {
   // Our rendezvous messages between request and last fragment, by id: the channel they belong to.
   std::unordered_map<uint16_t, ChannelId> rendezvous_;
   uint16_t next_rendezvous_id_ = 1;
+  // Messages announced ahead (request sent, still queued behind their channel's current one),
+  // over all channels: their count and bytes.
+  uint64_t ahead_messages_ = 0, ahead_bytes_ = 0;
   // Destinations allocated for the peer's rendezvous messages, by id.
   struct Incoming {
     ChannelId channel;

@@ -48,7 +48,7 @@ void Engine::CloseChannel(ChannelId id, const Status& why) {
   Channel* channel = Find(id);
   if (channel == nullptr || channel->closing) return;
   channel->closing = true;
-  channel->FailQueued(why);
+  channel->FailQueuedKeepingAnnounced(why);
   // A message not started yet is dropped. One under way is abandoned: its sender hears now,
   // but the engine keeps the buffer until the NIC is done with it, and ends the exchange with
   // the peer (which may hold a destination buffer for it) once the reply is in.
@@ -63,7 +63,7 @@ void Engine::CloseChannel(ChannelId id, const Status& why) {
     }
     if (done) done(why);
   }
-  if (!channel->current) {
+  if (!channel->current && !channel->head) {
     scheduler_.Remove(id);
     QueueClose(id, *channel);
   }
@@ -71,7 +71,8 @@ void Engine::CloseChannel(ChannelId id, const Status& why) {
 
 void Engine::MaybeRelease(ChannelId id) {
   Channel* channel = Find(id);
-  if (channel == nullptr || !channel->close_sent || !channel->peer_closed || channel->current)
+  if (channel == nullptr || !channel->close_sent || !channel->peer_closed || channel->current ||
+      channel->head)
     return;
   scheduler_.Remove(id);
   channels_.erase(id);

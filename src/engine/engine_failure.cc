@@ -44,6 +44,7 @@ void Engine::Fail(const Status& why, bool notify) {
   incoming_.clear();
   control_.clear();
   rendezvous_.clear();
+  ahead_messages_ = ahead_bytes_ = 0;
   if (notify && callbacks_.on_failure) callbacks_.on_failure(why);
 }
 

@@ -33,6 +33,9 @@ struct Engine::Outgoing {
 struct Engine::Channel {
   std::unique_ptr<Outgoing> head;  // messages not started yet, oldest first
   Outgoing* tail = nullptr;
+  // The first `ahead` queued messages are rendezvous messages announced ahead: their requests
+  // are out (state kAwaitingReply, or kWriting once the reply is in), their data waits its turn.
+  uint32_t ahead = 0;
   std::unique_ptr<Outgoing> current;  // the message being sent, until its last request is posted
   bool closing = false;               // our side has ended: no more sends, incoming dropped
   bool close_queued = false;          // our kChannelClose is in control_ (or sent)
@@ -59,6 +62,28 @@ struct Engine::Channel {
   void FailQueued(const Status& why) {
     while (head) {
       auto out = PopFront();
+      if (out->message.done) out->message.done(why);
+    }
+    ahead = 0;
+  }
+  // The channel closes: every queued message completes with `why`. Those announced ahead stay
+  // queued, abandoned, since the peer holds (or will hold) a destination for each that only a
+  // rendezvous abort frees; the rest are dropped.
+  void FailQueuedKeepingAnnounced(const Status& why) {
+    Outgoing* last_kept = nullptr;
+    std::unique_ptr<Outgoing>* link = &head;
+    for (uint32_t i = 0; i < ahead && *link; ++i) {
+      Outgoing& out = **link;
+      if (auto done = std::move(out.message.done)) done(why);
+      out.abandoned = true;
+      last_kept = &out;
+      link = &out.next;
+    }
+    std::unique_ptr<Outgoing> rest = std::move(*link);
+    tail = last_kept;
+    while (rest) {
+      std::unique_ptr<Outgoing> out = std::move(rest);
+      rest = std::move(out->next);
       if (out->message.done) out->message.done(why);
     }
   }

@@ -162,16 +162,28 @@ bool Engine::OnRendezvousReply(uint16_t id, const Buffer& payload, uint32_t byte
   RendezvousReply reply;
   auto it = rendezvous_.find(id);
   Channel* channel = it == rendezvous_.end() ? nullptr : Find(it->second);
-  if (channel == nullptr || !channel->current ||
-      channel->current->state != Outgoing::State::kAwaitingReply || channel->current->id != id ||
-      !ReadPayload(payload, byte_len, reply)) {
+  // The message under way, or one announced ahead of it.
+  auto awaits = [id](const Outgoing* o) {
+    return o != nullptr && !o->known_target && o->id == id &&
+           o->state == Outgoing::State::kAwaitingReply;
+  };
+  Outgoing* out = nullptr;
+  if (channel != nullptr && awaits(channel->current.get())) out = channel->current.get();
+  if (channel != nullptr && out == nullptr) {
+    Outgoing* queued = channel->head.get();
+    for (uint32_t i = 0; i < channel->ahead && out == nullptr; ++i, queued = queued->next.get()) {
+      if (awaits(queued)) out = queued;
+    }
+  }
+  if (out == nullptr || !ReadPayload(payload, byte_len, reply)) {
     Fail(DataLoss("unexpected rendezvous reply"));
     return false;
   }
-  channel->current->remote_addr = reply.addr;
-  channel->current->rkey = reply.rkey;
-  channel->current->state = Outgoing::State::kWriting;
-  scheduler_.Activate(it->second);
+  out->remote_addr = reply.addr;
+  out->rkey = reply.rkey;
+  out->state = Outgoing::State::kWriting;
+  // One announced ahead waits for its turn, which its channel's current message brings.
+  if (out == channel->current.get()) scheduler_.Activate(it->second);
   return true;
 }
 

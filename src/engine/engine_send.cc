@@ -165,8 +165,58 @@ Engine::Step Engine::Admit(uint32_t bytes, bool spends_credit, uint32_t slots) {
 // The last request of the channel's current message is prepared: the slot owns the message now.
 void Engine::FinishMessage(ChannelId id, Channel& channel, WorkRequestChain::Slot& last) {
   last.cookie = channel.current.release();
-  if (channel.closing) QueueClose(id, channel);
+  // A closing channel's queue holds only messages announced ahead (abandoned): each ends with
+  // its abort before the close goes.
+  if (channel.closing && !channel.head) QueueClose(id, channel);
   if (!channel.head) scheduler_.Deactivate();
+}
+
+void Engine::StartNext(Channel& channel) {
+  channel.current = channel.PopFront();
+  if (channel.ahead > 0) {
+    --channel.ahead;
+    --ahead_messages_;
+    ahead_bytes_ -= channel.current->size();
+  }
+}
+
+void Engine::PrepareRendezvousRequest(ChannelId channel, Outgoing& out) {
+  auto& slot = chain_.Prepare();
+  slot.wr.opcode = IBV_WR_SEND_WITH_IMM;
+  slot.bytes = sizeof(RendezvousRequest);
+  window_.OnPosted(slot.bytes);
+  out.id = AllocateRendezvousId();
+  rendezvous_[out.id] = channel;
+  RendezvousRequest request{out.size(), channel, {}};
+  SetInline(slot, request);
+  PrepareImm(slot, Kind::kRendezvousRequest, out.id);
+  out.state = Outgoing::State::kAwaitingReply;
+  ++counters_.rendezvous_sent;
+}
+
+void Engine::AnnounceAhead(ChannelId id, Channel& channel) {
+  if (channel.closing) return;
+  Outgoing* next = channel.head.get();
+  for (uint32_t i = 0; i < channel.ahead && next != nullptr; ++i) next = next->next.get();
+  // Only the run of rendezvous messages right behind the current one: an eager message or a
+  // known-target write in between ends it (they go in order, and need no request).
+  while (next != nullptr && next->state == Outgoing::State::kQueued && !next->known_target &&
+         next->size() > peer_.eager_limit) {
+    if (channel.ahead >= config_.rendezvous_ahead_messages ||
+        ahead_bytes_ + next->size() > config_.rendezvous_ahead_bytes)
+      return;
+    // Every channel may still need one id for its current message (AllocateRendezvousId).
+    if (ahead_messages_ + channels_.size() + 1 >= kMaxChannels) return;
+    if (!credits_.CanSendData() || chain_.free_slots() == 0 ||
+        !window_.CanPost(sizeof(RendezvousRequest)))
+      return;
+    PrepareRendezvousRequest(id, *next);
+    ++channel.ahead;
+    ++ahead_messages_;
+    ahead_bytes_ += next->size();
+    ++counters_.rendezvous_ahead;
+    next = next->next.get();
+  }
 }
 
 // Prepares the next request(s) of channel `id`: one eager message, one rendezvous request or
@@ -177,8 +227,9 @@ Engine::Step Engine::PumpChannel(ChannelId id) {
     scheduler_.Deactivate();
     return Step::kNext;
   }
-  if (!channel->current) channel->current = channel->PopFront();
+  if (!channel->current) StartNext(*channel);
   Outgoing& out = *channel->current;
+  if (out.state != Outgoing::State::kQueued) AnnounceAhead(id, *channel);
   if (out.state == Outgoing::State::kAwaitingReply) {
     scheduler_.Deactivate();  // back when the reply arrives
     return Step::kNext;
@@ -187,11 +238,11 @@ Engine::Step Engine::PumpChannel(ChannelId id) {
     const bool eager = out.size() <= peer_.eager_limit;
     uint32_t bytes = eager ? uint32_t(out.size()) : uint32_t(sizeof(RendezvousRequest));
     if (Step step = Admit(bytes, true, 1); step != Step::kGo) return step;
-    auto& slot = chain_.Prepare();
-    slot.wr.opcode = IBV_WR_SEND_WITH_IMM;
-    slot.bytes = bytes;
-    window_.OnPosted(bytes);
     if (eager) {
+      auto& slot = chain_.Prepare();
+      slot.wr.opcode = IBV_WR_SEND_WITH_IMM;
+      slot.bytes = bytes;
+      window_.OnPosted(bytes);
       // Zero-copy: the NIC reads the application's registered buffer.
       if (out.size() > 0) {
         slot.sge = {reinterpret_cast<uint64_t>(out.message.data.data()), uint32_t(out.size()),
@@ -204,13 +255,8 @@ Engine::Step Engine::PumpChannel(ChannelId id) {
       FinishMessage(id, *channel, slot);  // completes when this request retires
       return Step::kNext;
     }
-    out.id = AllocateRendezvousId();
-    rendezvous_[out.id] = id;
-    RendezvousRequest request{out.size(), id, {}};
-    SetInline(slot, request);
-    PrepareImm(slot, Kind::kRendezvousRequest, out.id);
-    out.state = Outgoing::State::kAwaitingReply;
-    ++counters_.rendezvous_sent;
+    PrepareRendezvousRequest(id, out);
+    AnnounceAhead(id, *channel);
     scheduler_.Deactivate();
     return Step::kNext;
   }
@@ -268,8 +314,8 @@ Engine::Step Engine::PumpChannel(ChannelId id) {
 }
 
 uint16_t Engine::AllocateRendezvousId() {
-  // At most one rendezvous per channel is under way and there are fewer channels than ids, so
-  // this always finds one.
+  // At most one rendezvous per channel is under way besides those announced ahead, and
+  // AnnounceAhead keeps their sum below the number of ids, so this always finds one.
   while (next_rendezvous_id_ == 0 || rendezvous_.count(next_rendezvous_id_)) ++next_rendezvous_id_;
   return next_rendezvous_id_++;
 }

@@ -59,6 +59,8 @@ struct BenchMsgOptions {
   RdmaPollingChoice rdma;  // --polling, --share-io-threads
   // rdma: the per-QP send window (RdmaOptions::send_window_bytes; 0: unlimited).
   uint64_t send_window_bytes = RdmaOptions{}.send_window_bytes;
+  // rdma: RdmaOptions::rendezvous_ahead_bytes (0: each rendezvous waits for the one before).
+  uint64_t rendezvous_ahead_bytes = RdmaOptions{}.rendezvous_ahead_bytes;
   // rdma: receive buffers per QP, also the sender's credits (RdmaOptions::recv_queue_depth).
   uint32_t recv_queue_depth = RdmaOptions{}.recv_queue_depth;
   bool adaptive_polling = true;  // this run's rdma polling (from rdma.polling)
@@ -129,6 +131,7 @@ Result<std::unique_ptr<Pair>> MakePair(const std::string& scheme, const BenchMsg
   transport_options.rdma.adaptive_polling = options.adaptive_polling;
   transport_options.rdma.share_io_threads = options.rdma.share_io_threads;
   transport_options.rdma.send_window_bytes = options.send_window_bytes;
+  transport_options.rdma.rendezvous_ahead_bytes = options.rendezvous_ahead_bytes;
   transport_options.rdma.recv_queue_depth = options.recv_queue_depth;
   auto pair = std::make_unique<Pair>();
   BX_ASSIGN_OR_RETURN(pair->server, CreateTransport(scheme, transport_options));
@@ -445,6 +448,11 @@ void AddBenchMsgCommand(CLI::App* bench) {
       ->add_option("--send-window", options->send_window_bytes,
                    "rdma: bytes posted and not yet completed per QP, e.g. 1MB (0: unlimited; "
                    "default 128KB, the paper's bound for incasts)")
+      ->transform(CLI::AsSizeValue(/*kb_is_1000=*/false));
+  command
+      ->add_option("--rendezvous-ahead", options->rendezvous_ahead_bytes,
+                   "rdma: bytes of queued rendezvous messages whose requests go ahead of their "
+                   "turn, per QP, e.g. 256KB (0: none; default 1MB)")
       ->transform(CLI::AsSizeValue(/*kb_is_1000=*/false));
   command
       ->add_option("--recv-queue-depth", options->recv_queue_depth,

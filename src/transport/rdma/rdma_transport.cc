@@ -124,6 +124,7 @@ engine::EngineConfig EngineConfigOf(const RdmaOptions& rdma) {
   config.eager_limit = rdma.eager_limit;
   config.fragment_bytes = rdma.fragment_bytes;
   config.send_window_bytes = rdma.send_window_bytes;
+  config.rendezvous_ahead_bytes = rdma.rendezvous_ahead_bytes;
   config.scoped_remote_writes = rdma.scoped_remote_writes;
   return config;
 }
@@ -132,6 +133,8 @@ static_assert(RdmaOptions{}.send_queue_depth == engine::EngineConfig{}.send_queu
               RdmaOptions{}.eager_limit == engine::EngineConfig{}.eager_limit &&
               RdmaOptions{}.fragment_bytes == engine::EngineConfig{}.fragment_bytes &&
               RdmaOptions{}.send_window_bytes == engine::EngineConfig{}.send_window_bytes &&
+              RdmaOptions{}.rendezvous_ahead_bytes ==
+                  engine::EngineConfig{}.rendezvous_ahead_bytes &&
               RdmaOptions{}.scoped_remote_writes == engine::EngineConfig{}.scoped_remote_writes);
 
 Result<Url> ParseRdmaUrl(std::string_view text) {
