@@ -10,6 +10,7 @@
 #include <cstring>
 #include <optional>
 #include <random>
+#include <thread>
 #include <tuple>
 
 #include "alloc/testing/test_memory.h"
@@ -199,6 +200,24 @@ class EngineTest : public ::testing::Test {
   EngineCounters CountersOf(Side& s) {
     EngineCounters c;
     s.io->RunAndWait([&] { c = s.engine->counters(); });
+    return c;
+  }
+
+  // Waits until `s`'s peer has closed a channel; false on timeout.
+  static bool WaitClosedByPeer(Side& s, std::chrono::seconds timeout) {
+    std::unique_lock lock(s.mu);
+    return s.cv.wait_for(lock, timeout, [&] { return !s.closed_by_peer.empty(); });
+  }
+
+  // `s`'s counters once every window it bound is invalidated, or after about five seconds: an
+  // aborted transfer's invalidate may still be on its way when the peer's close arrives.
+  EngineCounters CountersOnceGrantsEnd(Side& s) {
+    EngineCounters c;
+    for (int i = 0; i < 5000; ++i) {
+      c = CountersOf(s);
+      if (c.windows_bound == c.windows_invalidated) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     return c;
   }
 

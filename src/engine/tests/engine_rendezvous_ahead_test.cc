@@ -97,18 +97,9 @@ TEST_F(EngineTest, AnnouncedMessagesAreAbortedWhenTheChannelCloses) {
   ASSERT_TRUE(announced) << "the four messages behind the first were announced";
   a_.io->RunAndWait([&] { a_.engine->CloseChannel(a_.channel, Aborted("test closes")); });
   EXPECT_EQ(a_.sends_done.load(), 5u) << "every sender hears at once";
-  {
-    std::unique_lock lock(b_.mu);
-    ASSERT_TRUE(
-        b_.cv.wait_for(lock, std::chrono::seconds(60), [&] { return !b_.closed_by_peer.empty(); }));
-  }
-  // The close goes after the last abort; the aborts' invalidates may still be on their way.
-  EngineCounters cb;
-  for (int i = 0; i < 5000; ++i) {
-    cb = CountersOf(b_);
-    if (cb.windows_bound == cb.windows_invalidated) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  // The close goes after the last abort.
+  ASSERT_TRUE(WaitClosedByPeer(b_, std::chrono::seconds(60)));
+  EngineCounters cb = CountersOnceGrantsEnd(b_);
   EXPECT_EQ(cb.windows_bound, 5u) << "a destination was granted for each";
   EXPECT_EQ(cb.windows_bound, cb.windows_invalidated) << "every grant ended";
   EXPECT_FALSE(a_.failure.has_value());

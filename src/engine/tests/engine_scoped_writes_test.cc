@@ -237,18 +237,8 @@ TEST_F(EngineTest, ScopedWindowsSurviveAbortsAndKeepChannelOrder) {
   a_.Send(MakeMessage(32u << 20, 77));
   a_.io->RunAndWait([&] {});
   a_.io->RunAndWait([&] { a_.engine->CloseChannel(a_.channel, Aborted("test closes")); });
-  {
-    std::unique_lock lock(b_.mu);
-    ASSERT_TRUE(
-        b_.cv.wait_for(lock, std::chrono::seconds(30), [&] { return !b_.closed_by_peer.empty(); }));
-  }
-  // The abort's invalidate may still be on its way when the close arrives.
-  EngineCounters cb;
-  for (int i = 0; i < 5000; ++i) {
-    cb = CountersOf(b_);
-    if (cb.windows_bound == cb.windows_invalidated) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  ASSERT_TRUE(WaitClosedByPeer(b_, std::chrono::seconds(30)));
+  EngineCounters cb = CountersOnceGrantsEnd(b_);
   EXPECT_EQ(cb.windows_bound, 21u);
   EXPECT_EQ(cb.windows_bound, cb.windows_invalidated) << "every grant ended, aborted or not";
   EXPECT_FALSE(a_.failure.has_value());
