@@ -45,8 +45,8 @@ demo-python: build
 # unless CTEST_ARGS says otherwise: the default shape runs the same code under the sanitizers,
 # and three more sanitized passes do not fit CI's time. Both build with clang 14, which compiles
 # them in about half gcc's time (and so checks the whole tree, tests and tools, for clang's
-# warnings).
-SANITIZER_CTEST_ARGS = $(if $(CTEST_ARGS),$(CTEST_ARGS),-LE profile)
+# warnings). Tests labelled `once` (below) are left out too.
+SANITIZER_CTEST_ARGS = $(if $(CTEST_ARGS),$(CTEST_ARGS),-LE "profile|once")
 ASAN_BUILD = BUILD=build-asan SANITIZE=address BUILD_TYPE=Debug CMAKE_ARGS='$(CLANG)'
 TSAN_BUILD = BUILD=build-tsan SANITIZE=thread BUILD_TYPE=Debug CMAKE_ARGS='$(CLANG)'
 test-asan:

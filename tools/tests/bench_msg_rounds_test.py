@@ -11,10 +11,12 @@ FIELDS = {"p50": "p50_us", "p99": "p99_us", "p999": "p999_us",
 
 
 def main(bx):
-    out = subprocess.run([bx, "bench", "msg", "--transport", "all", "--size", "8", "--size", "4KB",
+    run = subprocess.run([bx, "bench", "msg", "--transport", "all", "--size", "8", "--size", "4KB",
                           "--iterations", "200", "--messages", "2000", "--rounds", str(ROUNDS),
-                          "--json"], check=True, capture_output=True, text=True).stdout
-    report = json.loads(out)
+                          "--json"], capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"bx bench msg exited {run.returncode}:\n{run.stderr}")
+    report = json.loads(run.stdout)
     assert report["rounds"] == ROUNDS, report["rounds"]
     rows = {(r["transport"], r["size"], r["round"]): r for r in report["results"]}
     assert len(rows) == 2 * 2 * ROUNDS, sorted(rows)
