@@ -168,8 +168,8 @@ bool Engine::OnRendezvousReply(uint16_t id, const Buffer& payload, uint32_t byte
            o->state == Outgoing::State::kAwaitingReply;
   };
   Outgoing* out = nullptr;
-  if (channel != nullptr && awaits(channel->current.get())) out = channel->current.get();
-  if (channel != nullptr && out == nullptr) {
+  if (channel != nullptr) {
+    if (awaits(channel->current.get())) out = channel->current.get();
     Outgoing* queued = channel->head.get();
     for (uint32_t i = 0; i < channel->ahead && out == nullptr; ++i, queued = queued->next.get()) {
       if (awaits(queued)) out = queued;

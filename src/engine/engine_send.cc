@@ -195,7 +195,8 @@ void Engine::PrepareRendezvousRequest(ChannelId channel, Outgoing& out) {
 }
 
 void Engine::AnnounceAhead(ChannelId id, Channel& channel) {
-  if (channel.closing) return;
+  // Checked before the walk too: a channel at its bound is visited once per fragment.
+  if (channel.closing || channel.ahead >= config_.rendezvous_ahead_messages) return;
   Outgoing* next = channel.head.get();
   for (uint32_t i = 0; i < channel.ahead && next != nullptr; ++i) next = next->next.get();
   // Only the run of rendezvous messages right behind the current one: an eager message or a
