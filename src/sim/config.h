@@ -133,6 +133,9 @@ struct SimConfig {
   TransportKind transport = TransportKind::kRdma;
   TimeNs duration_ns = 200 * kMillisecond;
   uint64_t seed = 1;
+  // Partitions run in parallel, one thread each (RDMA only; at most one per leaf). Speed only:
+  // every result is the same for any value (simulation.h).
+  uint32_t threads = 1;
 };
 
 }  // namespace bx::sim

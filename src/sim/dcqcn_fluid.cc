@@ -41,7 +41,7 @@ class QueueStats {
 // Drops what the flows deliver: they are longer than the run.
 class NullSink : public MessageSink {
  public:
-  void OnDelivered(uint32_t) override {}
+  void OnDelivered(const Delivery&) override {}
   void OnSendCompleted(uint32_t) override {}
 };
 
@@ -229,10 +229,9 @@ DcqcnFlowsResult SimulateDcqcnFlows(const DcqcnFlowsScenario& s, uint64_t seed) 
   config.workload.trainers = s.flows;
 
   EventQueue events;
-  Random rng(seed * 2 + 1);
   Stats stats;
   MessageTable messages;
-  Network network(fabric, hosts, &events, &rng, &stats);
+  Network network(fabric, hosts, &events, seed * 2 + 1, &stats);
   RdmaStack rdma(config, &network, &events, &messages, &stats);
   NullSink sink;
   rdma.SetSink(&sink);

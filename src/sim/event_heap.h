@@ -1,5 +1,5 @@
-// A binary min-heap of events ordered by (time, insertion order). The event queue keeps one for
-// the bucket it is draining and one for events beyond its wheel. Single-threaded.
+// A binary min-heap of events ordered by (time, order). The event queue keeps one for events beyond
+// its wheel. Single-threaded.
 #pragma once
 
 #include <cstdint>
@@ -20,9 +20,13 @@ enum class EventKind : uint8_t {
 
 struct Event {
   TimeNs time;
-  uint64_t order;  // insertion order: breaks ties in time
+  // Breaks ties in time: the node that scheduled the event and that node's count of events
+  // scheduled before it (EventQueue). A function of the model alone, so a run split into
+  // partitions pops every node's events in the same order as one queue does.
+  uint64_t order;
   uint32_t a;
   uint32_t b;
+  uint32_t node;  // the host or switch (Network's node ids) whose state the event changes
   EventKind kind;
 };
 

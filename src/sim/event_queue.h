@@ -1,5 +1,13 @@
 // The discrete-event core: integer-nanosecond virtual time and plain event structs, popped in
-// (time, insertion order), so a run is a pure function of its seed. Single-threaded.
+// (time, order), so a run is a pure function of its seed. Single-threaded; a partitioned run has
+// one queue per partition (simulation.cc).
+//
+// The order of events at the same time is that of their creation per node: an event's order is
+// (the node that scheduled it, how many events that node had scheduled before). The scheduling
+// node is the one whose event is being handled (the queue takes it from the last event popped,
+// or from SetActor before the run). Every node's events therefore pop in the same order whether
+// one queue holds all nodes or each partition holds some, which is what makes a run's result
+// independent of its partition count.
 //
 // A timing wheel (calendar queue) of kBuckets buckets of 2^kBucketShift ns each. At paper scale
 // one or two events fall due per simulated nanosecond, almost all within a few microseconds.
@@ -33,18 +41,32 @@ class EventQueue {
   bool empty() const { return size_ == 0; }
   uint64_t processed() const { return processed_; }
 
-  void Schedule(TimeNs at, EventKind kind, uint32_t a, uint32_t b = 0) {
-    Insert(Event{at, next_order_++, a, b, kind});
+  // An event at `node`, scheduled by the current actor.
+  void Schedule(TimeNs at, uint32_t node, EventKind kind, uint32_t a, uint32_t b = 0) {
+    Insert(Event{at, ReserveOrder(), a, b, node, kind});
   }
+  // The event an actor scheduled for a node of another partition (simulation.cc hands it over).
+  void Deliver(const Event& e) { Insert(e); }
+
+  // Whose events Schedule creates until the next Pop (for events scheduled before the run).
+  void SetActor(uint32_t node) { actor_ = node; }
 
   // An event that may turn out to be a no-op (a port's serialisation end with nothing waiting,
   // network.h) takes its place in the order now and is scheduled only if it is needed: it then
   // pops exactly where it would have, so skipping the others changes no result.
-  uint64_t ReserveOrder() { return next_order_++; }
-  void ScheduleReserved(TimeNs at, uint64_t order, EventKind kind, uint32_t a, uint32_t b = 0) {
-    assert(!Passed(at, order));
-    Insert(Event{at, order, a, b, kind});
+  uint64_t ReserveOrder() {
+    if (actor_ >= created_.size()) created_.resize(actor_ + 1, 0);
+    uint64_t count = created_[actor_]++;
+    assert(count < (uint64_t(1) << kCountBits));
+    return (uint64_t(actor_) << kCountBits) | count;
   }
+  void ScheduleReserved(TimeNs at, uint64_t order, uint32_t node, EventKind kind, uint32_t a,
+                        uint32_t b = 0) {
+    assert(!Passed(at, order));
+    Insert(Event{at, order, a, b, node, kind});
+  }
+  // The order of the event being handled (what Passed compares with).
+  uint64_t popped_order() const { return popped_order_; }
   // Whether an event at (at, order) would have been popped already.
   bool Passed(TimeNs at, uint64_t order) const {
     return at < now_ || (at == now_ && order < popped_order_);
@@ -63,6 +85,7 @@ class EventQueue {
     --size_;
     now_ = e.time;
     popped_order_ = e.order;
+    actor_ = e.node;
     ++processed_;
     return e;
   }
@@ -112,8 +135,10 @@ class EventQueue {
   int64_t current_ = 0;
   size_t in_wheel_ = 0;
   size_t size_ = 0;
+  static constexpr int kCountBits = 40;  // events per node; nodes take the bits above
   TimeNs now_ = 0;
-  uint64_t next_order_ = 0;
+  uint32_t actor_ = 0;
+  std::vector<uint64_t> created_;  // by node: events it has scheduled
   uint64_t popped_order_ = 0;
   uint64_t processed_ = 0;
 };

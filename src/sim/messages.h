@@ -1,7 +1,13 @@
 // Application messages of the simulated workload, pooled and named by index. A message is freed
 // once both ends are done with it: delivered at the receiver and completed at the sender.
+//
+// A partitioned run (simulation.cc) has one table per partition, holding the messages its hosts
+// send; an id names its table in the top bits. The receiver learns what it needs from the wire
+// (Delivery) and, when the message belongs to another partition, its release waits in the table
+// until the partitions next meet and the owner applies it.
 #pragma once
 
+#include <cassert>
 #include <cstdint>
 #include <vector>
 
@@ -34,25 +40,70 @@ struct Message {
   bool delivered = false;  // the receiving application has it (set by the workload)
 };
 
+inline bool IsResponse(MessageKind kind) {
+  return kind == MessageKind::kFetchResponse || kind == MessageKind::kVictimFetchResponse;
+}
+
+// What the receiving application learns of a message (from the wire, or from the table).
+struct Delivery {
+  uint32_t message = kNoMessage;  // the sender's id, for MessageTable::ReleaseDelivered
+  uint32_t from = 0, to = 0;
+  // When the exchange began: a response's origin (its request was sent), else the message's
+  // enqueued time.
+  TimeNs started = 0;
+  MessageKind kind = MessageKind::kPush;
+};
+
+inline TimeNs StartedAt(const Message& m) {
+  return IsResponse(m.kind) ? m.origin : m.enqueued;
+}
+
 class MessageTable {
  public:
+  static constexpr int kIndexBits = 24;  // messages alive per partition; partitions above
+  explicit MessageTable(uint32_t partition = 0) : partition_(partition) {}
+
   uint32_t Create(const Message& m) {
-    uint32_t id;
+    uint32_t index;
     if (free_.empty()) {
-      id = uint32_t(messages_.size());
+      index = uint32_t(messages_.size());
+      assert(index < (1u << kIndexBits));
       messages_.push_back(m);
     } else {
-      id = free_.back();
+      index = free_.back();
       free_.pop_back();
-      messages_[id] = m;
+      messages_[index] = m;
     }
-    messages_[id].refs = 2;
-    return id;
+    messages_[index].refs = 2;
+    return (partition_ << kIndexBits) | index;
   }
-  Message& operator[](uint32_t id) { return messages_[id]; }
+  // Only the owning partition reads a message.
+  Message& operator[](uint32_t id) {
+    assert(Owner(id) == partition_);
+    return messages_[id & kIndexMask];
+  }
+  Delivery DeliveryOf(uint32_t id) {
+    const Message& m = (*this)[id];
+    return Delivery{id, m.from, m.to, StartedAt(m), m.kind};
+  }
   void Release(uint32_t id) {
-    if (--messages_[id].refs == 0) free_.push_back(id);
+    Message& m = (*this)[id];
+    if (--m.refs == 0) free_.push_back(id & kIndexMask);
   }
+  // The receiving application has the message: marks it delivered and drops the receiver's
+  // reference, now if this table owns it, else when the owner takes RemoteReleases.
+  void ReleaseDelivered(uint32_t id) {
+    if (Owner(id) != partition_) {
+      remote_releases_.push_back(id);
+      return;
+    }
+    (*this)[id].delivered = true;
+    Release(id);
+  }
+  static uint32_t Owner(uint32_t id) { return id >> kIndexBits; }
+  // Releases of other partitions' messages, waiting to be handed over (and cleared).
+  std::vector<uint32_t>& remote_releases() { return remote_releases_; }
+
   size_t in_use() const { return messages_.size() - free_.size(); }
   // Calls f(message) for every message not yet freed.
   template <typename F>
@@ -63,16 +114,20 @@ class MessageTable {
   }
 
  private:
+  static constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1;
+  uint32_t partition_;
   std::vector<Message> messages_;
   std::vector<uint32_t> free_;
+  std::vector<uint32_t> remote_releases_;
 };
 
 // What a transport tells the workload.
 class MessageSink {
  public:
   virtual ~MessageSink() = default;
-  // The whole message is at the receiving application.
-  virtual void OnDelivered(uint32_t message) = 0;
+  // The whole message is at the receiving application. The sink releases it
+  // (MessageTable::ReleaseDelivered).
+  virtual void OnDelivered(const Delivery& delivery) = 0;
   // The sender learnt the message is acknowledged (its buffer may be reused).
   virtual void OnSendCompleted(uint32_t message) = 0;
 };

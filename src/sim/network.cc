@@ -19,10 +19,10 @@ uint64_t Mix(uint64_t x) {
 
 }  // namespace
 
-Network::Network(const FabricConfig& config, uint32_t hosts, EventQueue* events, Random* rng,
+Network::Network(const FabricConfig& config, uint32_t hosts, EventQueue* events, uint64_t seed,
                  Stats* stats)
-    : config_(config), hosts_(hosts), events_(events), rng_(rng), stats_(stats) {
-  leaves_ = (hosts + config.hosts_per_leaf - 1) / config.hosts_per_leaf;
+    : config_(config), hosts_(hosts), events_(events), stats_(stats) {
+  leaves_ = LeafCount(config, hosts);
   uint32_t spines = leaves_ > 1 ? config.spines : 0;
   host_leaf_.resize(hosts);
   host_slot_.resize(hosts);
@@ -70,6 +70,9 @@ Network::Network(const FabricConfig& config, uint32_t hosts, EventQueue* events,
   }
   for (uint32_t h = 0; h < hosts; ++h) {
     Connect(host_port_[h], switches_[host_leaf_[h]].first_port + host_slot_[h]);
+  }
+  for (uint64_t i = 0; i < switches_.size(); ++i) {
+    switch_rng_.emplace_back(seed + i * 0x9e37'79b9'7f4a'7c15ull);
   }
   for (uint32_t l = 0; l < leaves_; ++l) {
     for (uint32_t s = 0; s < spines; ++s) {
@@ -158,7 +161,7 @@ void Network::OnArrive(uint32_t id) {
     o.control.Push(packets_, id);
   } else if (p.lossless()) {
     p.in_port = uint16_t(in.local);
-    if (config_.ecn_at_enqueue) RedMark(o, p);
+    if (config_.ecn_at_enqueue) RedMark(o, p, switch_rng_[switch_index]);
     sw.mmu->Admit(in.local, p.wire_bytes);
     o.data_bytes += p.wire_bytes;
     o.data.Push(packets_, id);
@@ -169,7 +172,7 @@ void Network::OnArrive(uint32_t id) {
       packets_.Free(id);
       return;
     }
-    if (config_.ecn_at_enqueue) RedMark(o, p);
+    if (config_.ecn_at_enqueue) RedMark(o, p, switch_rng_[switch_index]);
     sw.mmu->AddLossy(p.wire_bytes);
     o.data_bytes += p.wire_bytes;
     o.data.Push(packets_, id);
@@ -184,13 +187,38 @@ void Network::SendPause(const Switch& sw, uint32_t global_port, bool pause) {
   uint32_t target = ports_[global_port].peer;
   if (pause) {
     ++stats_->pfc_xoff[size_t(ports_[target].pauser)];
-    if (stats_->first_xoff_occupancy == 0) {
+    if (stats_->first_xoff_at < 0) {
+      stats_->first_xoff_at = events_->now();
+      stats_->first_xoff_order = events_->popped_order();
       stats_->first_xoff_occupancy = sw.mmu->SharedUsed(local) + sw.mmu->headroom_bytes(local);
     }
   }
   // Pause frames bypass the data queue: they arrive one link delay later.
-  events_->Schedule(events_->now() + config_.link_delay_ns, EventKind::kPauseArrive, target,
-                    pause ? 1 : 0);
+  ScheduleAt(events_->now() + config_.link_delay_ns, ports_[target].node, EventKind::kPauseArrive,
+             target, pause ? 1 : 0);
+}
+
+void Network::ScheduleAt(TimeNs at, uint32_t node, EventKind kind, uint32_t a, uint32_t b) {
+  if (partitioning_ == nullptr || partitioning_->Owns(node)) {
+    events_->Schedule(at, node, kind, a, b);
+    return;
+  }
+  Handover h;
+  h.event = Event{at, events_->ReserveOrder(), a, b, node, kind};
+  if (kind == EventKind::kPacketArrive) {
+    h.packet = packets_[a];
+    packets_.Free(a);
+  }
+  exchange_->Box(partitioning_->self, partitioning_->Of(node)).push_back(h);
+}
+
+void Network::Receive(Handover& h) {
+  if (h.event.kind == EventKind::kPacketArrive) {
+    uint32_t id = packets_.Allocate();
+    packets_[id] = h.packet;
+    h.event.a = id;
+  }
+  events_->Deliver(h.event);
 }
 
 void Network::OnPause(uint32_t port, bool pause) {
@@ -232,7 +260,8 @@ void Network::TryTransmit(uint32_t port) {
     if (pt.tx_done_due) return;
     if (!events_->Passed(pt.tx_done_at, pt.tx_done_order)) {
       pt.tx_done_due = true;
-      events_->ScheduleReserved(pt.tx_done_at, pt.tx_done_order, EventKind::kPortTxDone, port);
+      events_->ScheduleReserved(pt.tx_done_at, pt.tx_done_order, pt.node, EventKind::kPortTxDone,
+                                port);
       return;
     }
     pt.busy = false;
@@ -250,7 +279,7 @@ void Network::TryTransmit(uint32_t port) {
     } else if (retry != INT64_MAX && (!pt.wake_pending || retry < pt.wake_at)) {
       pt.wake_pending = true;
       pt.wake_at = retry;
-      events_->Schedule(retry, EventKind::kNicWake, pt.node);
+      events_->Schedule(retry, pt.node, EventKind::kNicWake, pt.node);
     }
     return;
   }
@@ -267,7 +296,7 @@ void Network::TryTransmit(uint32_t port) {
     sw.mmu->RemoveLossy(p.wire_bytes);
   }
   // RED on the egress queue left behind, at dequeue (unless it marked on arrival).
-  if (!config_.ecn_at_enqueue) RedMark(pt, p);
+  if (!config_.ecn_at_enqueue) RedMark(pt, p, switch_rng_[pt.node - hosts_]);
   Transmit(port, id);
 }
 
@@ -280,22 +309,22 @@ void Network::Transmit(uint32_t port, uint32_t id) {
   pt.tx_done_order = events_->ReserveOrder();
   pt.tx_done_due = !config_.skip_idle_port_events || HasWork(pt);
   if (pt.tx_done_due) {
-    events_->ScheduleReserved(done, pt.tx_done_order, EventKind::kPortTxDone, port);
+    events_->ScheduleReserved(done, pt.tx_done_order, pt.node, EventKind::kPortTxDone, port);
   }
   p.at_port = pt.peer;
-  events_->Schedule(done + config_.link_delay_ns, EventKind::kPacketArrive, id);
+  ScheduleAt(done + config_.link_delay_ns, ports_[pt.peer].node, EventKind::kPacketArrive, id);
 }
 
 // RED against the port's data queue: marks `p` with probability rising from 0 at Kmin to Pmax at
 // Kmax, and always beyond. At dequeue (TryTransmit), or on arrival with
 // FabricConfig::ecn_at_enqueue as ns-3's RED does.
-void Network::RedMark(const Port& pt, Packet& p) {
+void Network::RedMark(const Port& pt, Packet& p, Random& rng) {
   if (pt.data_bytes <= pt.ecn_kmin) return;
   bool mark = pt.data_bytes >= pt.ecn_kmax;
   if (!mark) {
     double prob =
         config_.ecn_pmax * double(pt.data_bytes - pt.ecn_kmin) / double(pt.ecn_kmax - pt.ecn_kmin);
-    mark = rng_->Uniform() < prob;
+    mark = rng.Uniform() < prob;
   }
   if (mark && !p.ecn) {
     p.ecn = true;

@@ -16,6 +16,7 @@
 #include "sim/config.h"
 #include "sim/event_queue.h"
 #include "sim/packet.h"
+#include "sim/partition.h"
 #include "sim/random.h"
 #include "sim/stats.h"
 #include "sim/switch_mmu.h"
@@ -37,8 +38,23 @@ class HostStack {
 
 class Network {
  public:
-  Network(const FabricConfig& config, uint32_t hosts, EventQueue* events, Random* rng,
+  Network(const FabricConfig& config, uint32_t hosts, EventQueue* events, uint64_t seed,
           Stats* stats);
+
+  // Which nodes are this partition's, and where events for the others go (both outlive the
+  // Network). Without it every node is local.
+  void SetPartition(const Partitioning* partitioning, Exchange* exchange) {
+    partitioning_ = partitioning;
+    exchange_ = exchange;
+  }
+  // Nodes: hosts [0, hosts), then leaves, then spines.
+  uint32_t nodes() const { return hosts_ + uint32_t(switches_.size()); }
+  uint32_t spines() const { return uint32_t(switches_.size()) - leaves_; }
+  // Node id of a leaf or spine switch.
+  uint32_t LeafNode(uint32_t leaf) const { return hosts_ + leaf; }
+  uint32_t SpineNode(uint32_t spine) const { return hosts_ + leaves_ + spine; }
+  // A packet or pause handed over from another partition (its packet joins this pool).
+  void Receive(Handover& handover);
 
   void SetHostStack(HostStack* stack) { stack_ = stack; }
   PacketPool& packets() { return packets_; }
@@ -46,6 +62,10 @@ class Network {
   uint32_t hosts() const { return hosts_; }
   uint32_t leaves() const { return leaves_; }
   uint32_t LeafOf(uint32_t host) const;
+  // Leaves a fabric of `hosts` has (hosts_per_leaf each, the last one perhaps partly filled).
+  static uint32_t LeafCount(const FabricConfig& config, uint32_t hosts) {
+    return (hosts + config.hosts_per_leaf - 1) / config.hosts_per_leaf;
+  }
   double host_rate_mbps() const { return config_.host_gbps * 1000; }
   // Serialisation time of `bytes` on a host link.
   TimeNs HostSerialisation(uint32_t bytes) const;
@@ -115,15 +135,19 @@ class Network {
   // Whether the port has a packet waiting or a host stack with cells to send.
   bool HasWork(const Port& pt) const;
   void SendPause(const Switch& sw, uint32_t global_port, bool pause);
-  void RedMark(const Port& pt, Packet& p);
+  void RedMark(const Port& pt, Packet& p, Random& rng);
   bool IsHostNode(uint32_t node) const { return node < hosts_; }
+  // An event at another node: into this queue, or handed over to the partition that owns it.
+  void ScheduleAt(TimeNs at, uint32_t node, EventKind kind, uint32_t a, uint32_t b = 0);
 
   FabricConfig config_;
   uint32_t hosts_;
   uint32_t leaves_;
   EventQueue* events_;
-  Random* rng_;
+  std::vector<Random> switch_rng_;  // by switch: RED's draws
   Stats* stats_;
+  const Partitioning* partitioning_ = nullptr;
+  Exchange* exchange_ = nullptr;
   HostStack* stack_ = nullptr;
   PacketPool packets_;
   std::vector<Port> ports_;

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "sim/config.h"
+
 namespace bx::sim {
 
 constexpr uint32_t kNoPacket = UINT32_MAX;
@@ -27,16 +29,26 @@ struct Packet {
   uint64_t seq;      // TCP: stream offset (data) or cumulative ack
   uint32_t at_port;  // global port id the packet arrives on (next hop)
   uint16_t in_port;  // local ingress port index at the switch currently holding it
+  // RDMA, last cell: what the receiver learns of the work request from the wire (its opcode,
+  // immediate data or SEND payload), so it never reads the sender's memory.
+  uint16_t credits = 0;  // piggybacked credit return
+  uint32_t message = 0;  // the sender's message id
   PacketType type;
   bool ecn = false;
-  bool last = false;  // last cell of its work request
-  bool ece = false;   // TCP ack: echo of an ECN mark
+  bool last = false;   // last cell of its work request
+  bool ece = false;    // TCP ack: echo of an ECN mark
+  uint8_t op = 0;      // RdmaStack's Op
+  uint8_t what = 0;    // RdmaStack's What
+  uint8_t kind = 0;    // MessageKind of an application message
+  TimeNs started = 0;  // application message: Delivery::started
 
   bool control() const {
     return type == PacketType::kRdmaAck || type == PacketType::kCnp || type == PacketType::kTcpAck;
   }
   bool lossless() const { return type == PacketType::kRdmaData; }
 };
+
+static_assert(sizeof(Packet) == 64, "a packet is one cache line");
 
 class PacketPool {
  public:

@@ -6,11 +6,11 @@
 namespace bx::sim {
 
 RdmaStack::Endpoint::Endpoint(const SimConfig& config, uint32_t fragment, double line_mbps)
-    : window(config.engine.window_bytes),
-      scheduler(fragment),
+    : dcqcn(&config.dcqcn, line_mbps),
+      window(config.engine.window_bytes),
       credits(config.engine.recv_queue_depth),
       returner(config.engine.recv_queue_depth),
-      dcqcn(&config.dcqcn, line_mbps) {}
+      scheduler(fragment) {}
 
 RdmaStack::RdmaStack(const SimConfig& config, Network* network, EventQueue* events,
                      MessageTable* messages, Stats* stats)
@@ -232,6 +232,7 @@ uint32_t RdmaStack::NextDataPacket(uint32_t host, TimeNs now, TimeNs* retry_at) 
     p.flow = endpoint;
     p.ref = wr_id;
     p.last = last;
+    if (last) Describe(wr, &p);
     double rate = config_.dcqcn.enabled ? e.dcqcn.RateAt(now) : network_->host_rate_mbps();
     // Pacing: the next cell of this QP may start once this one would have left at `rate`.
     e.next_send = now + TimeNs(double(p.wire_bytes) * 8000.0 / rate + 0.5);
@@ -243,6 +244,21 @@ uint32_t RdmaStack::NextDataPacket(uint32_t host, TimeNs now, TimeNs* retry_at) 
     return id;
   }
   return kNoPacket;
+}
+
+// What the last cell tells the receiver: the opcode and, for a SEND or WRITE_WITH_IMM, what the
+// payload or immediate carries (the engine's header: credits, control kind, the message).
+void RdmaStack::Describe(const WorkRequest& wr, Packet* p) {
+  p->op = uint8_t(wr.op);
+  p->what = uint8_t(wr.what);
+  assert(wr.credits <= UINT16_MAX);
+  p->credits = uint16_t(wr.credits);
+  p->message = wr.message;
+  if (wr.what == What::kApp) {
+    const Message& m = (*messages_)[wr.message];
+    p->kind = uint8_t(m.kind);
+    p->started = StartedAt(m);
+  }
 }
 
 double RdmaStack::CurrentRateMbps(uint32_t from, uint32_t to, TimeNs now) {
@@ -280,8 +296,7 @@ void RdmaStack::OnPacket(uint32_t host, uint32_t id) {
       }
       if (p.last) {
         SendNicControl(host, PacketType::kRdmaAck, p.src_host, p.flow, p.ref);
-        const WorkRequest& wr = work_requests_[p.ref];
-        if (wr.op != Op::kWrite) Receive(receiver, wr);
+        if (Op(p.op) != Op::kWrite) Receive(receiver, p);
       }
       break;
     }
@@ -296,7 +311,7 @@ void RdmaStack::OnPacket(uint32_t host, uint32_t id) {
   }
 }
 
-void RdmaStack::Receive(uint32_t endpoint, const WorkRequest& wr) {
+void RdmaStack::Receive(uint32_t endpoint, const Packet& wr) {
   Endpoint& r = endpoints_[endpoint];
   if (wr.credits > 0) r.credits.Return(wr.credits);
   if (r.returner.OnReceiveConsumed()) r.returner.OnReposted(r.returner.batch());
@@ -307,7 +322,7 @@ void RdmaStack::Receive(uint32_t endpoint, const WorkRequest& wr) {
     Append(r.control, NewWorkRequest(credit));
     r.credit_message_queued = true;
   }
-  switch (wr.what) {
+  switch (What(wr.what)) {
     case What::kRts: {
       WorkRequest cts;
       cts.bytes = config_.fabric.control_bytes;
@@ -321,7 +336,8 @@ void RdmaStack::Receive(uint32_t endpoint, const WorkRequest& wr) {
       (*messages_)[wr.message].state = kWriting;
       break;
     case What::kApp:
-      sink_->OnDelivered(wr.message);
+      sink_->OnDelivered(
+          Delivery{wr.message, wr.src_host, wr.dst_host, wr.started, MessageKind(wr.kind)});
       break;
     default:
       break;

@@ -13,7 +13,9 @@
 // RNIC (hardware): each host's port serves its QPs round-robin, one MTU cell at a time, each QP
 // paced at its DCQCN rate. The receiver's NIC acknowledges each work request on its last cell
 // (that ACK completes it at the sender and releases its window bytes) and sends a CNP for an
-// ECN-marked cell at most once per cnp_interval per QP. Single-threaded.
+// ECN-marked cell at most once per cnp_interval per QP. The receiver learns a work request from its
+// last cell alone (Packet's RDMA fields), never from the sender's memory, so a partitioned run
+// (partition.h) needs nothing else. Single-threaded.
 #pragma once
 
 #include <cstdint>
@@ -72,23 +74,25 @@ class RdmaStack : public HostStack, public Transport {
     bool empty() const { return head == UINT32_MAX; }
   };
 
-  // One end of a QP: the software engine and the NIC's send state for it.
+  // One end of a QP: the NIC's send state for it and the software engine. The NIC's fields come
+  // first, so that the hottest path (NextDataPacket, once per cell) reads one or two cache lines
+  // of an endpoint among tens of thousands.
   struct Endpoint {
     Endpoint(const SimConfig& config, uint32_t fragment, double line_mbps);
+    WorkRequestList nic;   // posted, cells still to transmit
+    TimeNs next_send = 0;  // DCQCN pacing
+    TimeNs last_cnp = -1;  // receiver side: last CNP sent for this QP
+    uint32_t posted = 0;   // posted and not yet acknowledged (send-queue slots)
+    bool in_ring = false;
+    bool stalled = false;
+    bool credit_message_queued = false;
+    DcqcnRate dcqcn;
     flow_control::SendWindow window;
-    flow_control::FragmentScheduler scheduler;
     flow_control::SendCredits credits;
     flow_control::CreditReturner returner;
     uint32_t message_head = kNoMessage, message_tail = kNoMessage;
     WorkRequestList control;  // CTS and credit messages waiting to be posted
-    WorkRequestList nic;      // posted, cells still to transmit
-    uint32_t posted = 0;      // posted and not yet acknowledged (send-queue slots)
-    DcqcnRate dcqcn;
-    TimeNs next_send = 0;  // DCQCN pacing
-    TimeNs last_cnp = -1;  // receiver side: last CNP sent for this QP
-    bool in_ring = false;
-    bool stalled = false;
-    bool credit_message_queued = false;
+    flow_control::FragmentScheduler scheduler;
   };
 
   uint32_t NewWorkRequest(const WorkRequest& wr);
@@ -99,7 +103,9 @@ class RdmaStack : public HostStack, public Transport {
   bool PumpMessage(uint32_t endpoint);
   void Post(uint32_t endpoint, uint32_t wr);
   void Stall(Endpoint& e);
-  void Receive(uint32_t endpoint, const WorkRequest& wr);
+  void Describe(const WorkRequest& wr, Packet* p);
+  // A SEND or WRITE_WITH_IMM arrived whole (its last cell: `cell`).
+  void Receive(uint32_t endpoint, const Packet& cell);
   void Complete(uint32_t endpoint, uint32_t wr);
   void SendNicControl(uint32_t host, PacketType type, uint32_t dst, uint32_t flow, uint32_t ref);
 

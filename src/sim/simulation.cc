@@ -3,14 +3,16 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <thread>
 
 #include "base/percentile.h"
 #include "sim/dispatch.h"
 #include "sim/event_queue.h"
 #include "sim/messages.h"
 #include "sim/network.h"
-#include "sim/random.h"
+#include "sim/partition.h"
 #include "sim/rdma_stack.h"
+#include "sim/spin_barrier.h"
 #include "sim/tcp_stack.h"
 #include "sim/workload.h"
 
@@ -31,8 +33,114 @@ const char* TierName(PauseTier tier) {
 
 namespace {
 
+constexpr TimeNs kNever = INT64_MAX;
+
 double PercentileUs(std::vector<TimeNs>& samples, double q) {
   return double(Percentile(samples, q)) / 1000.0;
+}
+
+// How many partitions a run gets: what it asks for, at most one per leaf, and one for TCP (whose
+// receivers read their senders' state) or for links without delay (no lookahead).
+uint32_t PartitionCount(const SimConfig& config) {
+  if (config.transport != TransportKind::kRdma || config.fabric.link_delay_ns <= 0) return 1;
+  uint32_t leaves = Network::LeafCount(config.fabric, config.workload.hosts());
+  return std::clamp<uint32_t>(config.threads, 1, std::min<uint32_t>(leaves, 64));
+}
+
+// One partition: the whole model, running the events of its own nodes. Leaf l and the hosts
+// under it go to partition l % count, spine s to s % count: with hosts spread over the leaves,
+// every partition has its share of servers and trainers.
+struct Partition {
+  Partition(const SimConfig& config, uint32_t self, uint32_t count, Exchange* exchange)
+      : messages(self),
+        network(config.fabric, config.workload.hosts(), &events, config.seed * 2 + 1, &stats),
+        workload(config.workload, config.seed * 2 + 2, &events, &messages, &stats, &partitioning) {
+    partitioning.self = self;
+    partitioning.count = count;
+    if (count > 1) {
+      partitioning.of_node.resize(network.nodes());
+      for (uint32_t h = 0; h < network.hosts(); ++h) {
+        partitioning.of_node[h] = uint8_t(network.LeafOf(h) % count);
+      }
+      for (uint32_t l = 0; l < network.leaves(); ++l) {
+        partitioning.of_node[network.LeafNode(l)] = uint8_t(l % count);
+      }
+      for (uint32_t s = 0; s < network.spines(); ++s) {
+        partitioning.of_node[network.SpineNode(s)] = uint8_t(s % count);
+      }
+      network.SetPartition(&partitioning, exchange);
+    }
+    if (config.transport == TransportKind::kRdma) {
+      rdma = std::make_unique<RdmaStack>(config, &network, &events, &messages, &stats);
+      rdma->SetSink(&workload);
+      network.SetHostStack(rdma.get());
+      workload.SetTransport(rdma.get());
+    } else {
+      tcp = std::make_unique<TcpStack>(config, &network, &events, &messages, &stats);
+      tcp->SetSink(&workload);
+      network.SetHostStack(tcp.get());
+      workload.SetTransport(tcp.get());
+    }
+  }
+
+  // Handles this partition's events before `end`.
+  void RunUntil(TimeNs end) {
+    while (!events.empty() && events.NextTime() < end) {
+      Event e = events.Pop();
+      DispatchEvent(e, network, tcp.get(), [&](const Event& w) { workload.OnTimer(w.a, w.b); });
+    }
+  }
+
+  Partitioning partitioning;
+  EventQueue events;
+  MessageTable messages;
+  Stats stats;
+  Network network;
+  Workload workload;
+  std::unique_ptr<RdmaStack> rdma;
+  std::unique_ptr<TcpStack> tcp;
+};
+
+// Runs the partitions in windows of `lookahead` (the link delay) from the earliest pending event:
+// nothing one partition does in a window can reach another before the window ends, so each runs
+// its window alone, and they exchange handovers and releases between windows.
+void RunPartitions(std::vector<std::unique_ptr<Partition>>& parts, Exchange* exchange,
+                   TimeNs duration, TimeNs lookahead) {
+  const auto count = uint32_t(parts.size());
+  if (count == 1) {
+    parts[0]->RunUntil(duration + 1);
+    return;
+  }
+  SpinBarrier barrier(count);
+  struct alignas(64) NextTime {
+    TimeNs at = kNever;
+  };
+  std::vector<NextTime> next(count);
+  auto run = [&](uint32_t self) {
+    Partition& p = *parts[self];
+    for (;;) {
+      for (uint32_t from = 0; from < count; ++from) {
+        std::vector<Handover>& box = exchange->Box(from, self);
+        for (Handover& h : box) p.network.Receive(h);
+        box.clear();
+        for (uint32_t id : parts[from]->messages.remote_releases()) {
+          if (MessageTable::Owner(id) == self) p.messages.ReleaseDelivered(id);
+        }
+      }
+      next[self].at = p.events.empty() ? kNever : p.events.NextTime();
+      barrier.Wait();  // every box and release list is read
+      p.messages.remote_releases().clear();
+      TimeNs start = kNever;
+      for (const NextTime& n : next) start = std::min(start, n.at);
+      if (start > duration) return;
+      p.RunUntil(std::min(start + lookahead, duration + 1));
+      barrier.Wait();  // every window is run
+    }
+  };
+  std::vector<std::thread> threads;
+  for (uint32_t i = 1; i < count; ++i) threads.emplace_back(run, i);
+  run(0);
+  for (std::thread& t : threads) t.join();
 }
 
 }  // namespace
@@ -43,39 +151,27 @@ SimResult RunSimulation(const SimConfig& config) {
   result.config = config;
   Stats& stats = result.stats;
 
-  EventQueue events;
-  Random fabric_rng(config.seed * 2 + 1);
-  MessageTable messages;
-  uint32_t hosts = config.workload.hosts();
-  Network network(config.fabric, hosts, &events, &fabric_rng, &stats);
-  Workload workload(config.workload, config.seed * 2 + 2, &events, &messages, &stats);
-
-  std::unique_ptr<RdmaStack> rdma;
-  std::unique_ptr<TcpStack> tcp;
-  if (config.transport == TransportKind::kRdma) {
-    rdma = std::make_unique<RdmaStack>(config, &network, &events, &messages, &stats);
-    rdma->SetSink(&workload);
-    network.SetHostStack(rdma.get());
-    workload.SetTransport(rdma.get());
-    result.fragment_bytes = rdma->fragment_bytes();
-  } else {
-    tcp = std::make_unique<TcpStack>(config, &network, &events, &messages, &stats);
-    tcp->SetSink(&workload);
-    network.SetHostStack(tcp.get());
-    workload.SetTransport(tcp.get());
+  const uint32_t count = PartitionCount(config);
+  Exchange exchange(count);
+  std::vector<std::unique_ptr<Partition>> parts;
+  for (uint32_t i = 0; i < count; ++i) {
+    parts.push_back(std::make_unique<Partition>(config, i, count, &exchange));
   }
+  for (auto& p : parts) p->workload.Start();
+  RunPartitions(parts, &exchange, config.duration_ns, config.fabric.link_delay_ns);
 
-  workload.Start();
-  while (!events.empty() && events.NextTime() <= config.duration_ns) {
-    Event e = events.Pop();
-    DispatchEvent(e, network, tcp.get(), [&](const Event& w) { workload.OnTimer(w.a, w.b); });
+  for (auto& p : parts) {
+    p->network.Finish(config.duration_ns);
+    p->workload.Finish(config.duration_ns);
+    if (p->rdma) p->rdma->Finish();
+    stats.Merge(p->stats);
+    result.events += p->events.processed();
   }
+  stats.Finish();
+  const Network& network = parts[0]->network;
+  if (parts[0]->rdma) result.fragment_bytes = parts[0]->rdma->fragment_bytes();
+  result.partitions = count;
 
-  network.Finish(config.duration_ns);
-  workload.Finish(config.duration_ns);
-  if (rdma) rdma->Finish();
-
-  result.events = events.processed();
   result.sim_seconds = double(config.duration_ns) / double(kSecond);
   result.push_p50_us = PercentileUs(stats.push_latency_ns, 0.50);
   result.push_p99_us = PercentileUs(stats.push_latency_ns, 0.99);

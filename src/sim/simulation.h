@@ -1,5 +1,7 @@
 // One run of the fabric simulation: builds the fabric, the host stacks and the workload from a
 // SimConfig, runs the event loop to duration_ns of virtual time, and summarises what happened.
+// An RDMA run may be split into partitions that run in parallel (SimConfig::threads); the result
+// is the same for every partition count.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@ struct SimResult {
   double sim_seconds = 0;
   double wall_seconds = 0;
   uint64_t events = 0;
+  uint32_t partitions = 1;  // threads the run used
   uint32_t directed_links = 0;
 };
 

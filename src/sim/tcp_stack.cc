@@ -31,7 +31,8 @@ uint32_t TcpStack::Send(uint32_t from, uint32_t to, MessageKind kind, uint32_t b
   m.kind = kind;
   uint32_t id = messages_->Create(m);
   // The send system call and the stack's work before the bytes are in the socket.
-  events_->Schedule(events_->now() + config_.tcp.host_cost_ns, EventKind::kHostTimer, id, kAppend);
+  events_->Schedule(events_->now() + config_.tcp.host_cost_ns, from, EventKind::kHostTimer, id,
+                    kAppend);
   return id;
 }
 
@@ -55,7 +56,7 @@ void TcpStack::OnTimer(uint32_t kind, uint32_t arg) {
       break;
     }
     case kDeliver:
-      sink_->OnDelivered(arg);
+      sink_->OnDelivered(messages_->DeliveryOf(arg));
       break;
     case kRetransmit: {
       Endpoint& e = endpoints_[arg];
@@ -82,7 +83,8 @@ void TcpStack::ArmTimer(uint32_t endpoint) {
   Endpoint& e = endpoints_[endpoint];
   if (e.timer_armed) return;
   e.timer_armed = true;
-  events_->Schedule(e.rto_deadline, EventKind::kHostTimer, endpoint, kRetransmit);
+  events_->Schedule(e.rto_deadline, map_.HostOf(endpoint), EventKind::kHostTimer, endpoint,
+                    kRetransmit);
 }
 
 bool TcpStack::CanSend(const Endpoint& e) const {
@@ -159,7 +161,7 @@ void TcpStack::OnData(uint32_t host, const Packet& p) {
     Endpoint& sender = endpoints_[p.flow];
     while (sender.undelivered != kNoMessage &&
            (*messages_)[sender.undelivered].stream_end <= receiver.rcv_nxt) {
-      events_->Schedule(events_->now() + config_.tcp.host_cost_ns, EventKind::kHostTimer,
+      events_->Schedule(events_->now() + config_.tcp.host_cost_ns, host, EventKind::kHostTimer,
                         sender.undelivered, kDeliver);
       sender.undelivered = (*messages_)[sender.undelivered].next;
     }

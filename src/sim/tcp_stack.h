@@ -6,7 +6,7 @@
 //
 // Simplifications (docs/SIMULATION.md): an ACK per segment; the receiver keeps no out-of-order
 // segments; the receiver learns message boundaries from the sender's list (framing is free).
-// Single-threaded.
+// Single-threaded, and not partitioned: a receiver reads its sender's endpoint and messages.
 #pragma once
 
 #include <cstdint>

@@ -28,7 +28,9 @@ class FlowDriver : public MessageSink {
       f.background = i >= s.senders;
       f.bytes = f.background ? s.background_bytes : s.bytes;
       result->flows.push_back(f);
-      events->Schedule(f.background ? 0 : s.start_ns, EventKind::kWorkload, i);
+      uint32_t host = s.receivers + i;
+      events->SetActor(host);
+      events->Schedule(f.background ? 0 : s.start_ns, host, EventKind::kWorkload, i);
     }
     started_.resize(flows);
   }
@@ -41,12 +43,11 @@ class FlowDriver : public MessageSink {
     transport_->Send(scenario_.receivers + i, ReceiverOf(scenario_, i), MessageKind::kPush,
                      uint32_t(result_->flows[i].bytes), events_->now());
   }
-  void OnDelivered(uint32_t id) override {
-    Message& m = (*messages_)[id];
-    uint32_t i = m.from - scenario_.receivers;
+  void OnDelivered(const Delivery& d) override {
+    uint32_t i = d.from - scenario_.receivers;
     result_->flows[i].fct_us = double(events_->now() - started_[i]) / 1000.0;
     ++done_;
-    messages_->Release(id);
+    messages_->ReleaseDelivered(d.message);
   }
   void OnSendCompleted(uint32_t id) override { messages_->Release(id); }
 
@@ -166,10 +167,9 @@ IncastResult RunIncastScenario(const IncastScenario& s, uint64_t seed) {
   config.tcp.grow_only_when_cwnd_limited = s.tcp_cwnd_limited;
 
   EventQueue events;
-  Random rng(seed * 2 + 1);
   Stats stats;
   MessageTable messages;
-  Network network(fabric, hosts, &events, &rng, &stats);
+  Network network(fabric, hosts, &events, seed * 2 + 1, &stats);
   TcpStack tcp(config, &network, &events, &messages, &stats);
   FlowDriver driver(s, &events, &messages, &result);
   tcp.SetSink(&driver);

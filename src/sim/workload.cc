@@ -3,22 +3,37 @@
 namespace bx::sim {
 
 Workload::Workload(const WorkloadConfig& config, uint64_t seed, EventQueue* events,
-                   MessageTable* messages, Stats* stats)
+                   MessageTable* messages, Stats* stats, const Partitioning* partitioning)
     : config_(config),
-      rng_(seed),
       sizes_(config.mean_message_bytes, config.p99_message_bytes),
       events_(events),
       messages_(messages),
       stats_(stats),
-      trainers_(config.trainers),
-      victim_rng_(seed ^ 0x5eed'71c7'1a5eull) {}
+      partitioning_(partitioning),
+      trainers_(config.trainers) {
+  uint32_t hosts = config.hosts();
+  rng_.reserve(hosts);
+  victim_rng_.reserve(hosts);
+  for (uint64_t h = 0; h < hosts; ++h) {
+    rng_.emplace_back(seed + h * 0x9e37'79b9'7f4a'7c15ull);
+    victim_rng_.emplace_back((seed ^ 0x5eed'71c7'1a5eull) + h * 0x9e37'79b9'7f4a'7c15ull);
+  }
+}
 
 void Workload::Start() {
   for (uint32_t t = 0; config_.incast && t < config_.trainers; ++t) {
-    TimeNs offset = TimeNs(rng_.Uniform() * double(config_.compute_ns));
-    events_->Schedule(offset, EventKind::kWorkload, t, kTrainer);
+    uint32_t host = HostOfTrainer(t);
+    if (!partitioning_->Owns(host)) continue;
+    TimeNs offset = TimeNs(rng_[host].Uniform() * double(config_.compute_ns));
+    events_->SetActor(host);
+    events_->Schedule(offset, host, EventKind::kWorkload, t, kTrainer);
   }
-  for (uint32_t c = 0; c < config_.victim_clients; ++c) ScheduleVictim(c, 0);
+  for (uint32_t c = 0; c < config_.victim_clients; ++c) {
+    uint32_t host = config_.first_victim_client() + c;
+    if (!partitioning_->Owns(host)) continue;
+    events_->SetActor(host);
+    ScheduleVictim(c, 0);
+  }
 }
 
 void Workload::OnTimer(uint32_t index, uint32_t kind) {
@@ -31,33 +46,36 @@ void Workload::OnTimer(uint32_t index, uint32_t kind) {
 
 // The next victim request of `client`: interval x uniform [0.5, 1.5) after `at`.
 void Workload::ScheduleVictim(uint32_t client, TimeNs at) {
-  double gap = double(config_.victim_interval_ns) * (0.5 + victim_rng_.Uniform());
-  events_->Schedule(at + TimeNs(gap), EventKind::kWorkload, client, kVictim);
+  uint32_t host = config_.first_victim_client() + client;
+  double gap = double(config_.victim_interval_ns) * (0.5 + victim_rng_[host].Uniform());
+  events_->Schedule(at + TimeNs(gap), host, EventKind::kWorkload, client, kVictim);
 }
 
 void Workload::VictimTick(uint32_t client) {
   uint32_t host = config_.first_victim_client() + client;
+  Random& rng = victim_rng_[host];
   TimeNs now = events_->now();
   if (config_.victim_servers > 0) {
-    uint32_t cold = ColdServer(uint32_t(victim_rng_.Uniform() * config_.victim_servers));
-    transport_->Send(host, cold, MessageKind::kVictimPush, sizes_.Sample(victim_rng_), now);
-    ++victim_sent_;
+    uint32_t cold = ColdServer(uint32_t(rng.Uniform() * config_.victim_servers));
+    transport_->Send(host, cold, MessageKind::kVictimPush, sizes_.Sample(rng), now);
+    ++stats_->victim_sent;
   }
   bool hot = config_.victim_fetches_hot();
   uint32_t targets = hot ? config_.servers : config_.victim_servers;
-  uint32_t index = uint32_t(victim_rng_.Uniform() * targets);
+  uint32_t index = uint32_t(rng.Uniform() * targets);
   transport_->Send(host, hot ? index : ColdServer(index), MessageKind::kVictimFetchRequest,
                    config_.fetch_request_bytes, now);
-  ++victim_sent_;
+  ++stats_->victim_sent;
   ScheduleVictim(client, now);
 }
 
 void Workload::StartPush(uint32_t t) {
   trainers_[t].pending = config_.servers;
   trainers_[t].pushing = true;
+  uint32_t host = HostOfTrainer(t);
   for (uint32_t s = 0; s < config_.servers; ++s) {
-    transport_->Send(HostOfTrainer(t), s, MessageKind::kPush, sizes_.Sample(rng_), events_->now());
-    ++pushes_sent_;
+    transport_->Send(host, s, MessageKind::kPush, sizes_.Sample(rng_[host]), events_->now());
+    ++stats_->pushes_sent;
   }
 }
 
@@ -70,43 +88,43 @@ void Workload::StartFetch(uint32_t t) {
   }
 }
 
-void Workload::OnDelivered(uint32_t id) {
-  Message& m = (*messages_)[id];
+void Workload::OnDelivered(const Delivery& m) {
   TimeNs now = events_->now();
   switch (m.kind) {
     case MessageKind::kPush:
-      m.delivered = true;
-      stats_->push_latency_ns.push_back(now - m.enqueued);
-      ++pushes_delivered_;
+      stats_->push_latency_ns.push_back(now - m.started);
+      ++stats_->pushes_delivered;
       break;
     case MessageKind::kFetchRequest:
-      transport_->Send(m.to, m.from, MessageKind::kFetchResponse, sizes_.Sample(rng_), m.enqueued);
+      transport_->Send(m.to, m.from, MessageKind::kFetchResponse, sizes_.Sample(rng_[m.to]),
+                       m.started);
       break;
     case MessageKind::kFetchResponse: {
-      stats_->fetch_latency_ns.push_back(now - m.origin);
+      stats_->fetch_latency_ns.push_back(now - m.started);
       Trainer& t = trainers_[m.to - config_.servers];
       if (--t.pending == 0) {
         ++stats_->iterations;
-        double jitter = config_.compute_jitter * (2 * rng_.Uniform() - 1);
+        double jitter = config_.compute_jitter * (2 * rng_[m.to].Uniform() - 1);
         TimeNs compute = TimeNs(double(config_.compute_ns) * (1 + jitter));
-        events_->Schedule(now + compute, EventKind::kWorkload, m.to - config_.servers, kTrainer);
+        events_->Schedule(now + compute, m.to, EventKind::kWorkload, m.to - config_.servers,
+                          kTrainer);
       }
       break;
     }
     case MessageKind::kVictimPush:
-      stats_->victim_push_latency_ns.push_back(now - m.enqueued);
-      ++victim_done_;
+      stats_->victim_push_latency_ns.push_back(now - m.started);
+      ++stats_->victim_done;
       break;
     case MessageKind::kVictimFetchRequest:
-      transport_->Send(m.to, m.from, MessageKind::kVictimFetchResponse, sizes_.Sample(victim_rng_),
-                       m.enqueued);
+      transport_->Send(m.to, m.from, MessageKind::kVictimFetchResponse,
+                       sizes_.Sample(victim_rng_[m.to]), m.started);
       break;
     case MessageKind::kVictimFetchResponse:
-      stats_->victim_fetch_latency_ns.push_back(now - m.origin);
-      ++victim_done_;
+      stats_->victim_fetch_latency_ns.push_back(now - m.started);
+      ++stats_->victim_done;
       break;
   }
-  messages_->Release(id);
+  messages_->ReleaseDelivered(m.message);
 }
 
 void Workload::OnSendCompleted(uint32_t id) {
@@ -119,8 +137,6 @@ void Workload::OnSendCompleted(uint32_t id) {
 }
 
 void Workload::Finish(TimeNs end) {
-  stats_->push_incomplete = pushes_sent_ - pushes_delivered_;
-  stats_->victim_incomplete = victim_sent_ - victim_done_;
   messages_->ForEachLive([&](const Message& m) {
     if (m.kind == MessageKind::kPush && !m.delivered) {
       stats_->push_incomplete_age_ns.push_back(end - m.enqueued);

@@ -6,6 +6,10 @@
 //
 // Victim traffic (optional, config.victim_clients): open-loop pushes to cold servers and fetches
 // from cold or hot servers by hosts outside the incast, measured apart (config.h says how).
+//
+// Every host draws its message sizes and timings from streams of its own (one for the incast,
+// one for victim traffic, so victims leave the incast's draws unchanged), and in a partitioned
+// run each partition's Workload drives only its own hosts.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +18,7 @@
 #include "sim/config.h"
 #include "sim/event_queue.h"
 #include "sim/messages.h"
+#include "sim/partition.h"
 #include "sim/random.h"
 #include "sim/stats.h"
 
@@ -22,15 +27,16 @@ namespace bx::sim {
 class Workload : public MessageSink {
  public:
   Workload(const WorkloadConfig& config, uint64_t seed, EventQueue* events, MessageTable* messages,
-           Stats* stats);
+           Stats* stats, const Partitioning* partitioning);
   void SetTransport(Transport* transport) { transport_ = transport; }
   void Start();
   // A kWorkload event: a = trainer or victim client index, b = TimerKind.
   enum TimerKind : uint32_t { kTrainer, kVictim };
   void OnTimer(uint32_t index, uint32_t kind);
-  void OnDelivered(uint32_t message) override;
+  void OnDelivered(const Delivery& delivery) override;
   void OnSendCompleted(uint32_t message) override;
-  // Pushes sent but not delivered by `end` count as incomplete; their ages go to the stats.
+  // Pushes sent by this partition's hosts and not delivered by `end`: their ages go to the stats
+  // (the counts of sent and delivered ones are there already).
   void Finish(TimeNs end);
 
  private:
@@ -46,18 +52,15 @@ class Workload : public MessageSink {
   uint32_t ColdServer(uint32_t index) const { return config_.servers + config_.trainers + index; }
 
   WorkloadConfig config_;
-  Random rng_;
+  std::vector<Random> rng_;         // by host
+  std::vector<Random> victim_rng_;  // by host, apart from the incast's
   LognormalSize sizes_;
   EventQueue* events_;
   MessageTable* messages_;
   Stats* stats_;
+  const Partitioning* partitioning_;
   Transport* transport_ = nullptr;
   std::vector<Trainer> trainers_;
-  uint64_t pushes_sent_ = 0;
-  uint64_t pushes_delivered_ = 0;
-  Random victim_rng_;  // apart, so victims leave the incast's draws unchanged
-  uint64_t victim_sent_ = 0;
-  uint64_t victim_done_ = 0;
 };
 
 }  // namespace bx::sim

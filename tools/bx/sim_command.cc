@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "commands.h"
@@ -23,6 +24,11 @@ using sim::SimResult;
 // The window the engine should default to, from the sweep in docs/SIMULATION.md.
 constexpr uint64_t kDefaultWindowBytes = 4096;
 
+// One partition per core: the simulation is the only work of a `bx sim` run.
+uint32_t DefaultThreads() {
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 struct SimOptions {
   uint32_t servers = 124;
   uint32_t trainers = 346;
@@ -31,6 +37,7 @@ struct SimOptions {
   std::string buffer = "32M";
   double duration_s = 0.2;
   uint64_t seed = 1;
+  uint32_t threads = DefaultThreads();
   bool json = false;
   std::string transport = "rdma";
   double compute_us = 1000;
@@ -86,6 +93,7 @@ SimConfig BaseConfig(const SimOptions& o) {
   c.tcp.host_cost_ns = sim::TimeNs(o.tcp_host_cost_us * 1000);
   c.duration_ns = sim::TimeNs(o.duration_s * 1e9);
   c.seed = o.seed;
+  c.threads = o.threads;
   c.workload.incast = !o.no_incast;
   c.workload.victim_clients = o.victims * o.scale;
   c.workload.victim_servers = o.victim_servers * o.scale;
@@ -115,6 +123,7 @@ nlohmann::ordered_json ToJson(const SimResult& r) {
   j["peak_buffer_bytes"] = s.peak_buffer_bytes;
   j["sim_seconds"] = r.sim_seconds;
   j["wall_seconds"] = r.wall_seconds;
+  j["threads"] = r.partitions;
   j["fetch_p50_us"] = r.fetch_p50_us;
   j["fetch_p99_us"] = r.fetch_p99_us;
   nlohmann::ordered_json xoff, paused;
@@ -317,6 +326,12 @@ void AddSimCommand(CLI::App* app) {
       ->capture_default_str();
   incast->add_option("--duration", options->duration_s, "simulated seconds")->capture_default_str();
   incast->add_option("--seed", options->seed, "random seed")->capture_default_str();
+  incast
+      ->add_option(
+          "--threads", options->threads,
+          "partitions run in parallel (RDMA; at most one per leaf); no result depends on it")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
   incast->add_option("--transport", options->transport, "rdma or tcp (DCTCP, lossy class)")
       ->check(CLI::IsMember({"rdma", "tcp"}))
       ->capture_default_str();

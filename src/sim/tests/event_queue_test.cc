@@ -30,8 +30,8 @@ void CompareWithHeap(uint64_t seed, TimeNs max_delay, int steps) {
       if (r % 16 == 1) delay = TimeNs(rng.Next() % (uint64_t(max_delay) * 1000));
       if (r % 8 == 2) delay = delay / 8 * 8;  // bucket boundaries and equal times
       auto a = uint32_t(rng.Next());
-      queue.Schedule(now + delay, EventKind::kWorkload, a, uint32_t(i));
-      reference.Push(Event{now + delay, order++, a, uint32_t(i), EventKind::kWorkload});
+      queue.Schedule(now + delay, 0, EventKind::kWorkload, a, uint32_t(i));
+      reference.Push(Event{now + delay, order++, a, uint32_t(i), 0, EventKind::kWorkload});
     }
     uint64_t pops = rng.Next() % 8;
     for (uint64_t i = 0; i < pops && !reference.empty(); ++i) {
@@ -70,15 +70,15 @@ TEST(EventQueue, MatchesBinaryHeapAcrossTheHorizon) {
 
 TEST(EventQueue, TiesPopInInsertionOrder) {
   EventQueue queue;
-  for (uint32_t i = 0; i < 100; ++i) queue.Schedule(5000, EventKind::kWorkload, i);
-  queue.Schedule(4999, EventKind::kWorkload, 1000);
+  for (uint32_t i = 0; i < 100; ++i) queue.Schedule(5000, 0, EventKind::kWorkload, i);
+  queue.Schedule(4999, 0, EventKind::kWorkload, 1000);
   EXPECT_EQ(queue.Pop().a, 1000u);
   for (uint32_t i = 0; i < 100; ++i) {
     Event e = queue.Pop();
     EXPECT_EQ(e.a, i);
     EXPECT_EQ(e.time, 5000);
     // Scheduling at now while draining: after every tie already queued.
-    if (i == 50) queue.Schedule(5000, EventKind::kWorkload, 2000);
+    if (i == 50) queue.Schedule(5000, 0, EventKind::kWorkload, 2000);
   }
   EXPECT_EQ(queue.Pop().a, 2000u);
   EXPECT_TRUE(queue.empty());
@@ -88,15 +88,15 @@ TEST(EventQueue, TiesPopInInsertionOrder) {
 // time would have; Passed says whether that place is already behind the clock.
 TEST(EventQueue, ReservedEventsPopInTheirReservedPlace) {
   EventQueue queue;
-  queue.Schedule(100, EventKind::kWorkload, 1);
+  queue.Schedule(100, 0, EventKind::kWorkload, 1);
   uint64_t early = queue.ReserveOrder();   // a place after event 1, before 2 and 3
   uint64_t unused = queue.ReserveOrder();  // never scheduled: its turn passes all the same
-  queue.Schedule(100, EventKind::kWorkload, 2);
-  queue.Schedule(100, EventKind::kWorkload, 3);
+  queue.Schedule(100, 0, EventKind::kWorkload, 2);
+  queue.Schedule(100, 0, EventKind::kWorkload, 3);
   EXPECT_FALSE(queue.Passed(100, early));
   EXPECT_EQ(queue.Pop().a, 1u);
   EXPECT_FALSE(queue.Passed(100, early));
-  queue.ScheduleReserved(100, early, EventKind::kWorkload, 10);
+  queue.ScheduleReserved(100, early, 0, EventKind::kWorkload, 10);
   EXPECT_EQ(queue.Pop().a, 10u);  // before 2 and 3, scheduled earlier than it
   EXPECT_EQ(queue.Pop().a, 2u);
   EXPECT_TRUE(queue.Passed(100, unused));  // event 2 came after that place

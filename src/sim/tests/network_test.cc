@@ -53,7 +53,7 @@ class StreamStack : public HostStack {
 struct Bench {
   explicit Bench(FabricConfig config, uint32_t hosts, std::map<uint32_t, uint32_t> cells,
                  uint32_t receiver)
-      : rng(7), net(config, hosts, &events, &rng, &stats), stack(&net, std::move(cells), receiver) {
+      : net(config, hosts, &events, 7, &stats), stack(&net, std::move(cells), receiver) {
     stack.now_ = [this] { return events.now(); };
     net.SetHostStack(&stack);
   }
@@ -66,7 +66,6 @@ struct Bench {
   }
   EventQueue events;
   Stats stats;
-  Random rng;
   Network net;
   StreamStack stack;
 };

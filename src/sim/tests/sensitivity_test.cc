@@ -84,7 +84,8 @@ TEST(Sensitivity, PushesStuckBehindATimeoutCountInTheCensoredP99) {
   SimConfig c;
   c.workload.servers = 4;
   c.workload.trainers = 64;
-  c.fabric.buffer_bytes = 256 << 10;
+  // 192 KB: 2-7% of pushes stuck at seeds 1-4 (256 KB left 0.5% at seed 1).
+  c.fabric.buffer_bytes = 192 << 10;
   c.transport = TransportKind::kTcp;
   c.duration_ns = 20 * kMillisecond;
   c.tcp.min_rto_ns = 200 * kMillisecond;

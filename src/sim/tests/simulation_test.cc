@@ -101,6 +101,59 @@ TEST(Simulation, SkippingIdlePortEventsChangesNoResult) {
   }
 }
 
+// The samples of a partitioned run come merged partition by partition: the same multiset in
+// another order.
+SimResult Sorted(SimResult r) {
+  Stats& s = r.stats;
+  for (std::vector<TimeNs>* v : {&s.push_latency_ns, &s.push_incomplete_age_ns, &s.fetch_latency_ns,
+                                 &s.victim_push_latency_ns, &s.victim_fetch_latency_ns}) {
+    std::sort(v->begin(), v->end());
+  }
+  return r;
+}
+
+// A run split into partitions that run in parallel (simulation.cc) gives the result of one queue:
+// every event, draw and sample the same, with and without the window, pauses (a 1 MB buffer,
+// checked below) and victims; 2 and 3 partitions over 3 leaves (3 is slow on 2 cores: the
+// partitions meet every simulated microsecond, and one of them is always off the core).
+TEST(Simulation, PartitionsChangeNoResult) {
+  SimConfig base = Small(0, 7);
+  base.workload.servers = 16;
+  base.workload.trainers = 64;  // with the victims: 84 hosts, 3 leaves
+  base.workload.victim_servers = 2;
+  base.workload.victim_clients = 2;
+  base.fabric.buffer_bytes = 1 << 20;
+  base.duration_ns = 5 * kMillisecond;
+  for (uint64_t window : {uint64_t(0), uint64_t(4096)}) {
+    SimConfig one = base;
+    one.engine.window_bytes = window;
+    SimResult reference = Sorted(RunSimulation(one));
+    EXPECT_EQ(reference.partitions, 1u);
+    EXPECT_GT(reference.stats.push_latency_ns.size(), 1000u);
+    EXPECT_GT(reference.stats.victim_fetch_latency_ns.size(), 50u);
+    if (window == 0) {
+      EXPECT_GT(reference.pfc_xoff, 0u);
+    }
+    for (uint32_t threads : {2u, 3u}) {
+      SimConfig split = one;
+      split.threads = threads;
+      SimResult r = Sorted(RunSimulation(split));
+      EXPECT_EQ(r.partitions, threads);
+      ExpectSameResult(reference, r);
+    }
+  }
+  // At most one partition per leaf.
+  SimConfig many = base;
+  many.threads = 8;
+  many.duration_ns = 100 * kMicrosecond;
+  EXPECT_EQ(RunSimulation(many).partitions, 3u);
+  // TCP is not partitioned.
+  SimConfig tcp = base;
+  tcp.transport = TransportKind::kTcp;
+  tcp.threads = 2;
+  EXPECT_EQ(RunSimulation(tcp).partitions, 1u);
+}
+
 TEST(Simulation, WindowLowersPeakQueueAndBoundsOutstanding) {
   SimResult off = RunSimulation(Small(0));
   SimResult on = RunSimulation(Small(4096));

@@ -1,0 +1,49 @@
+// A run split into partitions (simulation.cc): which partition owns each node, and the events one
+// partition schedules for another's nodes until they next meet. A partition is a copy of the whole
+// model that handles only its own nodes' events; nodes of different partitions meet only through
+// links, whose delay (at least the link delay) is the lookahead that lets partitions run a window
+// of time in parallel.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sim/event_heap.h"
+#include "sim/packet.h"
+
+namespace bx::sim {
+
+struct Partitioning {
+  uint32_t self = 0;
+  uint32_t count = 1;
+  std::vector<uint8_t> of_node;  // by node (Network's ids); empty: one partition owns every node
+
+  uint32_t Of(uint32_t node) const { return of_node.empty() ? 0 : of_node[node]; }
+  bool Owns(uint32_t node) const { return Of(node) == self; }
+};
+
+// An event for another partition's node, with the packet it carries (kPacketArrive: the packet
+// leaves the sender's pool and joins the receiver's).
+struct Handover {
+  Event event;
+  Packet packet;
+};
+
+// Boxes of handovers, one per (from, to) pair: `from` fills its boxes while it runs a window, `to`
+// empties its own between windows, so no box is ever touched by two threads at once.
+class Exchange {
+ public:
+  explicit Exchange(uint32_t partitions) : partitions_(partitions), boxes_(partitions * partitions) {}
+  std::vector<Handover>& Box(uint32_t from, uint32_t to) {
+    return boxes_[from * partitions_ + to].handovers;
+  }
+
+ private:
+  struct alignas(64) Padded {  // two threads' boxes never share a cache line
+    std::vector<Handover> handovers;
+  };
+  uint32_t partitions_;
+  std::vector<Padded> boxes_;
+};
+
+}  // namespace bx::sim
