@@ -94,15 +94,22 @@ class MessageTable {
   // reference, now if this table owns it, else when the owner takes RemoteReleases.
   void ReleaseDelivered(uint32_t id) {
     if (Owner(id) != partition_) {
-      remote_releases_.push_back(id);
+      remote_releases_[window_ & 1].push_back(id);
       return;
     }
     (*this)[id].delivered = true;
     Release(id);
   }
   static uint32_t Owner(uint32_t id) { return id >> kIndexBits; }
-  // Releases of other partitions' messages, waiting to be handed over (and cleared).
-  std::vector<uint32_t>& remote_releases() { return remote_releases_; }
+  // A partitioned run alternates two lists of releases of other partitions' messages, as it does
+  // the Exchange's boxes: the owners read window k's while this table fills window k + 1's.
+  void SetWindow(uint64_t window) {
+    window_ = window;
+    remote_releases_[window & 1].clear();  // the owners read it before the partitions last met
+  }
+  const std::vector<uint32_t>& remote_releases(uint64_t window) const {
+    return remote_releases_[window & 1];
+  }
 
   size_t in_use() const { return messages_.size() - free_.size(); }
   // Calls f(message) for every message not yet freed.
@@ -118,7 +125,8 @@ class MessageTable {
   uint32_t partition_;
   std::vector<Message> messages_;
   std::vector<uint32_t> free_;
-  std::vector<uint32_t> remote_releases_;
+  std::vector<uint32_t> remote_releases_[2];
+  uint64_t window_ = 0;
 };
 
 // What a transport tells the workload.

@@ -209,7 +209,7 @@ void Network::ScheduleAt(TimeNs at, uint32_t node, EventKind kind, uint32_t a, u
     h.packet = packets_[a];
     packets_.Free(a);
   }
-  exchange_->Box(partitioning_->self, partitioning_->Of(node)).push_back(h);
+  exchange_->Box(partitioning_->self, partitioning_->Of(node), window_).push_back(h);
 }
 
 void Network::Receive(Handover& h) {
@@ -312,6 +312,7 @@ void Network::Transmit(uint32_t port, uint32_t id) {
     events_->ScheduleReserved(done, pt.tx_done_order, pt.node, EventKind::kPortTxDone, port);
   }
   p.at_port = pt.peer;
+  if (IsHostNode(ports_[pt.peer].node)) stack_->Prefetch(p);
   ScheduleAt(done + config_.link_delay_ns, ports_[pt.peer].node, EventKind::kPacketArrive, id);
 }
 

@@ -34,6 +34,9 @@ class HostStack {
   virtual bool HasData(uint32_t host) const = 0;
   // A packet reached `host`; the stack owns it (and frees it).
   virtual void OnPacket(uint32_t host, uint32_t packet) = 0;
+  // Speed only: `packet` is on its last link, a link delay from OnPacket; the stack may start
+  // loading what OnPacket will read.
+  virtual void Prefetch(const Packet& /*packet*/) {}
 };
 
 class Network {
@@ -55,6 +58,8 @@ class Network {
   uint32_t SpineNode(uint32_t spine) const { return hosts_ + leaves_ + spine; }
   // A packet or pause handed over from another partition (its packet joins this pool).
   void Receive(Handover& handover);
+  // The window a partitioned run is in (which Exchange boxes take handovers).
+  void SetWindow(uint64_t window) { window_ = window; }
 
   void SetHostStack(HostStack* stack) { stack_ = stack; }
   PacketPool& packets() { return packets_; }
@@ -74,6 +79,9 @@ class Network {
   void Kick(uint32_t host);
   // Queue a NIC-generated control packet (ACK, CNP) on the host's port.
   void SendControl(uint32_t host, uint32_t packet);
+
+  // Speed only: an arrival of `packet` is a few events away.
+  void PrefetchPacket(uint32_t packet) const { __builtin_prefetch(&packets_.at_unchecked(packet)); }
 
   // Event handlers.
   void OnTxDone(uint32_t port);
@@ -148,6 +156,7 @@ class Network {
   Stats* stats_;
   const Partitioning* partitioning_ = nullptr;
   Exchange* exchange_ = nullptr;
+  uint64_t window_ = 0;
   HostStack* stack_ = nullptr;
   PacketPool packets_;
   std::vector<Port> ports_;

@@ -64,6 +64,7 @@ class PacketPool {
   }
   void Free(uint32_t id) { free_.push_back(id); }
   Packet& operator[](uint32_t id) { return packets_[id]; }
+  const Packet& at_unchecked(uint32_t id) const { return packets_[id]; }
   size_t in_use() const { return packets_.size() - free_.size(); }
 
  private:

@@ -29,13 +29,16 @@ struct Handover {
   Packet packet;
 };
 
-// Boxes of handovers, one per (from, to) pair: `from` fills its boxes while it runs a window, `to`
-// empties its own between windows, so no box is ever touched by two threads at once.
+// Boxes of handovers, one per (from, to) pair and window parity. In window k, `from` fills its
+// boxes of parity k % 2; after the partitions meet, `to` empties those while everyone runs window
+// k + 1 into the other parity. Nobody fills parity k % 2 again before all have met once more, so
+// no box is ever touched by two threads at once.
 class Exchange {
  public:
-  explicit Exchange(uint32_t partitions) : partitions_(partitions), boxes_(partitions * partitions) {}
-  std::vector<Handover>& Box(uint32_t from, uint32_t to) {
-    return boxes_[from * partitions_ + to].handovers;
+  explicit Exchange(uint32_t partitions)
+      : partitions_(partitions), boxes_(2 * partitions * partitions) {}
+  std::vector<Handover>& Box(uint32_t from, uint32_t to, uint64_t window) {
+    return boxes_[((window & 1) * partitions_ + from) * partitions_ + to].handovers;
   }
 
  private:

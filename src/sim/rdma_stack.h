@@ -46,6 +46,7 @@ class RdmaStack : public HostStack, public Transport {
   uint32_t NextDataPacket(uint32_t host, TimeNs now, TimeNs* retry_at) override;
   bool HasData(uint32_t host) const override { return !rings_[host].empty(); }
   void OnPacket(uint32_t host, uint32_t packet) override;
+  void Prefetch(const Packet& packet) override;
   // Window, credit and DCQCN totals into the stats.
   void Finish();
 
