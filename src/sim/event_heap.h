@@ -33,6 +33,11 @@ struct Event {
 inline bool EventBefore(const Event& x, const Event& y) {
   return x.time < y.time || (x.time == y.time && x.order < y.order);
 }
+// The same order as a type, so that std::sort and std::upper_bound inline it (a function
+// pointer is called through: 7% of a paper-scale run went to those calls).
+struct EventOrder {
+  bool operator()(const Event& x, const Event& y) const { return EventBefore(x, y); }
+};
 
 class EventHeap {
  public:

@@ -104,7 +104,7 @@ class EventQueue {
     if (bucket <= current_) {
       // In place among the bucket's remaining events (a reserved order may precede some).
       auto at_or_after =
-          std::upper_bound(run_.begin() + std::ptrdiff_t(next_), run_.end(), e, EventBefore);
+          std::upper_bound(run_.begin() + std::ptrdiff_t(next_), run_.end(), e, EventOrder());
       run_.insert(at_or_after, e);
     } else if (bucket < current_ + kBuckets) {
       wheel_[size_t(bucket & (kBuckets - 1))].push_back(e);
@@ -130,7 +130,7 @@ class EventQueue {
       while (!far_.empty() && (far_.top().time >> kBucketShift) == current_) {
         run_.push_back(far_.Pop());
       }
-      std::sort(run_.begin(), run_.end(), EventBefore);
+      std::sort(run_.begin(), run_.end(), EventOrder());
     }
   }
 
