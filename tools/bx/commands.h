@@ -25,6 +25,10 @@ void AddSimCommand(CLI::App* app);
 void AddSimValidateCommand(CLI::App* simulate);
 // `bx sim sensitivity`, under `bx sim` (sim_sensitivity_command.cc).
 void AddSimSensitivityCommand(CLI::App* simulate);
+// The simulator's partitions by default: one per core (a `bx sim` run is the machine's only work).
+uint32_t DefaultSimThreads();
+// Adds --threads (sim::SimConfig::threads) to a `bx sim` command.
+void AddSimThreadsOption(CLI::App* command, uint32_t* threads);
 // `bx sim dcqcn-fluid`: DCQCN against its fluid model (sim_dcqcn_fluid_command.cc).
 void AddSimDcqcnFluidCommand(CLI::App* simulate);
 // Host CPU per message of the tcp transport, both ends together, as `bx bench msg` measures it

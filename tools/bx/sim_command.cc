@@ -24,11 +24,6 @@ using sim::SimResult;
 // The window the engine should default to, from the sweep in docs/SIMULATION.md.
 constexpr uint64_t kDefaultWindowBytes = 4096;
 
-// One partition per core: the simulation is the only work of a `bx sim` run.
-uint32_t DefaultThreads() {
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
 struct SimOptions {
   uint32_t servers = 124;
   uint32_t trainers = 346;
@@ -37,7 +32,7 @@ struct SimOptions {
   std::string buffer = "32M";
   double duration_s = 0.2;
   uint64_t seed = 1;
-  uint32_t threads = DefaultThreads();
+  uint32_t threads = DefaultSimThreads();
   bool json = false;
   std::string transport = "rdma";
   double compute_us = 1000;
@@ -304,6 +299,19 @@ int RunIncast(const SimOptions& o) {
 
 }  // namespace
 
+uint32_t DefaultSimThreads() {
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+void AddSimThreadsOption(CLI::App* command, uint32_t* threads) {
+  command
+      ->add_option(
+          "--threads", *threads,
+          "partitions run in parallel (RDMA; at most one per leaf); no result depends on it")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
+}
+
 void AddSimCommand(CLI::App* app) {
   CLI::App* simulate = app->add_subcommand("sim", "Discrete-event fabric simulations (issue 9)");
   simulate->require_subcommand(1);
@@ -326,12 +334,7 @@ void AddSimCommand(CLI::App* app) {
       ->capture_default_str();
   incast->add_option("--duration", options->duration_s, "simulated seconds")->capture_default_str();
   incast->add_option("--seed", options->seed, "random seed")->capture_default_str();
-  incast
-      ->add_option(
-          "--threads", options->threads,
-          "partitions run in parallel (RDMA; at most one per leaf); no result depends on it")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 64u));
+  AddSimThreadsOption(incast, &options->threads);
   incast->add_option("--transport", options->transport, "rdma or tcp (DCTCP, lossy class)")
       ->check(CLI::IsMember({"rdma", "tcp"}))
       ->capture_default_str();

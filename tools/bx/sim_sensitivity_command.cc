@@ -26,6 +26,7 @@ struct SensitivityOptions {
   uint32_t trainers = 346;
   double duration_s = 0.05;
   uint64_t seed = 1;
+  uint32_t threads = DefaultSimThreads();
   double compute_us = 1000;
   uint64_t window_bytes = 4096;       // the base RDMA window (bx sim incast's default)
   std::vector<double> host_costs_us;  // empty: 0, 5, measured, 4 x measured
@@ -111,6 +112,7 @@ int RunSensitivityCommand(const SensitivityOptions& o) {
   base.workload.compute_ns = sim::TimeNs(o.compute_us * 1000);
   base.duration_ns = sim::TimeNs(o.duration_s * 1e9);
   base.seed = o.seed;
+  base.threads = o.threads;
   base.engine.window_bytes = o.window_bytes;
 
   std::vector<double> costs = o.host_costs_us;
@@ -203,6 +205,7 @@ void AddSimSensitivityCommand(CLI::App* simulate) {
   command->add_option("--duration", options->duration_s, "simulated seconds per run")
       ->capture_default_str();
   command->add_option("--seed", options->seed, "random seed")->capture_default_str();
+  AddSimThreadsOption(command, &options->threads);
   command->add_option("--compute-us", options->compute_us, "trainer compute per iteration")
       ->capture_default_str();
   command->add_option("--window", options->window_bytes, "the base RDMA send window in bytes")
