@@ -78,10 +78,12 @@ class EventQueue {
     return run_[next_].time;
   }
 
-  // The event `k` places behind the next one, if the queue already knows it (its bucket is the
-  // one being drained), else null. Speed only: for prefetching.
-  const Event* PeekAhead(size_t k) const {
-    return next_ + k < run_.size() ? &run_[next_ + k] : nullptr;
+  // Speed only: `observer(context, events, count)` sees each bucket's events once they are sorted,
+  // before the first of them pops (to start loading what they will touch).
+  using RunObserver = void (*)(void* context, const Event* events, size_t count);
+  void SetRunObserver(RunObserver observer, void* context) {
+    observer_ = observer;
+    observer_context_ = context;
   }
 
   // Removes the earliest event and advances the clock to it. Requires !empty().
@@ -131,6 +133,7 @@ class EventQueue {
         run_.push_back(far_.Pop());
       }
       std::sort(run_.begin(), run_.end(), EventOrder());
+      if (observer_ != nullptr) observer_(observer_context_, run_.data(), run_.size());
     }
   }
 
@@ -147,6 +150,8 @@ class EventQueue {
   std::vector<uint64_t> created_;  // by node: events it has scheduled
   uint64_t popped_order_ = 0;
   uint64_t processed_ = 0;
+  RunObserver observer_ = nullptr;
+  void* observer_context_ = nullptr;
 };
 
 }  // namespace bx::sim

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sim/config.h"
+#include "sim/huge_page_allocator.h"
 
 namespace bx::sim {
 
@@ -123,7 +124,7 @@ class MessageTable {
  private:
   static constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1;
   uint32_t partition_;
-  std::vector<Message> messages_;
+  std::vector<Message, HugePageAllocator<Message>> messages_;
   std::vector<uint32_t> free_;
   std::vector<uint32_t> remote_releases_[2];
   uint64_t window_ = 0;

@@ -285,6 +285,9 @@ void Network::TryTransmit(uint32_t port) {
   }
   if (pt.data.empty()) return;
   uint32_t id = pt.data.Pop(packets_);
+  // The packet queued behind it waited in the buffer and left the cache; it is needed when this
+  // one's serialisation ends.
+  if (!pt.data.empty()) PrefetchPacket(pt.data.head);
   Packet& p = packets_[id];
   Switch& sw = switches_[pt.node - hosts_];
   pt.data_bytes -= p.wire_bytes;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "sim/config.h"
+#include "sim/huge_page_allocator.h"
 
 namespace bx::sim {
 
@@ -68,7 +69,7 @@ class PacketPool {
   size_t in_use() const { return packets_.size() - free_.size(); }
 
  private:
-  std::vector<Packet> packets_;
+  std::vector<Packet, HugePageAllocator<Packet>> packets_;
   std::vector<uint32_t> free_;
 };
 

@@ -29,6 +29,7 @@
 #include "sim/dcqcn.h"
 #include "sim/endpoint_map.h"
 #include "sim/event_queue.h"
+#include "sim/huge_page_allocator.h"
 #include "sim/messages.h"
 #include "sim/network.h"
 #include "sim/stats.h"
@@ -118,8 +119,9 @@ class RdmaStack : public HostStack, public Transport {
   MessageSink* sink_ = nullptr;
   EndpointMap map_;
   uint32_t fragment_bytes_;
-  std::vector<Endpoint> endpoints_;  // qp * 2 + (0 at the trainer, 1 at the server)
-  std::vector<WorkRequest> work_requests_;
+  std::vector<Endpoint, HugePageAllocator<Endpoint>>
+      endpoints_;  // qp * 2 + (0 at the trainer, 1 at the server)
+  std::vector<WorkRequest, HugePageAllocator<WorkRequest>> work_requests_;
   std::vector<uint32_t> free_work_requests_;
   // A ring entry carries its endpoint's next_send, so a scan past rate-limited QPs reads this
   // contiguous ring and not 85,808 scattered endpoints (the copy is exact: next_send changes

@@ -86,6 +86,7 @@ struct Partition {
       partitioning.of_node = AssignNodes(network, count);
       network.SetPartition(&partitioning, exchange);
     }
+    events.SetRunObserver(&Partition::PrefetchArrivals, this);
     if (config.transport == TransportKind::kRdma) {
       rdma = std::make_unique<RdmaStack>(config, &network, &events, &messages, &stats);
       rdma->SetSink(&workload);
@@ -99,20 +100,22 @@ struct Partition {
     }
   }
 
+  // The packets of a bucket's arrivals are mostly cache misses (each crossed a link since it was
+  // last touched): start loading them all before the first pops.
+  static void PrefetchArrivals(void* self, const Event* events, size_t count) {
+    const Network& network = static_cast<Partition*>(self)->network;
+    for (size_t i = 0; i < count; ++i) {
+      if (events[i].kind == EventKind::kPacketArrive) network.PrefetchPacket(events[i].a);
+    }
+  }
+
   // Handles this partition's events before `end`.
   void RunUntil(TimeNs end) {
     while (!events.empty() && events.NextTime() < end) {
       Event e = events.Pop();
-      // The packet of an arrival a few events on is most likely a cache miss: start loading it.
-      const Event* ahead = events.PeekAhead(kPrefetchDistance);
-      if (ahead != nullptr && ahead->kind == EventKind::kPacketArrive) {
-        network.PrefetchPacket(ahead->a);
-      }
       DispatchEvent(e, network, tcp.get(), [&](const Event& w) { workload.OnTimer(w.a, w.b); });
     }
   }
-
-  static constexpr size_t kPrefetchDistance = 4;
 
   Partitioning partitioning;
   EventQueue events;
