@@ -33,7 +33,7 @@ struct Packet {
   // RDMA, last cell: what the receiver learns of the work request from the wire (its opcode,
   // immediate data or SEND payload), so it never reads the sender's memory.
   uint16_t credits = 0;  // piggybacked credit return
-  uint32_t message = 0;  // the sender's message id
+  uint32_t message = 0;  // the sender's message id (on an ACK: a hint for prefetching only)
   PacketType type;
   bool ecn = false;
   bool last = false;   // last cell of its work request

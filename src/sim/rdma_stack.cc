@@ -269,7 +269,7 @@ double RdmaStack::CurrentRateMbps(uint32_t from, uint32_t to, TimeNs now) {
 }
 
 void RdmaStack::SendNicControl(uint32_t host, PacketType type, uint32_t dst, uint32_t flow,
-                               uint32_t ref) {
+                               uint32_t ref, uint32_t message) {
   PacketPool& pool = network_->packets();
   uint32_t id = pool.Allocate();
   Packet& p = pool[id];
@@ -279,6 +279,7 @@ void RdmaStack::SendNicControl(uint32_t host, PacketType type, uint32_t dst, uin
   p.dst_host = dst;
   p.flow = flow;
   p.ref = ref;
+  p.message = message;
   network_->SendControl(host, id);
 }
 
@@ -291,6 +292,12 @@ void RdmaStack::Prefetch(const Packet& p) {
   const char* at = reinterpret_cast<const char*>(&endpoints_[endpoint]);
   size_t bytes = whole ? sizeof(Endpoint) : 64;
   for (size_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(at + offset);
+  if (p.type == PacketType::kRdmaAck) {
+    // Complete reads the work request, and the engine then most often posts the next fragment
+    // of the same message.
+    __builtin_prefetch(&work_requests_[p.ref]);
+    messages_->Prefetch(p.message);
+  }
 }
 
 void RdmaStack::OnPacket(uint32_t host, uint32_t id) {
@@ -308,7 +315,7 @@ void RdmaStack::OnPacket(uint32_t host, uint32_t id) {
         SendNicControl(host, PacketType::kCnp, p.src_host, p.flow, 0);
       }
       if (p.last) {
-        SendNicControl(host, PacketType::kRdmaAck, p.src_host, p.flow, p.ref);
+        SendNicControl(host, PacketType::kRdmaAck, p.src_host, p.flow, p.ref, p.message);
         if (Op(p.op) != Op::kWrite) Receive(receiver, p);
       }
       break;

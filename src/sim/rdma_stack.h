@@ -109,7 +109,9 @@ class RdmaStack : public HostStack, public Transport {
   // A SEND or WRITE_WITH_IMM arrived whole (its last cell: `cell`).
   void Receive(uint32_t endpoint, const Packet& cell);
   void Complete(uint32_t endpoint, uint32_t wr);
-  void SendNicControl(uint32_t host, PacketType type, uint32_t dst, uint32_t flow, uint32_t ref);
+  // `message`: an ACK's work request's message, a hint for Prefetch only (kNoMessage: none).
+  void SendNicControl(uint32_t host, PacketType type, uint32_t dst, uint32_t flow, uint32_t ref,
+                      uint32_t message = kNoMessage);
 
   const SimConfig& config_;
   Network* network_;
