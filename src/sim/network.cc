@@ -72,7 +72,7 @@ Network::Network(const FabricConfig& config, uint32_t hosts, EventQueue* events,
     Connect(host_port_[h], switches_[host_leaf_[h]].first_port + host_slot_[h]);
   }
   for (uint64_t i = 0; i < switches_.size(); ++i) {
-    switch_rng_.emplace_back(seed + i * 0x9e37'79b9'7f4a'7c15ull);
+    switch_rng_.push_back(Random::Stream(seed, i));
   }
   for (uint32_t l = 0; l < leaves_; ++l) {
     for (uint32_t s = 0; s < spines; ++s) {

@@ -12,6 +12,11 @@ class Random {
   explicit Random(uint64_t seed) {
     for (uint64_t& word : state_) word = SplitMix(seed);
   }
+  // Stream `index` of a family of independent streams under one seed: one per host or switch, so
+  // that no node's draws depend on another's.
+  static Random Stream(uint64_t seed, uint64_t index) {
+    return Random(seed + index * 0x9e37'79b9'7f4a'7c15ull);
+  }
 
   uint64_t Next() {
     uint64_t result = Rotl(state_[1] * 5, 7) * 9;

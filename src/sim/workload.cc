@@ -15,8 +15,8 @@ Workload::Workload(const WorkloadConfig& config, uint64_t seed, EventQueue* even
   rng_.reserve(hosts);
   victim_rng_.reserve(hosts);
   for (uint64_t h = 0; h < hosts; ++h) {
-    rng_.emplace_back(seed + h * 0x9e37'79b9'7f4a'7c15ull);
-    victim_rng_.emplace_back((seed ^ 0x5eed'71c7'1a5eull) + h * 0x9e37'79b9'7f4a'7c15ull);
+    rng_.push_back(Random::Stream(seed, h));
+    victim_rng_.push_back(Random::Stream(seed ^ 0x5eed'71c7'1a5eull, h));
   }
 }
 
