@@ -15,7 +15,6 @@ namespace bx::sim {
 
 struct Partitioning {
   uint32_t self = 0;
-  uint32_t count = 1;
   std::vector<uint8_t> of_node;  // by node (Network's ids); empty: one partition owns every node
 
   uint32_t Of(uint32_t node) const { return of_node.empty() ? 0 : of_node[node]; }

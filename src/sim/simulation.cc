@@ -81,7 +81,6 @@ struct Partition {
         network(config.fabric, config.workload.hosts(), &events, config.seed * 2 + 1, &stats),
         workload(config.workload, config.seed * 2 + 2, &events, &messages, &stats, &partitioning) {
     partitioning.self = self;
-    partitioning.count = count;
     if (count > 1) {
       partitioning.of_node = AssignNodes(network, count);
       network.SetPartition(&partitioning, exchange);
