@@ -4,7 +4,7 @@
 // A partitioned run (simulation.cc) has one table per partition, holding the messages its hosts
 // send; an id names its table in the top bits. The receiver learns what it needs from the wire
 // (Delivery) and, when the message belongs to another partition, its release waits in the table
-// until the partitions next meet and the owner applies it.
+// until the run hands it to the owner (simulation.cc, through the Exchange).
 #pragma once
 
 #include <cassert>
@@ -92,10 +92,10 @@ class MessageTable {
     if (--m.refs == 0) free_.push_back(id & kIndexMask);
   }
   // The receiving application has the message: marks it delivered and drops the receiver's
-  // reference, now if this table owns it, else when the owner takes RemoteReleases.
+  // reference, now if this table owns it, else once the owner is handed remote_releases().
   void ReleaseDelivered(uint32_t id) {
     if (Owner(id) != partition_) {
-      remote_releases_[window_ & 1].push_back(id);
+      remote_releases_.push_back(id);
       return;
     }
     (*this)[id].delivered = true;
@@ -108,15 +108,8 @@ class MessageTable {
       __builtin_prefetch(&messages_[id & kIndexMask]);
     }
   }
-  // A partitioned run alternates two lists of releases of other partitions' messages, as it does
-  // the Exchange's boxes: the owners read window k's while this table fills window k + 1's.
-  void SetWindow(uint64_t window) {
-    window_ = window;
-    remote_releases_[window & 1].clear();  // the owners read it before the partitions last met
-  }
-  const std::vector<uint32_t>& remote_releases(uint64_t window) const {
-    return remote_releases_[window & 1];
-  }
+  // Releases of other partitions' messages, for the run to hand over (and clear).
+  std::vector<uint32_t>& remote_releases() { return remote_releases_; }
 
   size_t in_use() const { return messages_.size() - free_.size(); }
   // Calls f(message) for every message not yet freed.
@@ -132,8 +125,7 @@ class MessageTable {
   uint32_t partition_;
   std::vector<Message, HugePageAllocator<Message>> messages_;
   std::vector<uint32_t> free_;
-  std::vector<uint32_t> remote_releases_[2];
-  uint64_t window_ = 0;
+  std::vector<uint32_t> remote_releases_;
 };
 
 // What a transport tells the workload.

@@ -28,22 +28,30 @@ struct Handover {
   Packet packet;
 };
 
-// Boxes of handovers, one per (from, to) pair and window parity. In window k, `from` fills its
-// boxes of parity k % 2; after the partitions meet, `to` empties those while everyone runs window
-// k + 1 into the other parity. Nobody fills parity k % 2 again before all have met once more, so
-// no box is ever touched by two threads at once.
+// Boxes of handovers and of message releases (MessageTable::ReleaseDelivered), one per (from, to)
+// pair and window parity. In window k, `from` fills its boxes of parity k % 2; after the
+// partitions meet, `to` empties those while everyone runs window k + 1 into the other parity.
+// Nobody fills parity k % 2 again before all have met once more, so no box is ever touched by two
+// threads at once.
 class Exchange {
  public:
   explicit Exchange(uint32_t partitions)
       : partitions_(partitions), boxes_(2 * partitions * partitions) {}
   std::vector<Handover>& Box(uint32_t from, uint32_t to, uint64_t window) {
-    return boxes_[((window & 1) * partitions_ + from) * partitions_ + to].handovers;
+    return At(from, to, window).handovers;
+  }
+  std::vector<uint32_t>& Releases(uint32_t from, uint32_t to, uint64_t window) {
+    return At(from, to, window).releases;
   }
 
  private:
   struct alignas(64) Padded {  // two threads' boxes never share a cache line
     std::vector<Handover> handovers;
+    std::vector<uint32_t> releases;  // message ids owned by `to`
   };
+  Padded& At(uint32_t from, uint32_t to, uint64_t window) {
+    return boxes_[((window & 1) * partitions_ + from) * partitions_ + to];
+  }
   uint32_t partitions_;
   std::vector<Padded> boxes_;
 };

@@ -142,17 +142,20 @@ void RunPartitions(std::vector<std::unique_ptr<Partition>>& parts, Exchange* exc
     Partition& p = *parts[self];
     for (uint64_t window = 0;; ++window) {
       p.network.SetWindow(window);
-      p.messages.SetWindow(window);
       TimeNs end = TimeNs(window + 1) * lookahead;
       p.RunUntil(std::min(end, duration + 1));
+      for (uint32_t id : p.messages.remote_releases()) {
+        exchange->Releases(self, MessageTable::Owner(id), window).push_back(id);
+      }
+      p.messages.remote_releases().clear();
       barrier.Wait();
       for (uint32_t from = 0; from < count; ++from) {
         std::vector<Handover>& box = exchange->Box(from, self, window);
         for (Handover& h : box) p.network.Receive(h);
         box.clear();
-        for (uint32_t id : parts[from]->messages.remote_releases(window)) {
-          if (MessageTable::Owner(id) == self) p.messages.ReleaseDelivered(id);
-        }
+        std::vector<uint32_t>& releases = exchange->Releases(from, self, window);
+        for (uint32_t id : releases) p.messages.ReleaseDelivered(id);
+        releases.clear();
       }
       if (end > duration) return;
     }
