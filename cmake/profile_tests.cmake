@@ -17,6 +17,6 @@ foreach(profile roce roce2 ib)
     set_tests_properties(profile_${profile}.${name} PROPERTIES
       ENVIRONMENT "BX_SIM_PROFILE=${profile};BX_VERBS=sim"
       LABELS "profile;profile-${profile}"
-      TIMEOUT 600)
+      TIMEOUT 600 COST 10)
   endforeach()
 endforeach()

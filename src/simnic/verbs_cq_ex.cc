@@ -11,7 +11,7 @@ namespace {
 
 // What a CQE of this NIC carries. Timestamps, VLANs, flow tags and tag matching are not.
 constexpr uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
-constexpr uint32_t kKnownCompMask = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
+constexpr uint32_t kKnownCqCompMask = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
 // A single-threaded CQ may skip its lock; this one keeps it. Ignoring overruns is not supported:
 // the ring would overwrite CQEs the application has not read.
 constexpr uint32_t kSupportedCreateFlags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
@@ -126,7 +126,7 @@ void FillPollOps(ibv_cq_ex* c, uint64_t wc_flags) {
 }
 
 ibv_cq_ex* CreateCqExOp(ibv_context* context, ibv_cq_init_attr_ex* attr) {
-  if (attr == nullptr || (attr->comp_mask & ~kKnownCompMask) != 0) {
+  if (attr == nullptr || (attr->comp_mask & ~kKnownCqCompMask) != 0) {
     errno = EINVAL;
     return nullptr;
   }

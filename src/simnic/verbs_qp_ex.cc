@@ -17,10 +17,10 @@ constexpr uint64_t kSupportedSendOps =
     IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_LOCAL_INV |
     IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV;
-constexpr uint32_t kKnownCompMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
-                                    IBV_QP_INIT_ATTR_CREATE_FLAGS |
-                                    IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE |
-                                    IBV_QP_INIT_ATTR_RX_HASH | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+constexpr uint32_t kKnownQpCompMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
+                                      IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                                      IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE |
+                                      IBV_QP_INIT_ATTR_RX_HASH | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 constexpr uint32_t kUnsupportedCompMask =
     IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH;
 
@@ -217,7 +217,7 @@ void Abort(ibv_qp_ex* q) {
 }
 
 ibv_qp* CreateQpExOp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
-  if (attr == nullptr || (attr->comp_mask & ~kKnownCompMask) != 0) {
+  if (attr == nullptr || (attr->comp_mask & ~kKnownQpCompMask) != 0) {
     errno = EINVAL;
     return nullptr;
   }

@@ -16,21 +16,9 @@ namespace bx::rdma {
 namespace {
 
 using namespace std::chrono_literals;
+using transport::testing::InfoOf;
+using transport::testing::MakeRdma;
 using transport::testing::PatternMessage;
-
-std::unique_ptr<Transport> MakeRdma(const RdmaOptions& rdma = {}) {
-  TransportOptions options;
-  options.rdma = rdma;
-  auto t = CreateRdmaTransport(options);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return std::move(t).value();
-}
-
-RdmaTransportInfo InfoOf(Transport& t) {
-  auto info = GetRdmaTransportInfo(t);
-  EXPECT_TRUE(info.ok());
-  return std::move(info).value();
-}
 
 bool Infiniband(Transport& t) {
   return InfoOf(t).link_layer == "InfiniBand";

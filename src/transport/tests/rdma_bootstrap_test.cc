@@ -22,6 +22,7 @@ namespace bx::rdma {
 namespace {
 
 using namespace std::chrono_literals;
+using transport::testing::MakeRdma;
 
 Hello ValidHello() {
   Hello h;
@@ -96,12 +97,6 @@ class FakeServer {
   uint16_t port_;
   std::thread thread_;
 };
-
-std::unique_ptr<Transport> MakeRdma() {
-  auto t = CreateRdmaTransport(TransportOptions{});
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return std::move(t).value();
-}
 
 TEST(RdmaBootstrapTest, ConnectRefusesAServerThatIsNotABexpressPeer) {
   auto transport = MakeRdma();

@@ -18,16 +18,9 @@ namespace {
 
 using namespace std::chrono_literals;
 using transport::testing::HasPattern;
+using transport::testing::InfoOf;
+using transport::testing::MakeRdma;
 using transport::testing::PatternMessage;
-
-std::unique_ptr<Transport> MakeRdma(const RdmaOptions& rdma = {}, int io_threads = 1) {
-  TransportOptions options;
-  options.io_threads = io_threads;
-  options.rdma = rdma;
-  auto t = CreateRdmaTransport(options);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return std::move(t).value();
-}
 
 // Asks the transports' device itself, independently of the transport under test.
 bool DeviceGrantsParentDomains() {
@@ -43,12 +36,6 @@ bool DeviceGrantsParentDomains() {
   if (parent != nullptr) device->lib().dealloc_pd(parent);
   verbs::Library::DeallocTd(td);
   return parent != nullptr;
-}
-
-RdmaTransportInfo InfoOf(Transport& t) {
-  auto info = GetRdmaTransportInfo(t);
-  EXPECT_TRUE(info.ok());
-  return info.ok() ? *info : RdmaTransportInfo{};
 }
 
 // Message i of socket s: 8 bytes of s, 8 bytes of i, then a pattern seeded by (s, i).

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <gtest/gtest.h>
+
 #include "alloc/testing/test_memory.h"
 #include "bx/bemalloc.h"
 #include "transport/rdma/rdma_transport.h"
@@ -91,6 +93,21 @@ bool HasPattern(const Buffer& message, size_t size, uint64_t seed) {
   std::vector<std::byte> expected(size + 8);
   FillPattern(expected.data(), size, seed);
   return std::memcmp(expected.data(), message.data(), size) == 0;
+}
+
+std::unique_ptr<Transport> MakeRdma(const RdmaOptions& rdma, int io_threads) {
+  TransportOptions options;
+  options.io_threads = io_threads;
+  options.rdma = rdma;
+  auto t = rdma::CreateRdmaTransport(options);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? std::move(t).value() : nullptr;
+}
+
+rdma::RdmaTransportInfo InfoOf(Transport& transport) {
+  auto info = rdma::GetRdmaTransportInfo(transport);
+  EXPECT_TRUE(info.ok()) << info.status().ToString();
+  return info.ok() ? std::move(info).value() : rdma::RdmaTransportInfo{};
 }
 
 }  // namespace bx::transport::testing

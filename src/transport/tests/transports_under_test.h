@@ -17,6 +17,9 @@
 namespace bx::verbs {
 class Device;
 }
+namespace bx::rdma {
+struct RdmaTransportInfo;
+}
 
 namespace bx::transport::testing {
 
@@ -35,6 +38,12 @@ void InitTestMemoryPool();
 // The device bemalloc registers with: an rdma:// transport under test must use this one, so that
 // buffer keys are valid on its QPs.
 verbs::Device* TestDevice();
+
+// An rdma:// transport with `rdma` options and `io_threads` (a failed test expectation, and null,
+// when it cannot be created), and what GetRdmaTransportInfo says of one (empty after a failed
+// expectation).
+std::unique_ptr<Transport> MakeRdma(const RdmaOptions& rdma = {}, int io_threads = 1);
+rdma::RdmaTransportInfo InfoOf(Transport& transport);
 
 // A message of `size` bytes whose content is determined by `seed`.
 Buffer PatternMessage(size_t size, uint64_t seed);

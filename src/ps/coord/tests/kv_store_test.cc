@@ -9,28 +9,19 @@
 
 #include "etcd_process.h"
 #include "ps/coord/kv_store.h"
+#include "ps/coord/tests/wait_for.h"
 
 namespace bx::ps {
 namespace {
 
 using coord_test::EtcdProcess;
+using coord_test::WaitFor;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using Clock = std::chrono::steady_clock;
 
 // Per-request timeout of the etcd client: generous, a loaded machine can stall etcd's fsyncs.
 constexpr milliseconds kEtcdTimeout{10000};
-
-// Polls `done` until it holds or `limit` passes; whether it held.
-template <typename F>
-bool WaitFor(F done, milliseconds limit = seconds(15)) {
-  const auto deadline = Clock::now() + limit;
-  while (!done()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  return true;
-}
 
 // One etcd for every test of the process (ctest runs each test in its own process anyway).
 EtcdProcess* SharedEtcd(std::string* error) {

@@ -8,9 +8,12 @@
 #include <atomic>
 #include <thread>
 
+#include "ps/coord/tests/wait_for.h"
+
 namespace bx::ps {
 namespace {
 
+using coord_test::WaitFor;
 using namespace std::chrono_literals;
 
 // A store whose lease renewals can be made to fail, as when the holder is paused or cut off
@@ -55,16 +58,6 @@ std::vector<ShardMember> Members(std::initializer_list<uint32_t> replicas) {
   std::vector<ShardMember> out;
   for (uint32_t r : replicas) out.push_back({r, "inc" + std::to_string(r)});
   return out;
-}
-
-template <typename F>
-bool WaitFor(F condition, std::chrono::milliseconds limit = 20s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
 }
 
 TEST(ShardConfig, RoundTripsAndRefusesAPrimaryOutsideTheSet) {
