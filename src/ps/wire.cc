@@ -201,12 +201,20 @@ size_t FetchResponseSize(size_t key_count, uint32_t dim) {
   return kHeaderSize + kFetchResponseFixed + key_count * dim * sizeof(float);
 }
 
+Status CheckFetchResponseBounds(uint64_t key_count, uint32_t dim) {
+  if (!DimInRange(dim)) return InvalidArgument("fetch response: dim out of range");
+  // key_count <= 2^24 and dim <= 2^16 once the first test passes: the product fits.
+  if (key_count > kMaxKeysPerMessage || key_count * dim > kMaxValuesPerMessage) {
+    return InvalidArgument("fetch response: too many values: " + std::to_string(key_count) +
+                           " keys x dim " + std::to_string(dim) + " above the bound of " +
+                           std::to_string(kMaxValuesPerMessage) + " values per message");
+  }
+  return Status::Ok();
+}
+
 Status EncodeFetchResponseHeader(uint32_t table_id, uint32_t dim, uint64_t key_count,
                                  std::span<std::byte> out) {
-  if (!DimInRange(dim)) return InvalidArgument("fetch response: dim out of range");
-  if (key_count > kMaxKeysPerMessage || key_count * dim > kMaxValuesPerMessage) {
-    return InvalidArgument("fetch response: too many values");
-  }
+  BX_RETURN_IF_ERROR(CheckFetchResponseBounds(key_count, dim));
   BX_RETURN_IF_ERROR(CheckOutSize(out, FetchResponseSize(key_count, dim), "fetch response"));
   WireWriter w(out);
   PutHeader(w, MessageType::kFetchResponse);

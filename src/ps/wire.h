@@ -62,6 +62,10 @@ Result<FetchRequest> DecodeFetchRequest(std::span<const std::byte> bytes);
 // Response: header, table id, dim, key count, then key_count * dim floats, row i at
 // [i*dim, (i+1)*dim), in request key order. The values start 8-byte aligned.
 size_t FetchResponseSize(size_t key_count, uint32_t dim);
+// Whether a response of key_count rows of dim floats is within the message bounds, checked
+// before anything is allocated for it: a request's key count times its table's dim can ask for
+// far more than the bounds (2^24 keys x dim 2^16). InvalidArgument naming the bound, else Ok.
+Status CheckFetchResponseBounds(uint64_t key_count, uint32_t dim);
 Status EncodeFetchResponseHeader(uint32_t table_id, uint32_t dim, uint64_t key_count,
                                  std::span<std::byte> out);
 // The value area of an encoded (or header-encoded) fetch response, for the table to fill.

@@ -174,6 +174,11 @@ void PsServerCore::OnFetch(rpc::ServerCall call) {
   if (!request.ok()) return call.Fail(request.status());
   Result<uint32_t> dim = replica_.TableDim(request->table_id);
   if (!dim.ok()) return call.Fail(dim.status());
+  // Before the reply is allocated: one request of 2^24 keys on a wide table would otherwise
+  // take gigabytes here only to be refused by the encoder.
+  if (Status s = CheckFetchResponseBounds(request->keys.size(), *dim); !s.ok()) {
+    return call.Fail(s);
+  }
   Result<rpc::Message> response =
       rpc::Message::Allocate(FetchResponseSize(request->keys.size(), *dim));
   if (!response.ok()) return call.Fail(response.status());

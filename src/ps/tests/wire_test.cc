@@ -43,6 +43,20 @@ TEST(Wire, FetchRequestRoundTrip) {
   EXPECT_EQ(EncodeFetchRequest(r, wrong).code(), StatusCode::kInvalidArgument);
 }
 
+// The bound a server checks before allocating a reply: exactly kMaxValuesPerMessage values pass,
+// one row more does not, and neither does a key count above kMaxKeysPerMessage or a bad dim.
+TEST(Wire, FetchResponseBoundsAreCheckedFromCountsAlone) {
+  EXPECT_TRUE(CheckFetchResponseBounds(kMaxValuesPerMessage / 256, 256).ok());
+  EXPECT_EQ(CheckFetchResponseBounds(kMaxValuesPerMessage / 256 + 1, 256).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckFetchResponseBounds(8u << 20, 256).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckFetchResponseBounds(kMaxKeysPerMessage + 1, 1).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckFetchResponseBounds(kMaxKeysPerMessage, 1).ok());
+  EXPECT_EQ(CheckFetchResponseBounds(1, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckFetchResponseBounds(1, kMaxDim + 1).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(Wire, FetchResponseIsWrittenInPlaceAndReadWithoutCopy) {
   Bytes b(FetchResponseSize(2, 3));
   ASSERT_TRUE(EncodeFetchResponseHeader(9, 3, 2, b).ok());

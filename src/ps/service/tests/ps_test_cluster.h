@@ -36,6 +36,7 @@ struct Cluster {
   std::vector<std::vector<std::unique_ptr<PsServer>>> servers;
   float max_abs_gradient = PsServerOptions{}.max_abs_gradient;  // set before Start
   std::string replica_secret;                                   // set before Start (needs a secret)
+  std::vector<TableConfig> tables = {Table()};                  // set before Start
 
   // With `secret`, a cluster whose file names a secret_file (ClusterSpec::secret).
   // Without `promote`, every replica stays a backup (a leased monitor creates the epoch).
@@ -44,7 +45,7 @@ struct Cluster {
     spec.transport = scheme;
     spec.secret = secret;
     spec.replica_secret = replica_secret;
-    spec.tables = {Table()};
+    spec.tables = tables;
     for (int s = 0; s < shards; ++s) {
       servers.emplace_back();
       ShardSpec shard;
