@@ -288,6 +288,11 @@ CollectorHandle ExportPsServer(ps::PsServer& server, Labels labels, Registry& re
             double(position.lsn));
     w.Gauge("bx_ps_replica_live_backups", "Live backups of a primary (0 otherwise).", labels,
             double(replica.live_backups()));
+    w.Gauge("bx_ps_replica_in_sync", "A primary's replicas in sync, itself counted (0 otherwise).",
+            labels, double(replica.in_sync_replicas()));
+    w.Counter("bx_ps_server_pushes_below_min_in_sync_total",
+              "Pushes refused or failed while fewer than min_in_sync replicas were in sync.",
+              labels, double(c.pushes_below_min_in_sync));
     WriteServerStats(w, server.rpc_stats(), labels);
   });
 }

@@ -229,7 +229,7 @@ Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
   if (root.is_discarded()) return InvalidArgument("cluster file: not valid JSON");
   BX_RETURN_IF_ERROR(CheckKeys(root, "(root)",
                                {"version", "transport", "secret_file", "replica_secret_file",
-                                "config_store", "rdma", "tables", "shards"}));
+                                "config_store", "rdma", "tables", "shards", "min_in_sync"}));
   uint32_t version = 0;
   BX_RETURN_IF_ERROR(GetNumber(root, "(root)", "version", &version));
   if (version != 1) return Bad("version", "must be 1");
@@ -306,7 +306,24 @@ Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
     }
     spec.shards.push_back(std::move(shard_spec));
   }
+  if (root.contains("min_in_sync")) {
+    BX_RETURN_IF_ERROR(GetNumber(root, "(root)", "min_in_sync", &spec.min_in_sync));
+    for (size_t s = 0; s < spec.shards.size(); ++s) {
+      if (spec.min_in_sync == 0 || spec.min_in_sync > spec.shards[s].replicas.size()) {
+        return Bad("min_in_sync", "expected 1.." + std::to_string(spec.shards[s].replicas.size()) +
+                                      ": shards[" + std::to_string(s) + "] has " +
+                                      std::to_string(spec.shards[s].replicas.size()) +
+                                      " replicas, and a shard with fewer in sync than this "
+                                      "could never acknowledge a push");
+      }
+    }
+  }
   return spec;
+}
+
+size_t MinInSyncOf(const ClusterSpec& spec, size_t shard) {
+  if (spec.min_in_sync != 0) return spec.min_in_sync;
+  return shard < spec.shards.size() && spec.shards[shard].replicas.size() >= 3 ? 2 : 1;
 }
 
 Result<ClusterSpec> LoadClusterFile(const std::string& path) {
@@ -341,6 +358,7 @@ std::string ClusterSpecToJson(const ClusterSpec& spec) {
   if (!spec.secret_file.empty()) root["secret_file"] = spec.secret_file;
   if (!spec.replica_secret_file.empty()) root["replica_secret_file"] = spec.replica_secret_file;
   if (!spec.config_store.empty()) root["config_store"] = spec.config_store;
+  if (spec.min_in_sync != 0) root["min_in_sync"] = spec.min_in_sync;
   if (!spec.rdma.empty()) {
     json rdma = json::object();
     if (spec.rdma.gid_index >= 0) rdma["gid_index"] = spec.rdma.gid_index;

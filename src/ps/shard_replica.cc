@@ -102,16 +102,22 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
     Role role;
     uint64_t durable;
     uint64_t undurable;
+    Status in_sync_refusal;
     {
       std::lock_guard lock(mu_);
       if (role_ == Role::kPrimary) LeaseHeldLocked(&deferred_);
       role = role_;
       durable = DurableLsnLocked();
       undurable = issued_lsn_ - durable;
+      if (role_ == Role::kPrimary && InSyncLocked() < options_.min_in_sync) {
+        in_sync_refusal = BelowMinInSyncLocked(InSyncLocked(), "push refused, nothing applied");
+      }
     }
     const PushAck ack{push.id, false};
     if (role != Role::kPrimary) {
       refused = NotPrimary(role);
+    } else if (!in_sync_refusal.ok()) {
+      refused = in_sync_refusal;
     } else {
       switch (state_->dedup().Check(push.id)) {
         case PushDedup::Verdict::kTooFarAhead:
@@ -238,11 +244,29 @@ void ShardReplica::AddWaiterLocked(uint64_t lsn, Waiter waiter) {
     });
     return;
   }
-  if (lsn <= DurableLsnLocked()) {
+  if (lsn <= DurableLsnLocked() && InSyncLocked() >= options_.min_in_sync) {
     deferred_.push_back([w = std::move(waiter)] { w.done(w.ack); });
     return;
   }
   waiters_.emplace(lsn, std::move(waiter));
+  CollectReadyLocked(&deferred_);
+}
+
+size_t ShardReplica::InSyncLocked() const {
+  if (role_ != Role::kPrimary) return 0;
+  size_t n = 1;
+  for (size_t b = 0; b < backups_.size(); ++b) {
+    n += ((dead_backups_ | catching_up_) >> b & 1) == 0;
+  }
+  return n;
+}
+
+Status ShardReplica::BelowMinInSyncLocked(size_t in_sync, const char* what) {
+  below_min_refusals_.fetch_add(1, std::memory_order_relaxed);
+  return ResourceExhausted(std::string(what) + ": " + std::to_string(in_sync) +
+                           " of the shard's replicas in sync, below min_in_sync " +
+                           std::to_string(options_.min_in_sync) +
+                           "; retry once a replica has caught up");
 }
 
 uint64_t ShardReplica::DurableLsnLocked() const {
@@ -258,6 +282,17 @@ bool ShardReplica::LeaseHeldLocked(std::vector<std::function<void()>>* calls) {
 
 void ShardReplica::CollectReadyLocked(std::vector<std::function<void()>>* out) {
   if (waiters_.empty() || !LeaseHeldLocked(out)) return;
+  if (const size_t in_sync = InSyncLocked(); in_sync < options_.min_in_sync) {
+    // Applied here, but on too few replicas to survive a crash: the client retries, and the
+    // retry is acknowledged (as a duplicate) once enough replicas hold it again.
+    for (auto& [lsn, waiter] : waiters_) {
+      out->push_back(
+          [w = std::move(waiter),
+           s = BelowMinInSyncLocked(in_sync, "push applied by the primary only")] { w.done(s); });
+    }
+    waiters_.clear();
+    return;
+  }
   const uint64_t durable = DurableLsnLocked();
   while (!waiters_.empty() && waiters_.begin()->first <= durable) {
     auto node = waiters_.extract(waiters_.begin());
@@ -708,6 +743,15 @@ ShardReplica::Position ShardReplica::position() const {
 size_t ShardReplica::log_bytes() const {
   OrderSection order(order_mu_, this);
   return LogBytesLocked();
+}
+
+size_t ShardReplica::in_sync_replicas() const {
+  std::lock_guard lock(mu_);
+  return InSyncLocked();
+}
+
+uint64_t ShardReplica::below_min_in_sync_refusals() const {
+  return below_min_refusals_.load(std::memory_order_relaxed);
 }
 
 size_t ShardReplica::live_backups() const {

@@ -36,6 +36,7 @@
 // never under a lock of this class, so they may call back into it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -96,6 +97,13 @@ class ShardReplica {
     // (Well below the receiving server's request queue bound, 256 MiB by default: the backlog
     // is forwarded at once.)
     size_t max_catch_up_bytes = size_t{64} << 20;
+    // Replicas, the primary counted, that must hold a push before it is acknowledged (Kafka's
+    // min.insync.replicas). A backup counts while it is a member that has not been dropped, or
+    // a learner that has caught up. Below it the primary refuses pushes, new ones and retries
+    // alike (ResourceExhausted, nothing applied), and fails the pushes waiting for an ack the
+    // same way: it never acknowledges alone what one crash would lose. 1: acknowledge on
+    // whatever backups are left (availability over durability).
+    size_t min_in_sync = 1;
   };
 
   struct Position {
@@ -204,6 +212,10 @@ class ShardReplica {
   Position position() const;
   // Live backups of a primary (backups dropped after a failed forward are not counted).
   size_t live_backups() const;
+  // A primary's replicas that count towards min_in_sync, itself included (0 for other roles).
+  size_t in_sync_replicas() const;
+  // Pushes (new and retried) refused, and waiting pushes failed, for want of min_in_sync.
+  uint64_t below_min_in_sync_refusals() const;
   const ShardState& state() const { return *state_; }
   // Bytes (keys and gradients) of the pushes this replica keeps for re-forwarding and joiners.
   size_t log_bytes() const;
@@ -246,8 +258,13 @@ class ShardReplica {
   void DeferIfOrderedLocked(std::vector<std::function<void()>>* calls);
   // False (after stepping down) when a guard says the lease is no longer valid. mu_ held.
   bool LeaseHeldLocked(std::vector<std::function<void()>>* calls);
-  // Collects waiters whose lsn is durable. mu_ held.
+  // Collects waiters whose lsn is durable; fails them all when fewer than min_in_sync replicas
+  // are in sync. mu_ held.
   void CollectReadyLocked(std::vector<std::function<void()>>* out);
+  // The primary and the backups that count towards min_in_sync. mu_ held.
+  size_t InSyncLocked() const;
+  // ResourceExhausted naming the shortfall (counted as a refusal). mu_ held.
+  Status BelowMinInSyncLocked(size_t in_sync, const char* what);
   uint64_t DurableLsnLocked() const;
   // Bytes (keys and gradients) in the log, and in its pushes after `lsn` (the undurable ones
   // when `lsn` is durable). order_mu_ held.
@@ -298,6 +315,7 @@ class ShardReplica {
   };
   std::map<size_t, Learner> learners_;
   uint64_t catching_up_ = 0;  // bit i: learner i is sent pushes but does not count yet
+  std::atomic<uint64_t> below_min_refusals_{0};
   // Callbacks that became due inside an order section, for RunDeferred.
   std::vector<std::function<void()>> deferred_;
 };

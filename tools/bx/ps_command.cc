@@ -144,6 +144,7 @@ void Serve(const ServeOptions& serve) {
   options.replica_secret = spec.replica_secret;
   options.rpc.worker_threads = 2;
   options.max_abs_gradient = serve.max_abs_gradient;
+  options.min_in_sync = ps::MinInSyncOf(spec, size_t(shard));
   options.rpc.transport.max_connections_per_peer = serve.max_connections_per_peer;
   options.rpc.idle_timeout = std::chrono::milliseconds(serve.idle_timeout_ms);
   options.rpc.max_queued_request_bytes = serve.max_queued_request_mib << 20;
@@ -163,8 +164,9 @@ void Serve(const ServeOptions& serve) {
     exported = observe::ExportPsServer(
         **server, {{"shard", std::to_string(shard)}, {"replica", std::to_string(replica)}});
   }
-  std::fprintf(stderr, "shard %d replica %d listening on %s\n", shard, replica,
-               (*server)->address().ToString().c_str());
+  std::fprintf(stderr, "shard %d replica %d listening on %s, min_in_sync %zu of %zu\n", shard,
+               replica, (*server)->address().ToString().c_str(), options.min_in_sync,
+               spec.shards[shard].replicas.size());
 
   std::unique_ptr<ps::FailoverMonitor> monitor;
   const std::string store = failover.etcd.empty() ? spec.config_store : failover.etcd;
@@ -212,11 +214,12 @@ void Serve(const ServeOptions& serve) {
   std::fprintf(
       stderr,
       "stopping: fetches %llu, pushes %llu (+%llu duplicates, %llu errors), forwards "
-      "%llu, replica calls refused %llu\n",
+      "%llu, replica calls refused %llu, pushes refused below min_in_sync %llu\n",
       static_cast<unsigned long long>(c.fetches), static_cast<unsigned long long>(c.pushes_acked),
       static_cast<unsigned long long>(c.pushes_duplicate),
       static_cast<unsigned long long>(c.push_errors), static_cast<unsigned long long>(c.forwards),
-      static_cast<unsigned long long>(c.replica_method_refusals));
+      static_cast<unsigned long long>(c.replica_method_refusals),
+      static_cast<unsigned long long>(c.pushes_below_min_in_sync));
   exported.Reset();
   (*server)->Stop();
 }

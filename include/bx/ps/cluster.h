@@ -78,7 +78,14 @@ struct BX_EXPORT ClusterSpec {
   } rdma;
   std::vector<TableConfig> tables;
   std::vector<ShardSpec> shards;
+  // Replicas, the primary counted, that must hold a push before it is acknowledged
+  // (PsServerOptions::min_in_sync); at most every shard's replica count. 0 (the field left
+  // out): 2 for shards of 3 or more replicas, 1 otherwise (MinInSyncOf).
+  size_t min_in_sync = 0;
 };
+
+// The min_in_sync a server of `shard` runs with: the file's, or the default for its size.
+BX_EXPORT size_t MinInSyncOf(const ClusterSpec& spec, size_t shard);
 
 // Parses the JSON text of a cluster file. Errors name the JSON path ("shards[1].replicas[0]").
 BX_EXPORT Result<ClusterSpec> ParseClusterSpec(std::string_view json_text);

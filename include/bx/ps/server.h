@@ -39,6 +39,9 @@ struct BX_EXPORT PsServerCounters {
   uint64_t forwards = 0;
   // Replica-to-replica calls refused to a caller without the replica secret.
   uint64_t replica_method_refusals = 0;
+  // Pushes refused, and waiting pushes failed, while fewer than min_in_sync replicas were in
+  // sync (each a retryable ResourceExhausted; nothing acknowledged).
+  uint64_t pushes_below_min_in_sync = 0;
 };
 
 struct BX_EXPORT PsServerOptions {
@@ -75,6 +78,12 @@ struct BX_EXPORT PsServerOptions {
   // (InvalidArgument naming the key and element) before anything is applied; 0: no bound.
   // Non-finite elements (NaN, +-Inf) are always refused: one would poison its row for good.
   float max_abs_gradient = 1e6f;
+  // Replicas of the shard, the primary counted, that must hold a push before it is
+  // acknowledged (ClusterSpec::min_in_sync; Kafka's min.insync.replicas). While fewer are in
+  // sync (backups dropped, joiners still catching up) the primary refuses pushes with a
+  // retryable ResourceExhausted and applies nothing, so one crash cannot lose an acknowledged
+  // push; 1 keeps the shard writable on the primary alone (availability over durability).
+  size_t min_in_sync = 1;
 };
 
 class BX_EXPORT PsServer {

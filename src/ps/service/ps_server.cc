@@ -30,6 +30,7 @@ ShardReplica::Options ReplicaOptionsOf(const PsServerOptions& options) {
   replica.max_reordered_forwards = options.max_reordered_forwards;
   replica.dedup.window = options.dedup_window;
   replica.dedup.max_clients = options.max_dedup_clients;
+  replica.min_in_sync = options.min_in_sync;
   return replica;
 }
 
@@ -41,11 +42,10 @@ Status CheckOptions(const PsServerOptions& options) {
   }
   if (options.max_undurable_pushes == 0 || options.max_undurable_bytes == 0 ||
       options.max_reordered_forwards == 0 || options.dedup_window == 0 ||
-      options.max_dedup_clients == 0) {
+      options.max_dedup_clients == 0 || options.min_in_sync == 0) {
     return InvalidArgument(
         "PsServerOptions: max_undurable_pushes, max_undurable_bytes, max_reordered_forwards, "
-        "dedup_window and "
-        "max_dedup_clients must be at least 1");
+        "dedup_window, max_dedup_clients and min_in_sync must be at least 1");
   }
   if (options.forward_timeout <= std::chrono::microseconds::zero()) {
     return InvalidArgument("PsServerOptions: forward_timeout must be positive");
@@ -239,8 +239,13 @@ void PsServerCore::LendSecrets(TransportOptions* transport) const {
 }
 
 PsServerCounters PsServerCore::counters() const {
-  return {fetches_.load(),     pushes_acked_.load(), pushes_duplicate_.load(),
-          push_errors_.load(), forwards_.load(),     replica_method_refusals_.load()};
+  return {fetches_.load(),
+          pushes_acked_.load(),
+          pushes_duplicate_.load(),
+          push_errors_.load(),
+          forwards_.load(),
+          replica_method_refusals_.load(),
+          replica_.below_min_in_sync_refusals()};
 }
 
 }  // namespace bx::ps

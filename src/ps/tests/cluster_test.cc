@@ -121,6 +121,31 @@ TEST(ClusterSpec, NamesItsConfigurationStoreAndWritesItBack) {
   EXPECT_EQ(again->config_store, spec->config_store);
 }
 
+TEST(ClusterSpec, MinInSyncDefaultsByShardSizeAndIsBoundedByIt) {
+  // Shard 0 of 3 replicas, shard 1 of one; `field` goes after the version.
+  auto parse = [](const std::string& field) {
+    return ParseClusterSpec(R"({"version": 1)" + field + R"(,
+      "shards": [{"replicas": [{"tcp": "tcp://h:1"}, {"tcp": "tcp://h:2"}, {"tcp": "tcp://h:3"}]},
+                 {"replicas": [{"tcp": "tcp://h:4"}]}]})");
+  };
+  Result<ClusterSpec> spec = parse("");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(MinInSyncOf(*spec, 0), 2u) << "3 replicas: one crash must not lose an ack";
+  EXPECT_EQ(MinInSyncOf(*spec, 1), 1u) << "a lone replica is all the shard has";
+  // 2 is above the one-replica shard's size: that shard could never acknowledge a push.
+  Result<ClusterSpec> too_many = parse(R"(, "min_in_sync": 2)");
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.status().message().find("shards[1] has 1 replicas"), std::string::npos)
+      << too_many.status().ToString();
+  EXPECT_FALSE(parse(R"(, "min_in_sync": 0)").ok());
+  Result<ClusterSpec> one = parse(R"(, "min_in_sync": 1)");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(MinInSyncOf(*one, 0), 1u);
+  Result<ClusterSpec> again = ParseClusterSpec(ClusterSpecToJson(*one));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->min_in_sync, 1u);
+}
+
 TEST(ClusterSpec, CarriesRdmaAddressingChecksItAndWritesItBack) {
   Result<ClusterSpec> spec = ParseClusterSpec(
       R"({"version": 1, "rdma": {"traffic_class": 98, "service_level": 5},

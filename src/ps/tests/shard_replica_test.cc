@@ -784,5 +784,74 @@ TEST(ShardReplica, InstallSnapshotRefusesCorruptOnesAndOnesFromALeftEpoch) {
       << "a primary installs nothing";
 }
 
+// min_in_sync 2 of 3: with both backups gone the primary acknowledges nothing (the control,
+// min_in_sync 1, acknowledges alone what one crash would lose), and once a replica has caught up
+// again the refused pushes go through, each applied once.
+void BothBackupsGone(size_t min_in_sync) {
+  ShardReplica::Options options;
+  options.min_in_sync = min_in_sync;
+  auto p = NewReplica(options), b1 = NewReplica(), b2 = NewReplica();
+  auto to_b1 = std::make_shared<FakeLink>(b1.get()), to_b2 = std::make_shared<FakeLink>(b2.get());
+  ASSERT_TRUE(p->BecomePrimary(1, {to_b1, to_b2}).ok());
+  EXPECT_EQ(p->in_sync_replicas(), 3u);
+  const PushRequest first = MakePush(1, 1, {11}), second = MakePush(1, 2, {22}),
+                    third = MakePush(2, 1, {33});
+  ASSERT_TRUE(Push(*p, first)->acked());
+  to_b1->set_mode(FakeLink::Mode::kDead);
+  to_b2->set_mode(FakeLink::Mode::kDead);
+  auto applied_alone = Push(*p, second);  // applied, then both forwards fail
+  EXPECT_EQ(p->in_sync_replicas(), 1u);
+  if (min_in_sync == 1) {
+    EXPECT_TRUE(applied_alone->acked()) << "the control acknowledges on the primary alone";
+    return;
+  }
+  ASSERT_EQ(applied_alone->code(), StatusCode::kResourceExhausted)
+      << "acknowledged with only the primary holding it";
+  EXPECT_EQ(Push(*p, second)->code(), StatusCode::kResourceExhausted) << "a retry, neither";
+  EXPECT_EQ(Push(*p, third)->code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(BitwiseEqual(Values(*p, kKeys), AppliedOnce({first, second}, kKeys)))
+      << "the refused push was applied";
+  EXPECT_EQ(p->below_min_in_sync_refusals(), 3u);
+
+  // A replica comes back (a snapshot, then the pushes after it) and counts once caught up.
+  auto joiner = NewReplica();
+  Result<ShardReplica::JoinSnapshot> snapshot = p->SnapshotForJoin(7);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status().ToString();
+  ASSERT_TRUE(joiner->InstallSnapshot(snapshot->bytes).ok());
+  bool added = false;
+  ASSERT_TRUE(p->AttachLearner(7, std::make_shared<FakeLink>(joiner.get()),
+                               [&added](size_t, std::function<void(Status)> committed) {
+                                 added = true;
+                                 committed(Status::Ok());
+                               })
+                  .ok());
+  EXPECT_TRUE(added);
+  EXPECT_EQ(p->in_sync_replicas(), 2u);
+  auto retried = Push(*p, second);
+  ASSERT_TRUE(retried->acked()) << retried->result->status().ToString();
+  EXPECT_TRUE(retried->duplicate()) << "acknowledged, not applied again";
+  ASSERT_TRUE(Push(*p, third)->acked());
+  const std::vector<float> want = AppliedOnce({first, second, third}, kKeys);
+  EXPECT_TRUE(BitwiseEqual(Values(*p, kKeys), want));
+  EXPECT_TRUE(BitwiseEqual(Values(*joiner, kKeys), want));
+}
+
+TEST(ShardReplica, BelowMinInSyncNothingIsAcknowledgedUntilAReplicaCatchesUp) {
+  BothBackupsGone(2);
+}
+
+TEST(ShardReplica, WithMinInSyncOneThePrimaryAcknowledgesAlone) {
+  BothBackupsGone(1);
+}
+
+TEST(ShardReplica, APrimaryPromotedWithTooFewReplicasAcknowledgesNothing) {
+  ShardReplica::Options options;
+  options.min_in_sync = 3;
+  auto p = NewReplica(options), b1 = NewReplica();
+  ASSERT_TRUE(p->BecomePrimary(1, {std::make_shared<FakeLink>(b1.get())}).ok());
+  EXPECT_EQ(Push(*p, MakePush(1, 1, {11}))->code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(b1->position(), (ShardReplica::Position{0, 0})) << "nothing applied or forwarded";
+}
+
 }  // namespace
 }  // namespace bx::ps

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 
 #include "ps/service/tests/ps_test_cluster.h"
 
@@ -15,7 +16,7 @@ using namespace std::chrono_literals;
 using rpc::testing::WaitFor;
 
 class LeasedFailoverTest : public ::testing::TestWithParam<std::string> {
- protected:
+ public:
   // A store of this test run's own (--gtest_repeat too), shared by the cluster's monitors.
   std::string StoreUrl() const {
     const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -171,6 +172,69 @@ TEST_P(LeasedFailoverTest, ARestartedReplicaCatchesUpJoinsAndCanTakeOver) {
   ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 3, 1));  // waits for its promotion
   EXPECT_GT(monitors_[2]->promoted_epoch(), 1u) << logs_[2].Dump();
   EXPECT_EQ(FirstValue(*cluster.servers[0][2], 3), -static_cast<float>(pushed + 1));
+}
+
+// min_in_sync 2 of 3 (the cluster file's default for 3 replicas): with both backups gone, a push
+// is not acknowledged by the primary alone; the client keeps retrying it, and once a backup has
+// come back and caught up it is acknowledged, applied once. The control, min_in_sync 1, has the
+// primary acknowledge alone what its crash would then lose.
+void BothBackupsStop(LeasedFailoverTest* test, Cluster& cluster, size_t min_in_sync) {
+  cluster.min_in_sync = min_in_sync;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(test->GetParam(), 1, 3, {}, /*promote=*/false));
+  ASSERT_NO_FATAL_FAILURE(test->StartMonitors(cluster, 3));
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 5, 10));
+  for (int r : {1, 2}) {
+    test->monitors_[r].reset();
+    cluster.servers[0][r]->Stop();
+  }
+  std::atomic<bool> done{false};
+  Status pushed;
+  std::thread pusher([&] {
+    const std::vector<float> ones(kDim, 1.0f);
+    const uint64_t key = 5;
+    pushed = client->Push(kTable, kDim, {&key, 1}, ones, 60s);
+    done = true;
+  });
+  ShardReplica& primary = cluster.servers[0][0]->core().replica();
+  if (min_in_sync == 1) {
+    EXPECT_TRUE(WaitFor([&] { return done.load(); }, kWaitLimit));
+    pusher.join();
+    EXPECT_TRUE(pushed.ok()) << "the control acknowledges on the primary alone: "
+                             << pushed.ToString();
+    EXPECT_EQ(primary.in_sync_replicas(), 1u);
+    return;
+  }
+  // Both drops are committed and the retried push has been refused again and again.
+  ASSERT_TRUE(WaitFor([&] { return primary.in_sync_replicas() == 1; }, kWaitLimit))
+      << test->logs_[0].Dump();
+  ASSERT_TRUE(
+      WaitFor([&] { return done || primary.below_min_in_sync_refusals() >= 20; }, kWaitLimit));
+  ASSERT_FALSE(done.load()) << "acknowledged with only the primary holding it: "
+                            << pushed.ToString();
+  // The backups come back as new processes, catch up and join.
+  for (int r : {1, 2}) {
+    ASSERT_NO_FATAL_FAILURE(cluster.Restart(0, r));
+    Result<std::unique_ptr<FailoverMonitor>> monitor = FailoverMonitor::Start(
+        cluster.servers[0][r].get(), test->Options(cluster, r, &test->logs_[r]));
+    ASSERT_TRUE(monitor.ok()) << monitor.status().ToString();
+    test->monitors_[r] = std::move(monitor).value();
+  }
+  pusher.join();
+  ASSERT_TRUE(pushed.ok()) << pushed.ToString() << "\n" << test->logs_[0].Dump();
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 5, 2));
+  EXPECT_EQ(FirstValue(*cluster.servers[0][0], 5), -13.0f) << "every acknowledged push, once";
+  EXPECT_GE(primary.in_sync_replicas(), 2u);
+  EXPECT_GT(cluster.servers[0][0]->counters().pushes_below_min_in_sync, 0u);
+}
+
+TEST_P(LeasedFailoverTest, BelowMinInSyncThePrimaryAcknowledgesNothingUntilABackupCatchesUp) {
+  BothBackupsStop(this, cluster_, 2);
+}
+
+TEST_P(LeasedFailoverTest, WithMinInSyncOneThePrimaryAcknowledgesAlone) {
+  BothBackupsStop(this, cluster_, 1);
 }
 
 // A replica out of service refuses reads; the client asks another replica, so no fetch fails.

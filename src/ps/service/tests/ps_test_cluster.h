@@ -37,6 +37,7 @@ struct Cluster {
   float max_abs_gradient = PsServerOptions{}.max_abs_gradient;  // set before Start
   std::string replica_secret;                                   // set before Start (needs a secret)
   std::vector<TableConfig> tables = {Table()};                  // set before Start
+  size_t min_in_sync = 1;                                       // set before Start
 
   // With `secret`, a cluster whose file names a secret_file (ClusterSpec::secret).
   // Without `promote`, every replica stays a backup (a leased monitor creates the epoch).
@@ -85,6 +86,7 @@ struct Cluster {
     options.replica_secret = spec.replica_secret;
     options.rpc.worker_threads = 1;
     options.max_abs_gradient = max_abs_gradient;
+    options.min_in_sync = min_in_sync;
     options.rpc.log = [](std::string_view) {};
     options.backup_client.log = [](std::string_view) {};
     return options;
