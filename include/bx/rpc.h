@@ -218,6 +218,11 @@ struct BX_EXPORT CallOptions {
   bool idempotent = false;
   // Attempts at most (first try included); 0: ClientOptions::retry.max_attempts.
   int max_attempts = 0;
+  // How large the response may be (0: small). A response is delivered whole, after everything
+  // sent before it on its connection, heartbeat answers included: while a large one is awaited,
+  // the connection's silence is allowed to last as long as the response takes to arrive at
+  // ClientOptions::slowest_transfer_bytes_per_second before it is declared dead.
+  size_t expected_response_bytes = 0;
 };
 
 enum class ReplicaPolicy { kRoundRobin, kLeastOutstanding, kPowerOfTwoChoices };
@@ -241,9 +246,17 @@ struct BX_EXPORT ClientOptions {
   // Connection set-up (transport connect + method-table exchange) per transport.
   std::chrono::milliseconds connect_timeout{1000};
   // A connection that received nothing for heartbeat_interval sends a heartbeat; one that received
-  // nothing for heartbeat_timeout is declared dead.
+  // nothing for heartbeat_timeout is declared dead. The peer answers a heartbeat only once it has
+  // received what was sent before it, and its answer follows what it sends before it: so while
+  // a large request is being sent, or a large response is awaited
+  // (CallOptions::expected_response_bytes), the allowance grows by the time those bytes take at
+  // slowest_transfer_bytes_per_second. A connection moving a large message is not dead; one that
+  // moves nothing is found out as before.
   std::chrono::milliseconds heartbeat_interval{100};
   std::chrono::milliseconds heartbeat_timeout{500};
+  // The slowest rate a live peer is assumed to move a large message at (copies, a loaded host,
+  // a sanitizer build): 16 MiB/s gives a 64 MiB message 4 s more, a 1 GiB one about a minute.
+  size_t slowest_transfer_bytes_per_second = size_t{16} << 20;
   // Consecutive call timeouts on a connection, with no response in between, that declare it dead.
   int max_consecutive_timeouts = 8;
   // How often a down replica is probed (reconnected), and how often a replica that fell back to

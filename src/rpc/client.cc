@@ -271,6 +271,7 @@ void Client::Core::DispatchLocked(CallState* call, Clock::time_point now, Action
   ++replica.calls;
   ++stats.attempts;
   connection.outstanding.emplace(header.call_id, call);
+  if (frame.size() >= kLargeFrameBytes) connection.large_bytes_sent += frame.size();
   actions.sends.push_back({connection.socket, replica.active, header.call_id, std::move(frame)});
 }
 

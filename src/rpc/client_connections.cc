@@ -135,9 +135,11 @@ void Client::Core::RunConnectTask(const ConnectTask& task) {
   RunActions(actions);
 }
 
-void Client::Core::SendControlLocked(Connection& connection, FrameKind kind, Actions& actions) {
+void Client::Core::SendControlLocked(Connection& connection, FrameKind kind, Actions& actions,
+                                     uint64_t call_id) {
   FrameHeader header;
   header.kind = kind;
+  header.call_id = call_id;
   Result<Buffer> frame = MakeFrame(header, {});
   if (!frame.ok() || !connection.socket) return;
   // No wire id: a control frame failing to send shows up as the connection's failure.
@@ -191,8 +193,12 @@ void Client::Core::OnMessage(const std::shared_ptr<Connection>& connection, Buff
           }
           break;
         }
+        case FrameKind::kHeartbeatAck:
+          connection->large_bytes_taken = std::clamp(header->call_id, connection->large_bytes_taken,
+                                                     connection->large_bytes_sent);
+          break;
         default:
-          break;  // HeartbeatAck: last_receive is all it is for
+          break;
       }
     }
   }
@@ -298,6 +304,19 @@ void Client::Core::FailConnectionLocked(const std::shared_ptr<Connection>& conne
   RedispatchWaitingLocked(now, actions);
 }
 
+Clock::duration Client::Core::SilenceAllowedLocked(const Connection& connection) const {
+  uint64_t moving = connection.large_bytes_sent - connection.large_bytes_taken;
+  for (const auto& [wire, call] : connection.outstanding) {
+    moving += call->options.expected_response_bytes;
+  }
+  if (moving == 0 || options.slowest_transfer_bytes_per_second == 0) {
+    return options.heartbeat_timeout;
+  }
+  return options.heartbeat_timeout +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+             double(moving) / double(options.slowest_transfer_bytes_per_second)));
+}
+
 void Client::Core::MaintainLocked(Clock::time_point now, Actions& actions) {
   for (size_t i = 0; i < replicas.size(); ++i) {
     Replica& replica = replicas[i];
@@ -333,7 +352,7 @@ void Client::Core::MaintainLocked(Clock::time_point now, Actions& actions) {
         continue;
       }
       const auto silent = now - connection->last_receive;
-      if (silent >= options.heartbeat_timeout) {
+      if (silent >= SilenceAllowedLocked(*connection)) {
         FailConnectionLocked(
             connection,
             Unavailable("nothing received for " +
@@ -343,7 +362,8 @@ void Client::Core::MaintainLocked(Clock::time_point now, Actions& actions) {
                  now - connection->last_heartbeat >= options.heartbeat_interval) {
         connection->last_heartbeat = now;
         ++stats.heartbeats_sent;
-        SendControlLocked(*connection, FrameKind::kHeartbeat, actions);
+        SendControlLocked(*connection, FrameKind::kHeartbeat, actions,
+                          connection->large_bytes_sent);
       }
     }
   }

@@ -30,6 +30,9 @@ namespace bx::rpc {
 
 struct CallState;
 
+// Requests from this size on extend the silence a connection is allowed (large_bytes_sent).
+inline constexpr size_t kLargeFrameBytes = size_t{1} << 20;
+
 // One transport socket to one replica, and its health.
 struct Connection {
   enum class State { kConnecting, kHandshaking, kReady, kClosed };
@@ -43,6 +46,13 @@ struct Connection {
   Clock::time_point opened;
   Clock::time_point last_receive;
   Clock::time_point last_heartbeat;
+  // Bytes of large requests (kLargeFrameBytes and up) sent so far, and how many of them the
+  // peer is known to have taken in: a heartbeat carries the count sent before it (in its call
+  // id, which the server echoes), and the peer answers it only after reading those bytes. The
+  // difference still has to travel before anything sent after it can be answered
+  // (SilenceAllowedLocked).
+  uint64_t large_bytes_sent = 0;
+  uint64_t large_bytes_taken = 0;
   int consecutive_timeouts = 0;  // calls that timed out with no response in between
 };
 
@@ -151,7 +161,12 @@ struct BX_HIDDEN Client::Core : std::enable_shared_from_this<Client::Core> {
   void SetReplicaStateLocked(Replica& replica, ReplicaState state, const std::string& why,
                              Actions& actions);
   void MaintainLocked(Clock::time_point now, Actions& actions);
-  void SendControlLocked(Connection& connection, FrameKind kind, Actions& actions);
+  // How long `connection` may receive nothing before it is declared dead: heartbeat_timeout,
+  // plus the time its large messages in motion take at slowest_transfer_bytes_per_second.
+  Clock::duration SilenceAllowedLocked(const Connection& connection) const;
+  // `call_id`: a heartbeat's, the large bytes sent before it (Connection::large_bytes_sent).
+  void SendControlLocked(Connection& connection, FrameKind kind, Actions& actions,
+                         uint64_t call_id = 0);
   void TimerLoop();
   std::chrono::milliseconds Tick() const;
 

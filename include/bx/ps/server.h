@@ -57,9 +57,13 @@ struct BX_EXPORT PsServerOptions {
   // backup_client.transport.
   std::string replica_secret;
   rpc::ServerOptions rpc;
-  // Clients this server opens to its backups when it becomes primary.
+  // Clients this server opens to its backups when it becomes primary. Their heartbeat_timeout is
+  // raised to forward_timeout where it is below it (a link found dead drops its backup).
   rpc::ClientOptions backup_client;
-  // A forward not acknowledged by a backup within this drops that backup.
+  // A forward not acknowledged by a backup within this drops that backup; to it are added the
+  // time the forward's bytes, and those of the forwards ahead of it to the same backup, take
+  // at backup_client.slowest_transfer_bytes_per_second (16 MiB/s: 4 s more for 64 MiB), so a
+  // backup is dropped for being unreachable, not for being sent a large push.
   std::chrono::microseconds forward_timeout = std::chrono::seconds(2);
   // The primary refuses pushes (ResourceExhausted, retry later) while this many are applied but
   // not yet on every backup; every replica keeps that many to re-forward when promoted.

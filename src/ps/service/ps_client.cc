@@ -84,6 +84,7 @@ Result<std::unique_ptr<PsClientCore>> PsClientCore::Create(const ClusterSpec& sp
   }
   std::unique_ptr<PsClientCore> client(new PsClientCore());
   client->client_id_ = options.client_id;
+  client->slowest_bytes_per_second_ = options.rpc.slowest_transfer_bytes_per_second;
   while (client->client_id_ == 0)
     client->client_id_ = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
   const bool rdma = options.transport == "rdma";
@@ -337,10 +338,17 @@ void PsClientCore::TryPush(std::shared_ptr<PushAttempt> attempt) {
   Result<rpc::Message> message = rpc::Message::CopyOf(attempt->bytes);
   if (!message.ok()) return attempt->done(message.status());
   // One RPC attempt per try: where to retry is this function's decision (the RPC client of one
-  // replica cannot know another replica became primary).
-  rpc::CallOptions options{.timeout = std::min(remaining, std::chrono::microseconds(500000)),
-                           .idempotent = true,
-                           .max_attempts = 1};
+  // replica cannot know another replica became primary). An attempt gets 500 ms plus the time
+  // its bytes take at the slowest rate a live peer moves them, twice (to the primary, and from
+  // it to its backups): a 64 MiB push capped at 500 ms was sent again and again, each copy
+  // adding to the load that made it late.
+  std::chrono::microseconds attempt_time(500000);
+  if (slowest_bytes_per_second_ != 0) {
+    attempt_time += std::chrono::microseconds(
+        uint64_t(2e6 * double(attempt->bytes.size()) / double(slowest_bytes_per_second_)));
+  }
+  rpc::CallOptions options{
+      .timeout = std::min(remaining, attempt_time), .idempotent = true, .max_attempts = 1};
   shard.replicas[attempt->replica]->Call(
       kPushMethod, std::move(message).value(), options,
       [this, attempt](Result<rpc::Message> reply) {

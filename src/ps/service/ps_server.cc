@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -7,17 +8,25 @@
 namespace bx::ps {
 
 void RpcBackupLink::Forward(const ForwardedPush& forwarded, std::function<void(Status)> done) {
-  Result<rpc::Message> message =
-      rpc::Message::Allocate(ForwardedPushSize(forwarded.push.keys.size(), forwarded.push.dim));
+  const uint64_t bytes = ForwardedPushSize(forwarded.push.keys.size(), forwarded.push.dim);
+  Result<rpc::Message> message = rpc::Message::Allocate(bytes);
   if (!message.ok()) return done(message.status());
   if (Status s = EncodeForwardedPush(forwarded, {message->data(), message->size()}); !s.ok()) {
     return done(s);
   }
-  client_->Call(kForwardMethod, std::move(message).value(),
-                rpc::CallOptions{.timeout = timeout_, .idempotent = true},
-                [done = std::move(done)](Result<rpc::Message> reply) {
-                  done(reply.ok() ? Status::Ok() : reply.status());
-                });
+  const uint64_t ahead_and_this = in_flight_->fetch_add(bytes) + bytes;
+  std::chrono::microseconds timeout = timeout_;
+  if (bytes_per_second_ != 0) {
+    timeout += std::chrono::microseconds(
+        uint64_t(double(ahead_and_this) / double(bytes_per_second_) * 1e6));
+  }
+  client_->Call(
+      kForwardMethod, std::move(message).value(),
+      rpc::CallOptions{.timeout = timeout, .idempotent = true},
+      [done = std::move(done), in_flight = in_flight_, bytes](Result<rpc::Message> reply) {
+        in_flight->fetch_sub(bytes);
+        done(reply.ok() ? Status::Ok() : reply.status());
+      });
 }
 
 namespace {
@@ -87,6 +96,13 @@ Result<std::unique_ptr<PsServerCore>> PsServerCore::Create(const std::vector<Tab
     options.rpc.transport.privileged_secret = options.replica_secret;
     options.backup_client.transport.privileged_secret = options.replica_secret;
   }
+  // A backup link found dead drops its backup, as a forward past its deadline does: its silence
+  // is judged by the same bound, not by a client's quick failover (500 ms by default), which a
+  // backup busy taking in and applying a large push can exceed without being in trouble.
+  const auto forward_bound =
+      std::chrono::duration_cast<std::chrono::milliseconds>(options.forward_timeout);
+  options.backup_client.heartbeat_timeout =
+      std::max(options.backup_client.heartbeat_timeout, forward_bound);
   std::unique_ptr<PsServerCore> server(new PsServerCore(std::move(options)));
   for (const TableConfig& table : tables) BX_RETURN_IF_ERROR(server->replica_.CreateTable(table));
   BX_ASSIGN_OR_RETURN(server->server_, rpc::Server::Create(server->options_.rpc));
@@ -141,7 +157,9 @@ Status PsServerCore::BecomePrimary(uint64_t epoch, const std::vector<rpc::Replic
     BX_ASSIGN_OR_RETURN(std::shared_ptr<rpc::Client> shared,
                         rpc::Client::Create({address}, options_.backup_client));
     backup_clients_.push_back(shared);
-    links.push_back(std::make_shared<RpcBackupLink>(shared, options_.forward_timeout));
+    links.push_back(
+        std::make_shared<RpcBackupLink>(shared, options_.forward_timeout,
+                                        options_.backup_client.slowest_transfer_bytes_per_second));
   }
   return replica_.BecomePrimary(epoch, std::move(links), std::move(guard));
 }
@@ -154,8 +172,8 @@ Result<std::shared_ptr<BackupLink>> PsServerCore::LinkTo(const rpc::ReplicaAddre
   if (!shared) {
     BX_ASSIGN_OR_RETURN(shared, rpc::Client::Create({backup}, options_.backup_client));
   }
-  return std::shared_ptr<BackupLink>(
-      std::make_shared<RpcBackupLink>(shared, options_.forward_timeout));
+  return std::shared_ptr<BackupLink>(std::make_shared<RpcBackupLink>(
+      shared, options_.forward_timeout, options_.backup_client.slowest_transfer_bytes_per_second));
 }
 
 // The response is allocated at its final size and the table writes the rows straight into it:

@@ -104,13 +104,21 @@ Result<CatchUpResult> CatchUpFrom(const rpc::ReplicaAddress& primary,
 // idempotent because the backup dedups by lsn and push id, so an RPC-level retry is harmless.
 class RpcBackupLink : public BackupLink {
  public:
-  RpcBackupLink(std::shared_ptr<rpc::Client> client, std::chrono::microseconds timeout)
-      : client_(std::move(client)), timeout_(timeout) {}
+  // A forward's deadline is `timeout` plus the time its bytes, and those of the forwards still
+  // ahead of it on this link, take at `bytes_per_second` (0: `timeout` alone): a 64 MiB push
+  // is given the time to travel and be applied, and a small one queued behind it the same.
+  RpcBackupLink(std::shared_ptr<rpc::Client> client, std::chrono::microseconds timeout,
+                size_t bytes_per_second)
+      : client_(std::move(client)), timeout_(timeout), bytes_per_second_(bytes_per_second) {}
   void Forward(const ForwardedPush& forwarded, std::function<void(Status)> done) override;
 
  private:
   std::shared_ptr<rpc::Client> client_;
-  std::chrono::microseconds timeout_;
+  const std::chrono::microseconds timeout_;
+  const size_t bytes_per_second_;
+  // Bytes of the forwards sent and not yet answered (shared with their callbacks, which may
+  // outlive the link).
+  std::shared_ptr<std::atomic<uint64_t>> in_flight_ = std::make_shared<std::atomic<uint64_t>>(0);
 };
 
 class PsServerCore {
@@ -368,6 +376,8 @@ class PsClientCore {
                       rpc::Clock::time_point deadline, uint32_t attempt);
 
   uint64_t client_id_ = 0;
+  // rpc.slowest_transfer_bytes_per_second: a push attempt's time grows with its bytes.
+  size_t slowest_bytes_per_second_ = 0;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::unique_ptr<Timer> timer_;
   std::atomic<uint64_t> push_failovers_{0};

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
 #include <thread>
 
 #include "ps/service/tests/ps_test_cluster.h"
@@ -235,6 +236,71 @@ TEST_P(LeasedFailoverTest, BelowMinInSyncThePrimaryAcknowledgesNothingUntilABack
 
 TEST_P(LeasedFailoverTest, WithMinInSyncOneThePrimaryAcknowledgesAlone) {
   BothBackupsStop(this, cluster_, 1);
+}
+
+// Pushes of 64 MiB (a dim-256 table, 65,536 rows each) while a trainer pushes small ones: the
+// backups keep up (a forward's deadline grows with the bytes queued on its link), none is
+// dropped, and after the primary is killed the new one holds every acknowledged push.
+TEST_P(LeasedFailoverTest, LargePushesKeepTheirBackupsAndSurviveThePrimary) {
+  Cluster& cluster = cluster_;
+  constexpr uint32_t kWide = 2, kWideDim = 256, kRows = 65536;
+  TableConfig wide = testing::Table();
+  wide.id = kWide;
+  wide.name = "wide";
+  wide.dim = kWideDim;
+  cluster.tables.push_back(wide);
+  cluster.min_in_sync = 2;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 3, {}, /*promote=*/false));
+  ASSERT_NO_FATAL_FAILURE(StartMonitors(cluster, 3));
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> small_acked{0};
+  std::thread trainer([&] {
+    const std::vector<float> ones(kDim, 1.0f);
+    const uint64_t key = 3;
+    while (!stop) {
+      Status s = client->Push(kTable, kDim, {&key, 1}, ones, 60s);
+      if (!s.ok()) ADD_FAILURE() << "small push: " << s.ToString();
+      if (!s.ok()) return;
+      ++small_acked;
+    }
+  });
+  std::vector<uint64_t> keys(kRows);
+  for (uint32_t i = 0; i < kRows; ++i) keys[i] = 1000 + i;
+  const std::vector<float> gradients(size_t{kRows} * kWideDim, 1.0f);
+  for (int i = 0; i < 3; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    Status s = client->Push(kWide, kWideDim, keys, gradients, 60s);
+    ASSERT_TRUE(s.ok()) << "64 MiB push " << i << ": " << s.ToString();
+    std::printf("64 MiB push %d acknowledged in %.0f ms\n", i,
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                    .count());
+  }
+  stop = true;
+  trainer.join();
+  ShardReplica& primary = cluster.servers[0][0]->core().replica();
+  EXPECT_EQ(primary.live_backups(), 2u) << logs_[0].Dump();
+  EXPECT_FALSE(logs_[0].Contains("dropped unreachable replica")) << logs_[0].Dump();
+
+  // The primary dies; whoever takes over holds every acknowledged push, large and small.
+  monitors_[0].reset();
+  cluster.servers[0][0]->Stop();
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 3, 1));  // waits for the promotion
+  size_t next = 0;
+  for (size_t r : {1, 2}) {
+    if (cluster.servers[0][r]->core().replica().role() == ShardReplica::Role::kPrimary) next = r;
+  }
+  ASSERT_NE(next, 0u) << "no replica took over";
+  EXPECT_EQ(FirstValue(*cluster.servers[0][next], 3), -static_cast<float>(small_acked + 1));
+  std::vector<std::byte> row(kWideDim * sizeof(float));
+  for (uint64_t key : {keys.front(), keys.back()}) {
+    ASSERT_TRUE(cluster.servers[0][next]->core().replica().Fetch(kWide, {&key, 1}, row).ok());
+    float first;
+    std::memcpy(&first, row.data(), sizeof first);
+    EXPECT_EQ(first, -3.0f) << "key " << key;
+  }
 }
 
 // A replica out of service refuses reads; the client asks another replica, so no fetch fails.

@@ -403,7 +403,7 @@ TEST_P(PsServiceTest, ASecretClusterServesOnlyThoseWhoKnowTheSecret) {
   forger_options.log = [](std::string_view) {};
   auto forger = rpc::Client::Create({backup.address()}, forger_options);
   ASSERT_TRUE(forger.ok());
-  RpcBackupLink link(std::shared_ptr<rpc::Client>(std::move(forger).value()), 1s);
+  RpcBackupLink link(std::shared_ptr<rpc::Client>(std::move(forger).value()), 1s, 0);
   const Status forged = SendForgedForward(link, std::numeric_limits<uint64_t>::max(), key);
   EXPECT_EQ(forged.code(), StatusCode::kUnavailable) << forged.ToString();
 
@@ -438,7 +438,7 @@ TEST_P(PsServiceTest, WithAReplicaSecretOnlyReplicasMayForwardOrJoin) {
   auto rogue = rpc::Client::Create({backup.address()}, rogue_options);
   ASSERT_TRUE(rogue.ok());
   std::shared_ptr<rpc::Client> rogue_client(std::move(rogue).value());
-  RpcBackupLink link(rogue_client, 1s);
+  RpcBackupLink link(rogue_client, 1s, 0);
   // A valid next epoch: without the check, this would fence the primary.
   const Status forward_status = SendForgedForward(link, 2, key);
   EXPECT_EQ(forward_status.code(), StatusCode::kPermissionDenied) << forward_status.ToString();
