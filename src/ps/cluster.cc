@@ -1,6 +1,8 @@
 // The cluster file parser (include/bx/ps/cluster.h) and key-to-shard routing.
 #include "bx/ps/cluster.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -222,6 +224,56 @@ Status ParseRdmaSettings(const json& j, ClusterSpec::RdmaSettings* out) {
   return Status::Ok();
 }
 
+// The endpoints "ip:port" an address resolves to (none for a host this machine cannot resolve:
+// it cannot alias one that resolves).
+std::set<std::string> ResolvedEndpoints(const std::string& address) {
+  std::set<std::string> out;
+  Result<Url> url = ParseUrl(address);
+  if (!url.ok()) return out;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(url->port);
+  if (getaddrinfo(url->host.c_str(), port.c_str(), &hints, &found) != 0) return out;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    char host[NI_MAXHOST];
+    if (getnameinfo(a->ai_addr, a->ai_addrlen, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) ==
+        0) {
+      out.insert(std::string(host) + ":" + port);
+    }
+  }
+  freeaddrinfo(found);
+  return out;
+}
+
+// Two replica addresses that differ as text but resolve to one endpoint ("tcp://localhost:7001"
+// and "tcp://127.0.0.1:7001") would make a replica its own backup: a primary forwarding to
+// itself never acknowledges. Both schemes listen on a TCP port, so all addresses are compared.
+Status CheckResolvedEndpoints(const ClusterSpec& spec) {
+  std::map<std::string, std::pair<std::string, std::string>> seen;  // endpoint -> (path, address)
+  for (size_t s = 0; s < spec.shards.size(); ++s) {
+    for (size_t r = 0; r < spec.shards[s].replicas.size(); ++r) {
+      const ReplicaSpec& replica = spec.shards[s].replicas[r];
+      for (auto [scheme, address] : {std::pair{"rdma", &replica.rdma}, {"tcp", &replica.tcp}}) {
+        if (address->empty()) continue;
+        const std::string path =
+            "shards[" + std::to_string(s) + "].replicas[" + std::to_string(r) + "]." + scheme;
+        for (const std::string& endpoint : ResolvedEndpoints(*address)) {
+          auto [first, inserted] = seen.emplace(endpoint, std::pair{path, *address});
+          if (!inserted && first->second.second != *address) {
+            return Bad(path, "\"" + *address + "\" and " + first->second.first + " \"" +
+                                 first->second.second + "\" are the same endpoint (" + endpoint +
+                                 ") once resolved: every replica address needs a port of its own");
+          }
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
@@ -333,6 +385,7 @@ Result<ClusterSpec> LoadClusterFile(const std::string& path) {
   text << in.rdbuf();
   Result<ClusterSpec> spec = ParseClusterSpec(text.str());
   if (!spec.ok()) return spec.status().WithContext(path);
+  if (Status s = CheckResolvedEndpoints(*spec); !s.ok()) return s.WithContext(path);
   // Relative to the cluster file, so a directory of configuration moves as one.
   for (auto [field, file, out] :
        {std::tuple{"secret_file", &spec->secret_file, &spec->secret},

@@ -110,6 +110,32 @@ TEST(ClusterSpec, LoadsFromAFile) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
 }
 
+TEST(ClusterSpec, AddressesThatResolveToOneEndpointAreRefusedNamingBoth) {
+  const std::string path = ::testing::TempDir() + "/bx_ps_aliased.json";
+  std::ofstream(path) << R"({"version": 1, "shards": [{"replicas": [
+      {"tcp": "tcp://127.0.0.1:26021"}, {"tcp": "tcp://localhost:26021"}]}]})";
+  ASSERT_TRUE(ParseClusterSpec(R"({"version": 1, "shards": [{"replicas": [
+      {"tcp": "tcp://127.0.0.1:26021"}, {"tcp": "tcp://localhost:26021"}]}]})")
+                  .ok())
+      << "as text the two differ";
+  Result<ClusterSpec> aliased = LoadClusterFile(path);
+  ASSERT_FALSE(aliased.ok()) << "a replica would be its own backup";
+  const std::string message = aliased.status().message();
+  EXPECT_NE(message.find("shards[0].replicas[0].tcp"), std::string::npos) << message;
+  EXPECT_NE(message.find("shards[0].replicas[1].tcp"), std::string::npos) << message;
+  EXPECT_NE(message.find("127.0.0.1:26021"), std::string::npos) << message;
+  // Across shards and schemes too (rdma:// listens on its TCP port), and the same text twice is
+  // the parser's error already.
+  std::ofstream(path) << R"({"version": 1, "shards": [
+      {"replicas": [{"rdma": "rdma://localhost:26030"}]},
+      {"replicas": [{"tcp": "tcp://127.0.0.1:26030"}]}]})";
+  EXPECT_FALSE(LoadClusterFile(path).ok());
+  std::ofstream(path) << R"({"version": 1, "shards": [{"replicas": [
+      {"tcp": "tcp://127.0.0.1:26021"}, {"tcp": "tcp://localhost:26022"}]}]})";
+  Result<ClusterSpec> distinct = LoadClusterFile(path);
+  EXPECT_TRUE(distinct.ok()) << distinct.status().ToString();
+}
+
 TEST(ClusterSpec, NamesItsConfigurationStoreAndWritesItBack) {
   Result<ClusterSpec> spec = ParseClusterSpec(
       R"({"version": 1, "config_store": "http://10.0.0.9:2379",
