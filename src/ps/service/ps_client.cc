@@ -85,6 +85,7 @@ Result<std::unique_ptr<PsClientCore>> PsClientCore::Create(const ClusterSpec& sp
   std::unique_ptr<PsClientCore> client(new PsClientCore());
   client->client_id_ = options.client_id;
   client->slowest_bytes_per_second_ = options.rpc.slowest_transfer_bytes_per_second;
+  for (const TableConfig& t : spec.tables) client->table_dims_[t.id] = t.dim;
   while (client->client_id_ == 0)
     client->client_id_ = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
   const bool rdma = options.transport == "rdma";
@@ -239,15 +240,19 @@ void PsClientCore::FetchFromShard(uint32_t table, std::shared_ptr<FetchJoin> joi
       attempt == 0
           ? shard.reads.get()
           : shard.replicas[(shard.primary.load(std::memory_order_relaxed) + attempt - 1) % n].get();
-  client->Call(kFetchMethod, std::move(message).value(),
-               rpc::CallOptions{.timeout = left, .idempotent = true},
-               [this, table, join, b, deadline, attempt, n, finish](Result<rpc::Message> reply) {
-                 if (reply.ok() || reply.status().code() != StatusCode::kUnavailable ||
-                     attempt >= n || rpc::Clock::now() >= deadline) {
-                   return finish(std::move(reply));
-                 }
-                 FetchFromShard(table, join, b, deadline, attempt + 1);
-               });
+  const auto dim = table_dims_.find(table);
+  const size_t reply_bytes =
+      dim == table_dims_.end() ? 0 : FetchResponseSize(batch.keys.size(), dim->second);
+  client->Call(
+      kFetchMethod, std::move(message).value(),
+      rpc::CallOptions{.timeout = left, .idempotent = true, .expected_response_bytes = reply_bytes},
+      [this, table, join, b, deadline, attempt, n, finish](Result<rpc::Message> reply) {
+        if (reply.ok() || reply.status().code() != StatusCode::kUnavailable || attempt >= n ||
+            rpc::Clock::now() >= deadline) {
+          return finish(std::move(reply));
+        }
+        FetchFromShard(table, join, b, deadline, attempt + 1);
+      });
 }
 
 Result<FetchResult> PsClientCore::Fetch(uint32_t table, std::span<const uint64_t> keys,

@@ -378,6 +378,10 @@ class PsClientCore {
   uint64_t client_id_ = 0;
   // rpc.slowest_transfer_bytes_per_second: a push attempt's time grows with its bytes.
   size_t slowest_bytes_per_second_ = 0;
+  // The cluster file's tables' dims (a trainer's copy may list none): a fetch tells the RPC
+  // client how large its reply will be, so a connection awaiting hundreds of MiB is not taken
+  // for dead (rpc::CallOptions::expected_response_bytes).
+  std::map<uint32_t, uint32_t> table_dims_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::unique_ptr<Timer> timer_;
   std::atomic<uint64_t> push_failovers_{0};

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <future>
 #include <limits>
@@ -102,6 +103,29 @@ TEST_P(PsServiceTest, AFetchBeyondTheValueBoundIsRefusedBeforeItsReplyIsAllocate
   // The server still answers an ordinary fetch.
   Result<FetchResult> small = client->Fetch(kTable, {keys.data(), 4}, 10s);
   EXPECT_TRUE(small.ok()) << small.status().ToString();
+}
+
+// A fetch of 1 GiB (2 shards x 512 MiB of dim-256 rows) is answered: the client's connections
+// are not declared dead for their silence while the replies travel (issue 55, item 8). Without
+// the reply's size in the call (CallOptions::expected_response_bytes) 512 MiB failed here with
+// "no replica is reachable", over tcp and rdma, as it did when tried from outside.
+TEST_P(PsServiceTest, LargeFetchIsAnsweredNotTakenForADeadConnection) {
+  Cluster cluster;
+  TableConfig wide = testing::Table();
+  wide.dim = 256;
+  cluster.tables = {wide};
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 2, 1));
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+  std::vector<uint64_t> keys(size_t{1} << 20);
+  std::iota(keys.begin(), keys.end(), uint64_t{1});
+  const auto start = std::chrono::steady_clock::now();
+  Result<FetchResult> fetched = client->Fetch(kTable, keys, 120s);
+  ASSERT_TRUE(fetched.ok()) << fetched.status().ToString();
+  EXPECT_EQ(fetched->values.size(), keys.size() * wide.dim);
+  std::printf(
+      "1 GiB fetch answered in %.0f ms\n",
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
 }
 
 TEST(PsServerOptionsTest, AGradientBoundThatIsNotAFiniteNonNegativeNumberIsRefused) {
