@@ -109,8 +109,9 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
       role = role_;
       durable = DurableLsnLocked();
       undurable = issued_lsn_ - durable;
-      if (role_ == Role::kPrimary && InSyncLocked() < options_.min_in_sync) {
-        in_sync_refusal = BelowMinInSyncLocked(InSyncLocked(), "push refused, nothing applied");
+      if (const size_t in_sync = InSyncLocked();
+          role_ == Role::kPrimary && in_sync < options_.min_in_sync) {
+        in_sync_refusal = BelowMinInSyncLocked(in_sync, "push refused, nothing applied");
       }
     }
     const PushAck ack{push.id, false};
@@ -244,12 +245,18 @@ void ShardReplica::AddWaiterLocked(uint64_t lsn, Waiter waiter) {
     });
     return;
   }
-  if (lsn <= DurableLsnLocked() && InSyncLocked() >= options_.min_in_sync) {
+  // The count may have fallen since HandlePush looked (a forward failed meanwhile).
+  if (const size_t in_sync = InSyncLocked(); in_sync < options_.min_in_sync) {
+    deferred_.push_back(
+        [w = std::move(waiter),
+         s = BelowMinInSyncLocked(in_sync, "push applied by the primary only")] { w.done(s); });
+    return;
+  }
+  if (lsn <= DurableLsnLocked()) {
     deferred_.push_back([w = std::move(waiter)] { w.done(w.ack); });
     return;
   }
   waiters_.emplace(lsn, std::move(waiter));
-  CollectReadyLocked(&deferred_);
 }
 
 size_t ShardReplica::InSyncLocked() const {

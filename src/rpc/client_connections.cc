@@ -10,6 +10,7 @@
 // it is probed every probe_interval (RDMA first) and comes back up when a connection is ready.
 #include <pthread.h>
 
+#include "base/transfer_time.h"
 #include "rpc/client_core.h"
 
 namespace bx::rpc {
@@ -309,12 +310,8 @@ Clock::duration Client::Core::SilenceAllowedLocked(const Connection& connection)
   for (const auto& [wire, call] : connection.outstanding) {
     moving += call->options.expected_response_bytes;
   }
-  if (moving == 0 || options.slowest_transfer_bytes_per_second == 0) {
-    return options.heartbeat_timeout;
-  }
   return options.heartbeat_timeout +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-             double(moving) / double(options.slowest_transfer_bytes_per_second)));
+         TransferTime(moving, options.slowest_transfer_bytes_per_second);
 }
 
 void Client::Core::MaintainLocked(Clock::time_point now, Actions& actions) {

@@ -6,6 +6,7 @@
 #include <thread>
 #include <utility>
 
+#include "base/transfer_time.h"
 #include "ps/service/ps_service.h"
 
 namespace bx::ps {
@@ -347,11 +348,9 @@ void PsClientCore::TryPush(std::shared_ptr<PushAttempt> attempt) {
   // its bytes take at the slowest rate a live peer moves them, twice (to the primary, and from
   // it to its backups): a 64 MiB push capped at 500 ms was sent again and again, each copy
   // adding to the load that made it late.
-  std::chrono::microseconds attempt_time(500000);
-  if (slowest_bytes_per_second_ != 0) {
-    attempt_time += std::chrono::microseconds(
-        uint64_t(2e6 * double(attempt->bytes.size()) / double(slowest_bytes_per_second_)));
-  }
+  const std::chrono::microseconds attempt_time =
+      std::chrono::microseconds(500000) +
+      2 * TransferTime(attempt->bytes.size(), slowest_bytes_per_second_);
   rpc::CallOptions options{
       .timeout = std::min(remaining, attempt_time), .idempotent = true, .max_attempts = 1};
   shard.replicas[attempt->replica]->Call(

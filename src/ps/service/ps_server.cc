@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "base/transfer_time.h"
 #include "ps/service/ps_service.h"
 
 namespace bx::ps {
@@ -15,11 +16,8 @@ void RpcBackupLink::Forward(const ForwardedPush& forwarded, std::function<void(S
     return done(s);
   }
   const uint64_t ahead_and_this = in_flight_->fetch_add(bytes) + bytes;
-  std::chrono::microseconds timeout = timeout_;
-  if (bytes_per_second_ != 0) {
-    timeout += std::chrono::microseconds(
-        uint64_t(double(ahead_and_this) / double(bytes_per_second_) * 1e6));
-  }
+  const std::chrono::microseconds timeout =
+      timeout_ + TransferTime(ahead_and_this, bytes_per_second_);
   client_->Call(
       kForwardMethod, std::move(message).value(),
       rpc::CallOptions{.timeout = timeout, .idempotent = true},
@@ -157,9 +155,7 @@ Status PsServerCore::BecomePrimary(uint64_t epoch, const std::vector<rpc::Replic
     BX_ASSIGN_OR_RETURN(std::shared_ptr<rpc::Client> shared,
                         rpc::Client::Create({address}, options_.backup_client));
     backup_clients_.push_back(shared);
-    links.push_back(
-        std::make_shared<RpcBackupLink>(shared, options_.forward_timeout,
-                                        options_.backup_client.slowest_transfer_bytes_per_second));
+    links.push_back(NewBackupLink(std::move(shared)));
   }
   return replica_.BecomePrimary(epoch, std::move(links), std::move(guard));
 }
@@ -172,8 +168,12 @@ Result<std::shared_ptr<BackupLink>> PsServerCore::LinkTo(const rpc::ReplicaAddre
   if (!shared) {
     BX_ASSIGN_OR_RETURN(shared, rpc::Client::Create({backup}, options_.backup_client));
   }
-  return std::shared_ptr<BackupLink>(std::make_shared<RpcBackupLink>(
-      shared, options_.forward_timeout, options_.backup_client.slowest_transfer_bytes_per_second));
+  return NewBackupLink(shared);
+}
+
+std::shared_ptr<BackupLink> PsServerCore::NewBackupLink(std::shared_ptr<rpc::Client> client) const {
+  return std::make_shared<RpcBackupLink>(std::move(client), options_.forward_timeout,
+                                         options_.backup_client.slowest_transfer_bytes_per_second);
 }
 
 // The response is allocated at its final size and the table writes the rows straight into it:

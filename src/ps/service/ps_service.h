@@ -155,6 +155,8 @@ class PsServerCore {
  private:
   explicit PsServerCore(PsServerOptions options);
   Status Register();
+  // A link to one backup over `client`, with this server's forward deadline rule.
+  std::shared_ptr<BackupLink> NewBackupLink(std::shared_ptr<rpc::Client> client) const;
   void OnFetch(rpc::ServerCall call);
   void OnPush(rpc::ServerCall call);
   void OnForward(rpc::ServerCall call);

@@ -244,11 +244,7 @@ TEST_P(LeasedFailoverTest, WithMinInSyncOneThePrimaryAcknowledgesAlone) {
 TEST_P(LeasedFailoverTest, LargePushesKeepTheirBackupsAndSurviveThePrimary) {
   Cluster& cluster = cluster_;
   constexpr uint32_t kWide = 2, kWideDim = 256, kRows = 65536;
-  TableConfig wide = testing::Table();
-  wide.id = kWide;
-  wide.name = "wide";
-  wide.dim = kWideDim;
-  cluster.tables.push_back(wide);
+  cluster.tables.push_back(testing::WideTable(kWideDim, kWide));
   cluster.min_in_sync = 2;
   ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 3, {}, /*promote=*/false));
   ASSERT_NO_FATAL_FAILURE(StartMonitors(cluster, 3));
@@ -262,13 +258,14 @@ TEST_P(LeasedFailoverTest, LargePushesKeepTheirBackupsAndSurviveThePrimary) {
     const uint64_t key = 3;
     while (!stop) {
       Status s = client->Push(kTable, kDim, {&key, 1}, ones, 60s);
-      if (!s.ok()) ADD_FAILURE() << "small push: " << s.ToString();
-      if (!s.ok()) return;
+      if (!s.ok()) {
+        ADD_FAILURE() << "small push: " << s.ToString();
+        return;
+      }
       ++small_acked;
     }
   });
-  std::vector<uint64_t> keys(kRows);
-  for (uint32_t i = 0; i < kRows; ++i) keys[i] = 1000 + i;
+  const std::vector<uint64_t> keys = testing::SequentialKeys(kRows, 1000);
   const std::vector<float> gradients(size_t{kRows} * kWideDim, 1.0f);
   for (int i = 0; i < 3; ++i) {
     const auto start = std::chrono::steady_clock::now();

@@ -84,14 +84,11 @@ long PeakRssKiB() {
 // the reply's 2 GiB (which the server allocated before this check).
 TEST_P(PsServiceTest, AFetchBeyondTheValueBoundIsRefusedBeforeItsReplyIsAllocated) {
   Cluster cluster;
-  TableConfig wide = testing::Table();
-  wide.dim = 512;
-  cluster.tables = {wide};
+  cluster.tables = {testing::WideTable(512)};
   ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 1));
   auto client = MakeClient(cluster);
   ASSERT_TRUE(client);
-  std::vector<uint64_t> keys(size_t{1} << 20);
-  std::iota(keys.begin(), keys.end(), uint64_t{1});
+  const std::vector<uint64_t> keys = testing::SequentialKeys(size_t{1} << 20);
   const long peak_before = PeakRssKiB();
   Result<FetchResult> fetched = client->Fetch(kTable, keys, 30s);
   const long growth_mib = (PeakRssKiB() - peak_before) / 1024;
@@ -111,18 +108,15 @@ TEST_P(PsServiceTest, AFetchBeyondTheValueBoundIsRefusedBeforeItsReplyIsAllocate
 // "no replica is reachable", over tcp and rdma, as it did when tried from outside.
 TEST_P(PsServiceTest, LargeFetchIsAnsweredNotTakenForADeadConnection) {
   Cluster cluster;
-  TableConfig wide = testing::Table();
-  wide.dim = 256;
-  cluster.tables = {wide};
+  cluster.tables = {testing::WideTable(256)};
   ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 2, 1));
   auto client = MakeClient(cluster);
   ASSERT_TRUE(client);
-  std::vector<uint64_t> keys(size_t{1} << 20);
-  std::iota(keys.begin(), keys.end(), uint64_t{1});
+  const std::vector<uint64_t> keys = testing::SequentialKeys(size_t{1} << 20);
   const auto start = std::chrono::steady_clock::now();
   Result<FetchResult> fetched = client->Fetch(kTable, keys, 120s);
   ASSERT_TRUE(fetched.ok()) << fetched.status().ToString();
-  EXPECT_EQ(fetched->values.size(), keys.size() * wide.dim);
+  EXPECT_EQ(fetched->values.size(), keys.size() * 256);
   std::printf(
       "1 GiB fetch answered in %.0f ms\n",
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());

@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,22 @@ inline TableConfig Table() {
   table.optimizer.kind = OptimizerKind::kSgd;
   table.optimizer.learning_rate = 1.0f;  // w = -sum(g): exact in floats for small integers
   return table;
+}
+
+// Table() with rows of `dim` floats, as table `id`.
+inline TableConfig WideTable(uint32_t dim, uint32_t id = kTable) {
+  TableConfig table = Table();
+  table.id = id;
+  table.name = "wide" + std::to_string(id);
+  table.dim = dim;
+  return table;
+}
+
+// `n` distinct keys from `first` on.
+inline std::vector<uint64_t> SequentialKeys(size_t n, uint64_t first = 1) {
+  std::vector<uint64_t> keys(n);
+  std::iota(keys.begin(), keys.end(), first);
+  return keys;
 }
 
 // `shards` x `replicas` servers on `scheme`; replica 0 of each shard is primary (epoch 1).
