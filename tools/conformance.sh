@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # rdma-core's own test suite (Debian python3-pyverbs, /usr/share/doc/rdma-core/tests) against the
-# simnic: every test in its own process, with libbx_simnic.so preloaded, on bxsim0, GID 0, and a
-# timeout. One line per test, then a total. The run fails on any failure, error, crash (a
+# simnic, with libbx_simnic.so preloaded, on bxsim0, GID 0, and a timeout. The tests of one module
+# run in one process (as the suite's own run_tests.py runs them); when that process crashes or
+# times out, or a test reports nothing, each test of the module runs again in its own process so
+# the culprit is named. One line per test, then a total. The run fails on any failure, error, crash (a
 # signal), timeout, or a skip whose reason is not one of the documented unsupported features
 # below (docs/ARCHITECTURE.md, "What it does not support").
 #
@@ -70,17 +72,36 @@ fi
 
 passed=0 skipped=0 bad=0
 declare -A skip_count
-for id in "${ids[@]}"; do
-  log="$work/run.log"
+
+# Runs the suite on the given test ids in one process; the log lands in $log, the exit code in $rc.
+run_ids() {
   rc=0
-  LD_PRELOAD=$simnic timeout 120 "$python" tests/run_tests.py --dev bxsim0 --gid 0 -v "$id" \
+  LD_PRELOAD=$simnic timeout "$timeout_s" "$python" tests/run_tests.py --dev bxsim0 --gid 0 -v "$@" \
     >"$log" 2>&1 || rc=$?
-  reason=$(sed -n -E "s/.* \.\.\. skipped ['\"](.*)['\"]\$/\1/p" "$log" | head -1)
-  if ((rc == 124)); then
+}
+
+# unittest -v prints "name (tests.<id>)", maybe a docstring line, then "... <result>" (on a line of
+# its own when the test printed something); prints
+# "<id> <result>" per test that reported one.
+results_of() {
+  awk '
+    match($0, /^test[A-Za-z0-9_]* \(tests\.[^)]*\)/) {
+      id = substr($0, RSTART, RLENGTH); sub(/^[^(]*\(tests\./, "", id); sub(/\)$/, "", id)
+    }
+    id != "" && match($0, /(^| \.\.\. )(ok|skipped .*|FAIL|ERROR|expected failure|unexpected success)$/) {
+      result = substr($0, RSTART); sub(/^ \.\.\. /, "", result); print id, result; id = ""
+    }' "$1"
+}
+
+# Records one test's result line: $1 id, $2 the result unittest printed (empty: none), $3 exit code.
+record() {
+  local id=$1 outcome=$2 code=$3 result reason feature
+  reason=$(sed -n -E "s/^skipped ['\"](.*)['\"]\$/\1/p" <<<"$outcome")
+  if [[ -z $outcome ]] && ((code == 124)); then
     result="TIMEOUT"
-  elif ((rc > 128)); then
-    result="CRASH (signal $((rc - 128)))"
-  elif ((rc == 0)) && grep -q '^OK (skipped=1)' "$log"; then
+  elif [[ -z $outcome ]] && ((code > 128)); then
+    result="CRASH (signal $((code - 128)))"
+  elif [[ $outcome == skipped* ]]; then
     feature=$(feature_of "$id: $reason")
     if [[ -n $feature ]]; then
       result="skip: $reason [$feature]"
@@ -89,17 +110,47 @@ for id in "${ids[@]}"; do
     else
       result="UNDOCUMENTED SKIP: $reason"
     fi
-  elif ((rc == 0)) && grep -q '^OK$' "$log"; then
+  elif [[ $outcome == ok ]]; then
     result="ok"
     passed=$((passed + 1))
   else
-    result="FAIL ($(grep -E '^FAILED' "$log" | tail -1 || echo "exit $rc"))"
+    result="FAIL (${outcome:-exit $code, no result})"
   fi
   printf '%-72s %s\n' "$id" "$result"
   if [[ $result != ok && $result != skip:* ]]; then
     bad=$((bad + 1))
-    { grep -E '^(FAIL|ERROR):|Error|error' "$log" || true; } | head -10 | sed 's/^/    /'
+    { grep -E "^(FAIL|ERROR):.*$id|Error|error" "$log" || true; } | head -10 | sed 's/^/    /'
   fi
+}
+
+log="$work/run.log"
+declare -A module_ids
+modules=()
+for id in "${ids[@]}"; do
+  module=${id%%.*}
+  [[ -n ${module_ids[$module]:-} ]] || modules+=("$module")
+  module_ids[$module]+="$id "
+done
+for module in "${modules[@]}"; do
+  read -ra group <<<"${module_ids[$module]}"
+  timeout_s=300
+  run_ids "${group[@]}"
+  declare -A outcome=()
+  while read -r id result; do outcome[$id]=$result; done < <(results_of "$log")
+  # Every test reported and the process ended as unittest ends (0, or 1 for a failure): done.
+  whole=1
+  for id in "${group[@]}"; do [[ -n ${outcome[$id]:-} ]] || whole=0; done
+  if ((whole == 1 && rc <= 1)); then
+    for id in "${group[@]}"; do record "$id" "${outcome[$id]}" "$rc"; done
+  else
+    echo "conformance: $module ended with exit $rc before every test reported; one process each:"
+    timeout_s=120
+    for id in "${group[@]}"; do
+      run_ids "$id"
+      record "$id" "$(results_of "$log" | awk -v id="$id" '$1 == id {sub(/^[^ ]* /, ""); print}')" "$rc"
+    done
+  fi
+  unset outcome
 done
 
 echo
