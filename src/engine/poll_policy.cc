@@ -19,7 +19,8 @@ constexpr uint64_t kMinBudgetNs = 2'000;
 
 }  // namespace
 
-PollPolicy::PollPolicy(const PollPolicyOptions& options) : options_(options) {
+PollPolicy::PollPolicy(const PollPolicyOptions& options)
+    : options_(options), contended_stretch_ns_(options.contended_ns) {
   idle_.limit_ns = options.spin_limit_ns;
   completion_.limit_ns = options.completion_spin_limit_ns;
 }
@@ -88,7 +89,11 @@ bool PollPolicy::KeepPolling(uint64_t now_ns, bool completion_expected) {
 void PollPolicy::OnEmptyPass(uint64_t start_ns, uint64_t now_ns) {
   if (now_ns - start_ns <= options_.slow_pass_ns) return;
   slow_passes_.Add();
-  contended_until_ = now_ns + options_.contended_ns;
+  // Contended again within a stretch's length of the last one ending: the host is still busy.
+  const bool again = contended_until_ != 0 && now_ns < contended_until_ + contended_stretch_ns_;
+  contended_stretch_ns_ = again ? std::min(2 * contended_stretch_ns_, options_.max_contended_ns)
+                                : options_.contended_ns;
+  contended_until_ = now_ns + contended_stretch_ns_;
   if (idle_since_ != 0 && !budget_spent_) {
     budget_spent_ = true;
     outlasted_gaps_.Add();

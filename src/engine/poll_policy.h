@@ -26,7 +26,11 @@
 // thread to the back for a whole slice (about a millisecond or more), and a completion that
 // arrives meanwhile waits for it. A pass that took far longer than a pass takes says so
 // (OnEmptyPass); the thread then sleeps at once for every gap of the next `contended_ns`, since a
-// sleeping thread is woken at once when its completion arrives, and polls again after that.
+// sleeping thread is woken at once when its completion arrives, and polls again after that. On a
+// host that stays busy (a trainer using every core) each such probe loses a slice again, so a
+// slow pass soon after a contended stretch ended doubles the next stretch, up to
+// `max_contended_ns`: one lost slice per stretch, not one per 5 ms (issue 47: with two CPU hogs
+// the fixed 5 ms stretch lost ~4 ms in every 9 and p99 sat at the slice, 4 ms).
 //
 // Single-threaded (the I/O thread owns it) but for the counters; times are steady-clock
 // nanoseconds.
@@ -50,6 +54,7 @@ struct PollPolicyOptions {
   // the slice a yield loses to a busy thread; measured with `bx bench rpc --cpu-hogs 2`.
   uint64_t slow_pass_ns = 1'000'000;
   uint64_t contended_ns = 5'000'000;
+  uint64_t max_contended_ns = 640'000'000;
 };
 
 class PollPolicy {
@@ -91,12 +96,13 @@ class PollPolicy {
 
   PollPolicyOptions options_;
   Kind idle_, completion_;
-  uint64_t idle_since_ = 0;       // 0: not idle
-  uint64_t spin_until_ = 0;       // polling ends here in the gap under way
-  bool budget_spent_ = false;     // the gap under way stopped polling (counted once)
-  bool gap_expected_ = false;     // the gap under way waits for a completion in flight
-  bool unmeasured_ = false;       // the gap under way teaches nothing (slept at once, slow)
-  uint64_t contended_until_ = 0;  // gaps starting before this are slept through
+  uint64_t idle_since_ = 0;        // 0: not idle
+  uint64_t spin_until_ = 0;        // polling ends here in the gap under way
+  bool budget_spent_ = false;      // the gap under way stopped polling (counted once)
+  bool gap_expected_ = false;      // the gap under way waits for a completion in flight
+  bool unmeasured_ = false;        // the gap under way teaches nothing (slept at once, slow)
+  uint64_t contended_until_ = 0;   // gaps starting before this are slept through
+  uint64_t contended_stretch_ns_;  // the length of the last contended stretch
   SingleWriterCounter polled_gaps_, outlasted_gaps_, slept_gaps_, slow_passes_;
 };
 

@@ -83,7 +83,7 @@ int bxsim_vanish(ibv_context* context) {
   for (SimQp* qp : dev->AllQps()) {
     if (qp->destroyed) continue;
     qp->SetErrorState();  // silently: a dead host raises no event
-    fabric.Doorbell(qp);
+    fabric.Enqueue(qp);
   }
   return 0;
 }

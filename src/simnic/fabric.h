@@ -52,7 +52,9 @@ class Fabric {
   // Starts the hardware thread (idempotent); called when a device is opened.
   void Start();
 
-  // Application side: tells the hardware the QP has new work. Never blocks on the hardware.
+  // Application side: tells the hardware the QP has new work. Never blocks on the hardware: when
+  // the hardware is idle, the ringing thread does the QP's next small requests itself (below);
+  // otherwise the QP waits for the hardware thread.
   void Doorbell(SimQp* qp);
 
   // Control operations take this lock: the hardware thread is then between steps.
@@ -67,6 +69,9 @@ class Fabric {
     Fabric& fabric_;
   };
 
+  // Queues the QP for the hardware (a doorbell that is never serviced inline); `wake`: wake the
+  // hardware thread if it sleeps.
+  void Enqueue(SimQp* qp, bool wake = true);
   // Under ControlLock: moves a QP to the error state and lets the hardware flush it.
   void FailQp(SimQp* qp, bool fatal_event);
   // Under ControlLock: forgets a QP being destroyed (ready list, CQ entries).
@@ -86,10 +91,16 @@ class Fabric {
   Fabric();
   void Run();
   bool RunOnce();
-  void IdleWait(uint64_t seen_doorbells);
+  // `timer_at_ns`: the earliest timer (0: none), read under hw_mu_ by the caller.
+  void IdleWait(uint64_t seen_doorbells, uint64_t timer_at_ns);
+  // The doorbell's fast path: services the ready QPs on the calling thread if the hardware is
+  // idle (else the one working does).
+  void ServiceInline();
+  void WakeForPending();  // after inline work: requeued QPs or new timers need the thread
 
-  // Requester (rc_requester.cc).
-  void ServiceQp(SimQp* qp);
+  // Requester (rc_requester.cc). Transmits at most `byte_budget` bytes of payload, then leaves
+  // the rest to the hardware thread.
+  void ServiceQp(SimQp* qp, uint64_t byte_budget = UINT64_MAX);
   void StageWqe(SimQp* qp, SendWqe& wqe, uint64_t now);
   Reply Transmit(SimQp* qp, SendWqe& wqe, uint8_t* rnr_timer);
   void HandleReply(SimQp* qp, uint64_t index, Reply reply, uint8_t rnr_timer, uint64_t now);
@@ -138,12 +149,16 @@ class Fabric {
   std::thread thread_;
   ThreadCpuClock hardware_cpu_clock_;
 
-  std::mutex hw_mu_;  // held by the hardware thread while it works
+  std::mutex hw_mu_;  // held by whoever plays the hardware: its thread, or a doorbell inline
   std::atomic<int> control_waiting_{0};
+  bool inline_service_;                 // BX_SIM_INLINE (default on)
+  uint64_t inline_bytes_;               // BX_SIM_INLINE_BYTES
+  std::atomic<uint64_t> inline_ns_{0};  // time doorbells spent doing the hardware's work
 
   std::mutex ready_mu_;
   std::condition_variable ready_cv_;
   std::vector<SimQp*> ready_;
+  uint64_t ready_version_ = 0;  // QPs ever queued on ready_
   bool sleeping_ = false;
   bool ipc_wake_ = false;
   std::atomic<uint64_t> doorbell_seq_{0};

@@ -58,7 +58,7 @@ void Fabric::StageWqe(SimQp* qp, SendWqe& wqe, uint64_t now) {
   wqe.ready_at_ns = ready;
 }
 
-void Fabric::ServiceQp(SimQp* qp) {
+void Fabric::ServiceQp(SimQp* qp, uint64_t byte_budget) {
   if (qp->destroyed) return;
   int state = qp->state.load(std::memory_order_seq_cst);
   if (state == IBV_QPS_ERR) {
@@ -91,6 +91,8 @@ void Fabric::ServiceQp(SimQp* qp) {
       if (qp->state.load() != IBV_QPS_RTS) return;
       continue;
     }
+    if (wqe.length > byte_budget) break;  // left to the hardware thread (requeued below)
+    byte_budget -= wqe.length;
     uint8_t rnr_timer = 0;
     Reply reply = Transmit(qp, wqe, &rnr_timer);
     if (reply == Reply::kPending) {

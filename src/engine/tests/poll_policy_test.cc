@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace bx::engine {
 namespace {
 
@@ -200,6 +202,51 @@ TEST(PollPolicyTest, ASlowPassSleepsThroughTheContendedStretch) {
   t += 5 * 1000 * kUs;  // the stretch is over
   EXPECT_TRUE(policy.KeepPolling(t, true));
   EXPECT_EQ(policy.slow_passes(), 1u);
+}
+
+// A host that stays busy: every probe after a contended stretch loses a slice again. Each slow
+// pass soon after a stretch ended doubles the next stretch (up to the maximum), so the slices lost
+// to probing fall from one per 5 ms to one per max_contended_ns; a slow pass long after the last
+// stretch starts again from contended_ns.
+TEST(PollPolicyTest, ContentionThatLastsLengthensTheStretches) {
+  PollPolicyOptions o = Adaptive();
+  o.slow_pass_ns = 1000 * kUs;
+  o.contended_ns = 5 * 1000 * kUs;
+  o.max_contended_ns = 40 * 1000 * kUs;
+  PollPolicy policy(o);
+  uint64_t t = 1'000'000;
+  Gaps(policy, t, 8 * kUs, 30);
+  // How long the gaps are slept through after a slow pass at t (probing with a gap every 100 us).
+  auto stretch_after_slow_pass = [&] {
+    ASSERT_TRUE(policy.KeepPolling(t, true));
+    policy.OnEmptyPass(t, t + 3000 * kUs);
+    t += 3000 * kUs;
+    policy.OnWork(t);
+  };
+  auto slept_for = [&] {
+    const uint64_t start = t;
+    while (!policy.KeepPolling(t, true)) {
+      t += 100 * kUs;
+      policy.OnWork(t);
+    }
+    return (t - start) / (1000 * kUs);  // milliseconds, rounded down
+  };
+  std::vector<uint64_t> stretches;
+  for (int i = 0; i < 5; ++i) {
+    stretch_after_slow_pass();
+    stretches.push_back(slept_for());
+  }
+  EXPECT_EQ(stretches, (std::vector<uint64_t>{5, 10, 20, 40, 40}));
+  // Quiet for long, then short waits for completions again: contention starts short again.
+  t += 500 * 1000 * kUs;
+  policy.OnWork(t);
+  for (int i = 0; i < 100; ++i) {  // (sleeping, it learns from one gap in 16)
+    policy.KeepPolling(t, true);
+    t += 8 * kUs;
+    policy.OnWork(t);
+  }
+  stretch_after_slow_pass();
+  EXPECT_EQ(slept_for(), 5u);
 }
 
 }  // namespace
