@@ -36,16 +36,6 @@ constexpr uint64_t kContendedNs = 20'000'000;
 // 109-127k).
 constexpr uint64_t kInlineBytesBesideThread = 4096;
 
-// The thread is playing the hardware (its thread, or a doorbell serviced inline): a doorbell
-// rung from here (a control operation under ControlLock, say) must not take hw_mu_ again.
-thread_local bool in_hardware = false;
-
-class HardwareScope {
- public:
-  HardwareScope() { in_hardware = true; }
-  ~HardwareScope() { in_hardware = false; }
-};
-
 }  // namespace
 
 Fabric& Fabric::Get() {
@@ -97,19 +87,19 @@ Fabric::ControlLock::ControlLock(Fabric& f) : fabric_(f) {
   fabric_.control_waiting_.fetch_add(1, std::memory_order_acq_rel);
   fabric_.hw_mu_.lock();
   fabric_.control_waiting_.fetch_sub(1, std::memory_order_acq_rel);
-  in_hardware = true;
 }
 
 Fabric::ControlLock::~ControlLock() {
-  in_hardware = false;
   fabric_.hw_mu_.unlock();
 }
 
 void Fabric::Doorbell(SimQp* qp) {
   qp->device->counters().doorbells.fetch_add(1, std::memory_order_relaxed);
-  const bool serve_inline = inline_service_ && !in_hardware;
-  Enqueue(qp, /*wake=*/!serve_inline);
-  if (serve_inline) ServiceInline();
+  // Only post_send and post_recv ring here, on application threads, never under hw_mu_: the
+  // hardware's own paths (FailQp, vanish) use Enqueue, so the try_lock below is never its
+  // holder's. (No thread_local flag: LeakSanitizer's tracer crashes on a dlopened library's TLS.)
+  Enqueue(qp, /*wake=*/!inline_service_);
+  if (inline_service_) ServiceInline();
 }
 
 void Fabric::ServiceInline() {
@@ -130,7 +120,6 @@ void Fabric::ServiceInline() {
       // would first have to be woken, which on a busy host costs a scheduler slice.
       budget = sleeping_ ? inline_bytes_ : std::min(inline_bytes_, kInlineBytesBesideThread);
     }
-    const HardwareScope scope;
     const uint64_t start = NowNs();
     const size_t timers = timers_.size();
     for (SimQp* qp : batch) {
@@ -267,7 +256,6 @@ void Fabric::Run() {
   pthread_setname_np(pthread_self(), "bxsim-hw");
   hardware_cpu_clock_.CaptureCurrentThread();
 
-  const HardwareScope scope;
   uint64_t last_work = NowNs();
   uint64_t contended_until = 0;  // no polling before this: see below
   for (;;) {
