@@ -43,7 +43,15 @@ int main(int argc, char** argv) {
   init.rdma = spec->transport == "rdma";
   if (bx::Status s = bx::Init(init); !s.ok()) return Fail(s);
 
-  auto server = bx::ps::PsServer::Create(spec->tables);
+  // What the cluster file says a server of this shard runs with: its secrets (without them the
+  // server would answer anyone, and clients holding the secret would be refused) and how many
+  // replicas must hold a push before it is acknowledged.
+  bx::ps::PsServerOptions options;
+  options.auth_secret = spec->secret;
+  options.replica_secret = spec->replica_secret;
+  options.min_in_sync = bx::ps::MinInSyncOf(*spec, shard);
+  if (spec->insecure) std::fprintf(stderr, "insecure: the cluster is open to anyone\n");
+  auto server = bx::ps::PsServer::Create(spec->tables, options);
   if (!server.ok()) return Fail(server.status());
   std::vector<bx::rpc::ReplicaAddress> replicas;
   for (const bx::ps::ReplicaSpec& r : spec->shards[shard].replicas) {

@@ -90,8 +90,9 @@ while ((${#ports[@]} < 4)); do
   next_port=$((next_port + 1))
 done
 cluster=$work/cluster.json
+(umask 077 && head -c 32 /dev/urandom | base64 >"$work/cluster.secret")
 cat >"$cluster" <<JSON
-{"version": 1, "transport": "rdma",
+{"version": 1, "transport": "rdma", "secret_file": "cluster.secret",
  "tables": [{"id": 1, "name": "emb", "kind": "embedding", "dim": 8,
              "init": {"kind": "constant", "value": 1.0},
              "optimizer": {"kind": "sgd", "learning_rate": 1.0}}],

@@ -279,9 +279,10 @@ Status CheckResolvedEndpoints(const ClusterSpec& spec) {
 Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
   json root = json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return InvalidArgument("cluster file: not valid JSON");
-  BX_RETURN_IF_ERROR(CheckKeys(root, "(root)",
-                               {"version", "transport", "secret_file", "replica_secret_file",
-                                "config_store", "rdma", "tables", "shards", "min_in_sync"}));
+  BX_RETURN_IF_ERROR(
+      CheckKeys(root, "(root)",
+                {"version", "transport", "secret_file", "replica_secret_file", "config_store",
+                 "rdma", "tables", "shards", "min_in_sync", "insecure"}));
   uint32_t version = 0;
   BX_RETURN_IF_ERROR(GetNumber(root, "(root)", "version", &version));
   if (version != 1) return Bad("version", "must be 1");
@@ -304,6 +305,13 @@ Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
   }
   if (!spec.replica_secret_file.empty() && spec.secret_file.empty()) {
     return Bad("replica_secret_file", "needs a secret_file: replicas prove it in its stead");
+  }
+  if (auto it = root.find("insecure"); it != root.end()) {
+    if (!it->is_boolean()) return Bad("insecure", "expected true or false");
+    spec.insecure = it->get<bool>();
+    if (spec.insecure && !spec.secret_file.empty()) {
+      return Bad("insecure", "contradicts secret_file: a cluster with a secret is not open");
+    }
   }
   if (auto it = root.find("config_store"); it != root.end()) {
     if (!it->is_string() || !it->get<std::string>().starts_with("http://") ||
@@ -386,6 +394,14 @@ Result<ClusterSpec> LoadClusterFile(const std::string& path) {
   Result<ClusterSpec> spec = ParseClusterSpec(text.str());
   if (!spec.ok()) return spec.status().WithContext(path);
   if (Status s = CheckResolvedEndpoints(*spec); !s.ok()) return s.WithContext(path);
+  // An open cluster must be chosen, not left by omission (issue 55, item 9).
+  if (spec->secret_file.empty() && !spec->insecure) {
+    return Bad("secret_file",
+               "missing: without a cluster secret every server would answer anyone who can "
+               "connect. Name a file holding the secret (chmod 600), or set \"insecure\": true "
+               "for an open cluster on a network you trust")
+        .WithContext(path);
+  }
   // Relative to the cluster file, so a directory of configuration moves as one.
   for (auto [field, file, out] :
        {std::tuple{"secret_file", &spec->secret_file, &spec->secret},
@@ -412,6 +428,7 @@ std::string ClusterSpecToJson(const ClusterSpec& spec) {
   if (!spec.replica_secret_file.empty()) root["replica_secret_file"] = spec.replica_secret_file;
   if (!spec.config_store.empty()) root["config_store"] = spec.config_store;
   if (spec.min_in_sync != 0) root["min_in_sync"] = spec.min_in_sync;
+  if (spec.insecure) root["insecure"] = true;
   if (!spec.rdma.empty()) {
     json rdma = json::object();
     if (spec.rdma.gid_index >= 0) rdma["gid_index"] = spec.rdma.gid_index;

@@ -167,6 +167,11 @@ void Serve(const ServeOptions& serve) {
   std::fprintf(stderr, "shard %d replica %d listening on %s, min_in_sync %zu of %zu\n", shard,
                replica, (*server)->address().ToString().c_str(), options.min_in_sync,
                spec.shards[shard].replicas.size());
+  if (spec.insecure) {
+    std::fprintf(stderr,
+                 "insecure: the cluster file says \"insecure\": true; every method, replication "
+                 "included, is served to anyone who can connect\n");
+  }
 
   std::unique_ptr<ps::FailoverMonitor> monitor;
   const std::string store = failover.etcd.empty() ? spec.config_store : failover.etcd;

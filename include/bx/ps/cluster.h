@@ -6,7 +6,7 @@
 //   {
 //     "version": 1,
 //     "transport": "rdma",                  // optional: "rdma" (default) or "tcp"
-//     "secret_file": "cluster.secret",      // optional: see ClusterSpec::secret
+//     "secret_file": "cluster.secret",      // or "insecure": true; see ClusterSpec::secret
 //     "config_store": "http://10.0.0.9:2379", // optional: see ClusterSpec::config_store
 //     "rdma": {"traffic_class": 106, "service_level": 3, "gid_index": 3}, // optional: see rdma
 //     "tables": [                           // optional
@@ -82,6 +82,11 @@ struct BX_EXPORT ClusterSpec {
   // (PsServerOptions::min_in_sync); at most every shard's replica count. 0 (the field left
   // out): 2 for shards of 3 or more replicas, 1 otherwise (MinInSyncOf).
   size_t min_in_sync = 0;
+  // An open cluster, on purpose: `"insecure": true` in the file lets it go without a
+  // `secret_file`, and then every method of every server is served to anyone who can connect.
+  // LoadClusterFile refuses a file with neither (an open cluster by omission), and one with
+  // both; `bx ps serve` says so at start.
+  bool insecure = false;
 };
 
 // The min_in_sync a server of `shard` runs with: the file's, or the default for its size.
@@ -89,7 +94,8 @@ BX_EXPORT size_t MinInSyncOf(const ClusterSpec& spec, size_t shard);
 
 // Parses the JSON text of a cluster file. Errors name the JSON path ("shards[1].replicas[0]").
 BX_EXPORT Result<ClusterSpec> ParseClusterSpec(std::string_view json_text);
-// Reads and parses a cluster file; errors are prefixed with the path.
+// Reads and parses a cluster file; errors are prefixed with the path. A file that names no
+// `secret_file` must say `"insecure": true`.
 BX_EXPORT Result<ClusterSpec> LoadClusterFile(const std::string& path);
 // The JSON text of a spec (what ParseClusterSpec reads back to an equal spec).
 BX_EXPORT std::string ClusterSpecToJson(const ClusterSpec& spec);

@@ -100,14 +100,57 @@ TEST(ClusterSpec, ParsesTheDocumentedExample) {
   EXPECT_EQ(ClusterSpecToJson(*again), ClusterSpecToJson(*spec));
 }
 
+// kExample, made open on purpose ("insecure": true after its version).
+std::string OpenExample() {
+  std::string text = kExample;
+  const std::string version = R"("version": 1,)";
+  text.insert(text.find(version) + version.size(), R"( "insecure": true,)");
+  return text;
+}
+
 TEST(ClusterSpec, LoadsFromAFile) {
   const std::string path = ::testing::TempDir() + "/bx_ps_cluster.json";
-  std::ofstream(path) << kExample;
+  std::ofstream(path) << OpenExample();
   Result<ClusterSpec> spec = LoadClusterFile(path);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->shards.size(), 2u);
+  EXPECT_TRUE(spec->insecure);
   Result<ClusterSpec> missing = LoadClusterFile(path + ".absent");
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+// Issue 55, item 9: a file that names no secret served every method to anyone, silently. Now
+// an open cluster is refused unless the file says "insecure": true, and the error says how to
+// fix it; a file with both is refused too. Parsing text (a client's in-memory spec) stays free.
+TEST(ClusterSpec, AClusterFileWithoutASecretIsRefusedUnlessItSaysInsecure) {
+  const std::string path = ::testing::TempDir() + "/bx_ps_open.json";
+  std::ofstream(path) << kExample;
+  Result<ClusterSpec> open = LoadClusterFile(path);
+  ASSERT_FALSE(open.ok()) << "an open cluster by omission was loaded";
+  EXPECT_EQ(open.status().code(), StatusCode::kInvalidArgument);
+  const std::string message = open.status().message();
+  EXPECT_NE(message.find("secret_file"), std::string::npos) << message;
+  EXPECT_NE(message.find("\"insecure\": true"), std::string::npos) << message;
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+  EXPECT_TRUE(ParseClusterSpec(kExample).ok());
+
+  std::ofstream(path) << OpenExample();
+  Result<ClusterSpec> chosen = LoadClusterFile(path);
+  ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
+  EXPECT_TRUE(chosen->insecure);
+  Result<ClusterSpec> again = ParseClusterSpec(ClusterSpecToJson(*chosen));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->insecure) << "written back, an open cluster stays open on purpose";
+
+  Result<ClusterSpec> both = ParseClusterSpec(
+      R"({"version": 1, "insecure": true, "secret_file": "cluster.secret",
+          "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})");
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("contradicts secret_file"), std::string::npos)
+      << both.status().ToString();
+  EXPECT_FALSE(ParseClusterSpec(R"({"version": 1, "insecure": "yes",
+                                    "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})")
+                   .ok());
 }
 
 TEST(ClusterSpec, AddressesThatResolveToOneEndpointAreRefusedNamingBoth) {
@@ -130,7 +173,7 @@ TEST(ClusterSpec, AddressesThatResolveToOneEndpointAreRefusedNamingBoth) {
       {"replicas": [{"rdma": "rdma://localhost:26030"}]},
       {"replicas": [{"tcp": "tcp://127.0.0.1:26030"}]}]})";
   EXPECT_FALSE(LoadClusterFile(path).ok());
-  std::ofstream(path) << R"({"version": 1, "shards": [{"replicas": [
+  std::ofstream(path) << R"({"version": 1, "insecure": true, "shards": [{"replicas": [
       {"tcp": "tcp://127.0.0.1:26021"}, {"tcp": "tcp://localhost:26022"}]}]})";
   Result<ClusterSpec> distinct = LoadClusterFile(path);
   EXPECT_TRUE(distinct.ok()) << distinct.status().ToString();

@@ -99,7 +99,8 @@ grep -q '"doubled":[1-9]' "$WORK/selfcheck.out" || fail "checker self-test: no d
 echo "checker self-test: a second trainer on the same keys is rejected (doubled pushes detected)"
 
 # A ranker with the cluster's addresses but not its secret: every call fails.
-grep -v secret_file "$CLUSTER" >"$WORK/stranger.json"
+grep -v replica_secret_file "$CLUSTER" |
+  sed 's/"secret_file": "cluster.secret"/"insecure": true/' >"$WORK/stranger.json"
 ip netns exec "${TAG}h6" "$BX" ps rank --cluster "$WORK/stranger.json" --threads 1 --duration 1 \
   --json >"$WORK/stranger.out" 2>"$WORK/stranger.log" || true
 grep -Eq '"requests": *0[^0-9.]' "$WORK/stranger.out" ||
