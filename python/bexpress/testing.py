@@ -11,6 +11,7 @@ killed primary is replaced without losing an acknowledged push (docs/PS.md).
 
 import json
 import os
+import resource
 import random
 import shutil
 import signal
@@ -75,9 +76,11 @@ class LocalCluster:
     table entries). The cluster file is at .path; replica 0 of each shard starts as primary."""
 
     def __init__(self, shards=1, replicas=1, tables=(), etcd=False, lease_ms=2000,
-                 bx=None, workdir=None, env=None, serve_args=()):
+                 bx=None, workdir=None, env=None, serve_args=(), serve_nofile=None):
         self.bx = bx or find_bx()
         self.serve_args = list(serve_args)  # more `bx ps serve` flags, the same for every replica
+        # The open-file limit of every `bx ps serve`, soft and hard (None: inherited).
+        self.serve_nofile = serve_nofile
         self._owned_dir = workdir is None
         self.dir = workdir or tempfile.mkdtemp(prefix="bx-cluster-")
         self.path = os.path.join(self.dir, "cluster.json")
@@ -157,9 +160,12 @@ class LocalCluster:
             command += ["--lease-ms", str(self.lease_ms)]
         command += self.serve_args
         with open(self.log_path(shard, replica), "a") as log:  # the child keeps its own copy
+            nofile = self.serve_nofile
+            limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+                     if nofile else None)
             self.processes[(shard, replica)] = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.env)
+                env=self.env, preexec_fn=limit)
 
     def _wait_listening(self, shard, replica):
         def listening():

@@ -429,17 +429,26 @@ class SlowScrapers(Attack):
         self.ready.set()
 
 
-class HostileNetworkTest(unittest.TestCase):
+class ClusterUnderAttack(unittest.TestCase):
+    """One `bx ps serve` (open-file limit SERVE_NOFILE, None: inherited) and what its tests
+    measure legitimate clients with while an attack runs."""
+    SERVE_NOFILE = None
+
     def setUp(self):
         self.metrics_port = free_port()
         self.cluster = LocalCluster(tables=TABLES,
-                                    serve_args=["--metrics-port", str(self.metrics_port)])
+                                    serve_args=["--metrics-port", str(self.metrics_port)],
+                                    serve_nofile=self.SERVE_NOFILE)
         self.pid = self.cluster.processes[(0, 0)].pid
         self.replica = self.cluster.spec["shards"][0]["replicas"][0]
         with bexpress.PsClient(self.cluster.path, transport="tcp", client_id=1) as c:
             c.push("emb", KEYS, np.ones((len(KEYS), DIM), np.float32))
 
     def tearDown(self):
+        process = self.cluster.processes[(0, 0)]
+        if process.poll() is not None:  # the server died: say how
+            print(f"bx ps serve exited {process.returncode}; its log ends:\n"
+                  f"{self.cluster.log(0, 0)[-3000:]}", flush=True)
         self.cluster.close()
 
     def assert_bounded(self, name, scheme, attack, rss_bound, during=None, hold=0.0):
@@ -468,6 +477,27 @@ class HostileNetworkTest(unittest.TestCase):
                         f"{name}: legitimate requests slowed down")
         legitimate_requests(self.cluster, scheme, rounds=1)  # and afterwards
 
+
+
+class DescriptorLimitTest(ClusterUnderAttack):
+    """Issue 55, item 7: with the server's open-file limit at 256, soft and hard (nothing to
+    raise), 400 idle connections took every descriptor and locked every trainer out, over tcp
+    and rdma. Each listener now holds its unauthenticated connections to a quarter of the limit
+    and evicts the oldest for a newer one."""
+    SERVE_NOFILE = 256
+
+    def test_idle_connections_beyond_the_descriptor_limit_lock_no_client_out(self):
+        for scheme in ("tcp", "rdma"):
+            with self.subTest(scheme=scheme):
+                attack = SilentAndSlowHandshakes(self.replica[scheme], silent=400, slow=0)
+                self.assert_bounded("400 idle connections, open-file limit 256", scheme, attack,
+                                    rss_bound=64 * MiB, hold=3.0)
+                print(f"  attacker connections the server closed (and reopened): "
+                      f"{attack.reopened}", flush=True)
+                self.assertGreater(attack.reopened, 0)  # the bound did close some
+
+
+class HostileNetworkTest(ClusterUnderAttack):
     def test_silent_and_slow_handshakes_stall_no_connect(self):
         # 500 idle sockets plus 100 slow handshakes, on the port each transport accepts on (for
         # rdma:// the bootstrap's tcp port), held past the handshake deadlines (2 s for an

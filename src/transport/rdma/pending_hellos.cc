@@ -5,14 +5,18 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <string>
 
 #include "transport/socket_util.h"
 
 namespace bx::rdma {
 
 void PendingHellos::Evict(size_t index, std::vector<Dropped>& dropped) {
-  dropped.push_back(
-      {pending_[index].peer, ResourceExhausted("evicted before its hello by newer connections")});
+  // Says which bound bound: with the process's descriptor limit low, the total is its share.
+  dropped.push_back({pending_[index].peer,
+                     ResourceExhausted("evicted before its hello by newer connections (at most " +
+                                       std::to_string(limits_.per_host) + " per address, " +
+                                       std::to_string(limits_.total) + " in all)")});
   ::close(pending_[index].fd);
   Forget(index);
 }

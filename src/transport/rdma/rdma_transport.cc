@@ -17,6 +17,7 @@
 #include "base/loop_tasks.h"
 #include "bx/bemalloc.h"
 #include "bx/log.h"
+#include "transport/descriptor_budget.h"
 #include "transport/rdma/handshake_pool.h"
 #include "transport/rdma/pending_hellos.h"
 #include "transport/rdma/rdma_transport_impl.h"
@@ -35,9 +36,25 @@ constexpr int kListenBacklog = 4096;
 // thread of its own (HandshakePool). Beyond either's bounds per remote address and in total,
 // the oldest is evicted. A client opens one bootstrap connection per engine, so the per-address
 // bounds are far above what a legitimate host has in flight at one moment.
+// Both totals also fit the listener's share of the process's descriptors
+// (transport/descriptor_budget.h): three quarters for Hellos, a quarter for handshakes.
 constexpr PendingHellos::Limits kHelloLimits{64, 4096, std::chrono::milliseconds{2000}};
 constexpr std::chrono::milliseconds kAcceptHandshakeTimeout{5000};
 constexpr HandshakePool::Limits kHandshakeLimits{16, 256};
+
+PendingHellos::Limits HelloLimits(size_t budget) {
+  PendingHellos::Limits limits = kHelloLimits;
+  limits.total = std::clamp<size_t>(budget - budget / 4, 8, kHelloLimits.total);
+  limits.per_host = std::min(limits.per_host, limits.total);
+  return limits;
+}
+
+HandshakePool::Limits HandshakeLimits(size_t budget) {
+  HandshakePool::Limits limits = kHandshakeLimits;
+  limits.total = std::clamp<size_t>(budget / 4, 4, kHandshakeLimits.total);
+  limits.per_host = std::min(limits.per_host, limits.total);
+  return limits;
+}
 // How often the acceptor looks at its stop flag.
 constexpr int kAcceptPollMs = 100;
 // How long the acceptor waits when accept fails for want of descriptors and none can be freed.
@@ -156,8 +173,10 @@ class RdmaListener : public Listener {
       : transport_(transport),
         socket_(std::move(socket)),
         accept_(std::make_shared<AcceptState>()),
-        hellos_(kHelloLimits),
-        handshakes_(kHandshakeLimits) {
+        budget_(transport::UnauthenticatedDescriptorBudget(kHelloLimits.total +
+                                                           kHandshakeLimits.total)),
+        hellos_(HelloLimits(budget_)),
+        handshakes_(HandshakeLimits(budget_)) {
     accept_->on_accept = std::move(on_accept);
     thread_ = std::thread([this] { AcceptLoop(); });
   }
@@ -273,6 +292,7 @@ class RdmaListener : public Listener {
   RdmaTransportImpl& transport_;
   transport::ListeningSocket socket_;
   std::shared_ptr<AcceptState> accept_;
+  const size_t budget_;   // descriptors for unauthenticated connections
   PendingHellos hellos_;  // the accept thread's
   HandshakePool handshakes_;
   std::atomic<bool> stop_{false};

@@ -4,12 +4,16 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <deque>
+#include <mutex>
 #include <optional>
 #include <utility>
 
+#include "transport/descriptor_budget.h"
 #include "transport/refusal_log.h"
 #include "transport/socket_util.h"
 #include "transport/tcp/handshake.h"
@@ -20,6 +24,36 @@ namespace {
 
 // A connection must finish its handshake within this; a silent one then closes.
 constexpr std::chrono::seconds kHandshakeTimeout{5};
+// Descriptors a listener's handshakes may hold (two each: the socket and its timer), at most;
+// the process's limit may make it fewer (transport/descriptor_budget.h).
+constexpr size_t kMaxHandshakeDescriptors = 2048;
+constexpr int kAcceptBatch = 8;
+
+class Handshaker;
+
+// The handshakes in progress, oldest first, at most `max`: a new connection beyond that evicts
+// the oldest that has sent nothing yet (else the oldest), so idle sockets that never
+// authenticate cannot take every descriptor and lock legitimate clients out (issue 55, item 7),
+// and a client part-way through its handshake is not pushed out by a stream of idle ones. The
+// acceptor adds; handshakes end on any I/O thread.
+class HandshakeRegistry {
+ public:
+  explicit HandshakeRegistry(size_t max) : max_(max) {}
+  size_t max() const { return max_; }
+  // Counts `h` in; returns the handshake to evict to make room for it (null: none).
+  std::shared_ptr<Handshaker> Add(const std::shared_ptr<Handshaker>& h);
+  // The oldest handshake still running (null: none), for when accept ran out of descriptors.
+  std::shared_ptr<Handshaker> Oldest();  // (the one TakeVictimLocked picks)
+  void Ended() { live_.fetch_sub(1, std::memory_order_relaxed); }
+
+ private:
+  // Removes and returns the handshake to evict: the oldest silent one, else the oldest.
+  std::shared_ptr<Handshaker> TakeVictimLocked();
+  const size_t max_;
+  std::atomic<size_t> live_{0};
+  std::mutex mu_;
+  std::deque<std::weak_ptr<Handshaker>> order_;  // guarded by mu_; ended ones pruned lazily
+};
 
 // What an accepted connection needs once it passes; shared by the acceptor and the handshakes
 // in flight, which may outlive it.
@@ -28,6 +62,8 @@ struct AcceptContext {
   AcceptHandler on_accept;
   std::shared_ptr<transport::PeerLimiter> limiter;
   transport::RefusalLog refusals{"bx tcp"};
+  HandshakeRegistry handshakes{
+      transport::UnauthenticatedDescriptorBudget(kMaxHandshakeDescriptors) / 2};
 };
 
 // One accepted connection running the accepting side of the handshake on its I/O thread,
@@ -45,6 +81,7 @@ class Handshaker final : public IoThread::Handler, public std::enable_shared_fro
         handshake_(context_->options.auth_secret, context_->options.privileged_secret) {}
   ~Handshaker() override {
     if (fd_ >= 0) ::close(fd_);
+    Finish();
   }
 
   // Any thread (the acceptor's). On failure the fd is closed when the last reference goes.
@@ -79,6 +116,7 @@ class Handshaker final : public IoThread::Handler, public std::enable_shared_fro
         return End(Status::FromErrno(errno, "tcp handshake read"));
       }
       have_ += size_t(n);
+      heard_.store(true, std::memory_order_relaxed);
       if (have_ < record_.size()) continue;
       have_ = 0;
       AcceptingHandshake::Step step = handshake_.OnRecord(record_);
@@ -96,7 +134,24 @@ class Handshaker final : public IoThread::Handler, public std::enable_shared_fro
 
   void Shutdown(const Status& reason) override { End(reason, /*log=*/false); }
 
+  bool ended() const { return finished_.load(std::memory_order_acquire); }
+  // The peer has sent part of its handshake: not an idle socket.
+  bool heard() const { return heard_.load(std::memory_order_relaxed); }
+  // Any thread: closes the connection, unaccepted, to make room for a newer one.
+  void Evict() {
+    const size_t max = context_->handshakes.max();
+    io_thread_->Post([self = shared_from_this(), max] {
+      self->End(ResourceExhausted("evicted before authenticating by newer connections (at most " +
+                                  std::to_string(max) + " unauthenticated)"));
+    });
+  }
+
  private:
+  // The handshake no longer holds descriptors of its own (closed, or handed to a socket).
+  void Finish() {
+    if (!finished_.exchange(true, std::memory_order_acq_rel)) context_->handshakes.Ended();
+  }
+
   // The handshake's deadline: one timerfd, watched on the same I/O thread.
   struct Timer final : IoThread::Handler {
     Timer(int timer_fd, std::weak_ptr<Handshaker> owner) : fd(timer_fd), owner(std::move(owner)) {}
@@ -138,6 +193,7 @@ class Handshaker final : public IoThread::Handler, public std::enable_shared_fro
     std::shared_ptr<TcpSocket> socket =
         TcpSocket::Create(fd_, io_thread_, context_->options, peer_);
     fd_ = -1;  // the socket owns it now
+    Finish();
     socket->HoldPeerSlot(std::move(slot).value());
     if (handshake_.privileged()) socket->MarkPrivilegedPeer();
     io_thread_->Post(
@@ -148,6 +204,7 @@ class Handshaker final : public IoThread::Handler, public std::enable_shared_fro
   void End(const Status& why, bool log = true) {
     if (timer_) timer_->Cancel(*io_thread_);
     if (fd_ < 0) return;
+    Finish();
     if (log) context_->refusals.Log(peer_, why);
     io_thread_->Remove(fd_, this);
     ::close(fd_);
@@ -163,7 +220,42 @@ class Handshaker final : public IoThread::Handler, public std::enable_shared_fro
   HandshakeRecord record_{};
   size_t have_ = 0;
   std::shared_ptr<Timer> timer_;
+  std::atomic<bool> finished_{false};
+  std::atomic<bool> heard_{false};
 };
+
+std::shared_ptr<Handshaker> HandshakeRegistry::TakeVictimLocked() {
+  std::erase_if(order_, [](const std::weak_ptr<Handshaker>& w) {
+    std::shared_ptr<Handshaker> h = w.lock();
+    return !h || h->ended();
+  });
+  if (order_.empty()) return nullptr;
+  size_t index = 0;
+  for (size_t i = 0; i < order_.size(); ++i) {
+    std::shared_ptr<Handshaker> h = order_[i].lock();
+    if (h && !h->heard()) {
+      index = i;
+      break;
+    }
+  }
+  std::shared_ptr<Handshaker> victim = order_[index].lock();
+  order_.erase(order_.begin() + std::ptrdiff_t(index));
+  return victim;
+}
+
+std::shared_ptr<Handshaker> HandshakeRegistry::Add(const std::shared_ptr<Handshaker>& h) {
+  std::lock_guard lock(mu_);
+  std::shared_ptr<Handshaker> victim;
+  if (live_.load(std::memory_order_relaxed) >= max_) victim = TakeVictimLocked();
+  live_.fetch_add(1, std::memory_order_relaxed);
+  order_.push_back(h);
+  return victim;
+}
+
+std::shared_ptr<Handshaker> HandshakeRegistry::Oldest() {
+  std::lock_guard lock(mu_);
+  return TakeVictimLocked();
+}
 
 }  // namespace
 
@@ -182,7 +274,10 @@ class TcpListener::Acceptor final : public IoThread::Handler,
   IoThread& home() { return *io_threads_.front(); }
 
   void OnEvents(uint32_t) override {
-    while (fd_ >= 0) {
+    // A few at a time, then back to the I/O loop (epoll reports the rest again): the handshakes
+    // just started read their first bytes in between, so a client that sent at once counts as
+    // heard before a stream of idle connections could evict it.
+    for (int accepted = 0; fd_ >= 0 && accepted < kAcceptBatch; ++accepted) {
       sockaddr_storage address{};
       socklen_t length = sizeof(address);
       int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&address), &length,
@@ -190,7 +285,11 @@ class TcpListener::Acceptor final : public IoThread::Handler,
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         // EAGAIN: nothing more to accept. EMFILE and the like: the connection stays in the
-        // backlog and epoll reports it again; nothing better to do than try later.
+        // backlog and epoll reports it again; free the descriptors of the oldest connection
+        // that has not authenticated, if any, for it.
+        if (errno == EMFILE || errno == ENFILE) {
+          if (std::shared_ptr<Handshaker> oldest = context_->handshakes.Oldest()) oldest->Evict();
+        }
         return;
       }
       (void)transport::SetNoDelay(fd);  // a failure only costs latency
@@ -199,7 +298,12 @@ class TcpListener::Acceptor final : public IoThread::Handler,
       auto handshaker = std::make_shared<Handshaker>(fd, io_thread, context_,
                                                      transport::FormatAddress("tcp", sa, length),
                                                      transport::FormatHost(sa, length));
-      (void)handshaker->Start();  // on failure the fd closes with the last reference
+      // Counted before it starts (it may end on its I/O thread at once); a handshake that fails
+      // to start closes its fd and leaves the count with its last reference.
+      if (std::shared_ptr<Handshaker> victim = context_->handshakes.Add(handshaker)) {
+        victim->Evict();
+      }
+      (void)handshaker->Start();
     }
   }
 
