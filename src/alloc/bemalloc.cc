@@ -13,6 +13,7 @@
 #include "alloc/pool_arena.h"
 #include "alloc/region_pool.h"
 #include "alloc/thread_cache.h"
+#include "base/log_internal.h"
 
 // jemalloc reads this at start-up (declared extern "C" by jemalloc.h); bemalloc.h says why each
 // option is needed.
@@ -29,11 +30,12 @@ std::atomic<RegionPool*> g_pool{nullptr};
 std::vector<unsigned> g_arenas;  // set once by Init
 
 [[noreturn, maybe_unused]] void DieForeignPointer(const char* function, const void* p) {
-  std::fprintf(stderr,
-               "bemalloc::%s(%p): pointer was not allocated by bemalloc (no registered region "
-               "contains it)\n",
-               function, p);
-  std::abort();
+  char message[256];
+  std::snprintf(message, sizeof(message),
+                "bemalloc::%s(%p): pointer was not allocated by bemalloc (no registered region "
+                "contains it)",
+                function, p);
+  FatalError(message);
 }
 
 }  // namespace

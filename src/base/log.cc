@@ -2,9 +2,12 @@
 
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <utility>
+
+#include "base/log_internal.h"
 
 namespace bx {
 namespace {
@@ -69,6 +72,22 @@ void Log(LogLevel level, std::string_view message) {
   ++t_sinks_held;
   // Called outside the lock: a sink may take its time, or log from another thread.
   (*sink)(level, message);
+}
+
+void FatalError(std::string_view message) {
+  Log(LogLevel::kError, message);
+  std::fprintf(stderr, "%.*s\n", static_cast<int>(message.size()), message.data());
+  std::abort();
+}
+
+void LogRequested(LogLevel level, std::string_view message) {
+  bool has_sink;
+  {
+    std::lock_guard lock(g_mu);
+    has_sink = g_sink != nullptr;
+  }
+  if (has_sink) return Log(level, message);
+  std::fprintf(stderr, "%.*s\n", static_cast<int>(message.size()), message.data());
 }
 
 }  // namespace bx

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/log_internal.h"
 #include "bx/metrics.h"
 #include "metrics/text_format.h"
 
@@ -34,8 +35,7 @@ const char* TypeName(int type) {
 }
 
 [[noreturn]] void Misuse(const std::string& what) {
-  std::fprintf(stderr, "bx::metrics: %s\n", what.c_str());
-  std::abort();
+  FatalError("bx::metrics: " + what);
 }
 
 Labels Sorted(Labels labels) {

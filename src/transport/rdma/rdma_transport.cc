@@ -14,6 +14,7 @@
 #include <random>
 
 #include "alloc/verbs_registrar.h"
+#include "base/log_internal.h"
 #include "base/loop_tasks.h"
 #include "bx/bemalloc.h"
 #include "bx/log.h"
@@ -573,11 +574,13 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
     return fail(mismatch);
   }
   if (DebugAddressing()) {
-    // Asked for with BX_DEBUG=1: on stderr whatever the sink, as before.
-    std::fprintf(stderr, "bx rdma: %s: %s port %u, GID index %u %s (%s), traffic class %u, SL %u\n",
-                 connection->peer().c_str(), device_->name().c_str(), unsigned(port_),
-                 unsigned(address->gid_index), verbs::FormatGidAddress(address->gid).c_str(),
-                 address->reason.c_str(), unsigned(rc.traffic_class), unsigned(rc.service_level));
+    // Asked for with BX_DEBUG=1: to the sink, or to stderr when the program has none.
+    LogRequested(LogLevel::kDebug,
+                 "bx rdma: " + connection->peer() + ": " + device_->name() + " port " +
+                     std::to_string(port_) + ", GID index " + std::to_string(address->gid_index) +
+                     " " + verbs::FormatGidAddress(address->gid) + " (" + address->reason +
+                     "), traffic class " + std::to_string(rc.traffic_class) + ", SL " +
+                     std::to_string(rc.service_level));
   }
   rc.psn = mine.psn;
   rc.remote_psn = theirs.psn;
