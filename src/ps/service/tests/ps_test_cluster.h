@@ -55,6 +55,8 @@ struct Cluster {
   std::string replica_secret;                                   // set before Start (needs a secret)
   std::vector<TableConfig> tables = {Table()};                  // set before Start
   size_t min_in_sync = 1;                                       // set before Start
+  // The backup links' slowest_transfer_bytes_per_second (0: the default); set before Start.
+  size_t slowest_transfer_bytes_per_second = 0;
 
   // With `secret`, a cluster whose file names a secret_file (ClusterSpec::secret).
   // Without `promote`, every replica stays a backup (a leased monitor creates the epoch).
@@ -104,6 +106,9 @@ struct Cluster {
     options.rpc.worker_threads = 1;
     options.max_abs_gradient = max_abs_gradient;
     options.min_in_sync = min_in_sync;
+    if (slowest_transfer_bytes_per_second != 0) {
+      options.backup_client.slowest_transfer_bytes_per_second = slowest_transfer_bytes_per_second;
+    }
     options.rpc.log = [](std::string_view) {};
     options.backup_client.log = [](std::string_view) {};
     return options;
