@@ -477,6 +477,17 @@ class ClusterUnderAttack(unittest.TestCase):
                         f"{name}: legitimate requests slowed down")
         legitimate_requests(self.cluster, scheme, rounds=1)  # and afterwards
 
+    def assert_handshake_attack_bounded(self, name, silent, slow, hold):
+        """`silent` idle and `slow` dripping connections on each transport's accepting port,
+        reopened as soon as the server closes them, for `hold` seconds: assert_bounded, and the
+        server must have closed some."""
+        for scheme in ("tcp", "rdma"):
+            with self.subTest(scheme=scheme):
+                attack = SilentAndSlowHandshakes(self.replica[scheme], silent=silent, slow=slow)
+                self.assert_bounded(name, scheme, attack, rss_bound=64 * MiB, hold=hold)
+                print(f"  attacker connections the server closed (and reopened): "
+                      f"{attack.reopened}", flush=True)
+                self.assertGreater(attack.reopened, 0)
 
 
 class DescriptorLimitTest(ClusterUnderAttack):
@@ -487,14 +498,8 @@ class DescriptorLimitTest(ClusterUnderAttack):
     SERVE_NOFILE = 256
 
     def test_idle_connections_beyond_the_descriptor_limit_lock_no_client_out(self):
-        for scheme in ("tcp", "rdma"):
-            with self.subTest(scheme=scheme):
-                attack = SilentAndSlowHandshakes(self.replica[scheme], silent=400, slow=0)
-                self.assert_bounded("400 idle connections, open-file limit 256", scheme, attack,
-                                    rss_bound=64 * MiB, hold=3.0)
-                print(f"  attacker connections the server closed (and reopened): "
-                      f"{attack.reopened}", flush=True)
-                self.assertGreater(attack.reopened, 0)  # the bound did close some
+        self.assert_handshake_attack_bounded("400 idle connections, open-file limit 256",
+                                             silent=400, slow=0, hold=3.0)
 
 
 class HostileNetworkTest(ClusterUnderAttack):
@@ -502,14 +507,8 @@ class HostileNetworkTest(ClusterUnderAttack):
         # 500 idle sockets plus 100 slow handshakes, on the port each transport accepts on (for
         # rdma:// the bootstrap's tcp port), held past the handshake deadlines (2 s for an
         # rdma:// Hello, 5 s for a tcp:// handshake): what the server closes is opened again.
-        for scheme in ("tcp", "rdma"):
-            with self.subTest(scheme=scheme):
-                attack = SilentAndSlowHandshakes(self.replica[scheme], silent=500, slow=100)
-                self.assert_bounded("500 silent and 100 slow handshakes", scheme, attack,
-                                    rss_bound=64 * MiB, hold=7.0)
-                print(f"  attacker connections the server closed (and reopened): "
-                      f"{attack.reopened}", flush=True)
-                self.assertGreater(attack.reopened, 0)  # the deadlines did close them
+        self.assert_handshake_attack_bounded("500 silent and 100 slow handshakes",
+                                             silent=500, slow=100, hold=7.0)
 
     def test_frame_headers_announcing_a_gigabyte_reserve_what_arrived(self):
         # An insider (with the secret) announces 1 GiB on 8 connections and sends 3 MiB of each.

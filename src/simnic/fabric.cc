@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -122,10 +121,7 @@ void Fabric::ServiceInline() {
     }
     const uint64_t start = NowNs();
     const size_t timers = timers_.size();
-    for (SimQp* qp : batch) {
-      qp->queued.store(false, std::memory_order_seq_cst);
-      ServiceQp(qp, budget);
-    }
+    ServiceBatch(batch, budget);
     const bool new_timer = timers_.size() > timers;
     inline_ns_.fetch_add(NowNs() - start, std::memory_order_relaxed);
     hw.unlock();
@@ -317,6 +313,14 @@ void Fabric::IdleWait(uint64_t seen, uint64_t timer_at) {
   sleeping_ = false;
 }
 
+void Fabric::ServiceBatch(const std::vector<SimQp*>& batch, uint64_t byte_budget) {
+  for (SimQp* qp : batch) {
+    // Cleared before the QP is read: a doorbell rung from here on queues it again.
+    qp->queued.store(false, std::memory_order_seq_cst);
+    ServiceQp(qp, byte_budget);
+  }
+}
+
 bool Fabric::RunOnce() {
   std::vector<SimQp*> batch;
   bool ipc_pending;
@@ -326,10 +330,7 @@ bool Fabric::RunOnce() {
     ipc_pending = ipc_wake_;
     ipc_wake_ = false;
   }
-  for (SimQp* qp : batch) {
-    qp->queued.store(false, std::memory_order_seq_cst);
-    ServiceQp(qp);
-  }
+  ServiceBatch(batch, UINT64_MAX);
   bool worked = !batch.empty();
   if (ipc_ && (ipc_pending || ipc_->HasInbound())) {
     std::vector<IpcFrame> frames;

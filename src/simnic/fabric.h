@@ -97,6 +97,8 @@ class Fabric {
   // idle (else the one working does).
   void ServiceInline();
   void WakeForPending();  // after inline work: requeued QPs or new timers need the thread
+  // Services QPs taken off the ready list, each with `byte_budget` (ServiceQp).
+  void ServiceBatch(const std::vector<SimQp*>& batch, uint64_t byte_budget);
 
   // Requester (rc_requester.cc). Transmits at most `byte_budget` bytes of payload, then leaves
   // the rest to the hardware thread.

@@ -18,7 +18,4 @@ namespace bx::transport {
 // limit, at least 16, at most `cap` (the listener's own bound).
 size_t UnauthenticatedDescriptorBudget(size_t cap);
 
-// The soft limit as read by the first call above (0 before it).
-size_t DescriptorLimit();
-
 }  // namespace bx::transport

@@ -42,12 +42,12 @@ class HandshakeRegistry {
   size_t max() const { return max_; }
   // Counts `h` in; returns the handshake to evict to make room for it (null: none).
   std::shared_ptr<Handshaker> Add(const std::shared_ptr<Handshaker>& h);
-  // The oldest handshake still running (null: none), for when accept ran out of descriptors.
-  std::shared_ptr<Handshaker> Oldest();  // (the one TakeVictimLocked picks)
+  // Removes and returns the handshake to evict (null: none): the oldest that has sent nothing,
+  // else the oldest. Also for when accept ran out of descriptors.
+  std::shared_ptr<Handshaker> TakeVictim();
   void Ended() { live_.fetch_sub(1, std::memory_order_relaxed); }
 
  private:
-  // Removes and returns the handshake to evict: the oldest silent one, else the oldest.
   std::shared_ptr<Handshaker> TakeVictimLocked();
   const size_t max_;
   std::atomic<size_t> live_{0};
@@ -252,7 +252,7 @@ std::shared_ptr<Handshaker> HandshakeRegistry::Add(const std::shared_ptr<Handsha
   return victim;
 }
 
-std::shared_ptr<Handshaker> HandshakeRegistry::Oldest() {
+std::shared_ptr<Handshaker> HandshakeRegistry::TakeVictim() {
   std::lock_guard lock(mu_);
   return TakeVictimLocked();
 }
@@ -288,7 +288,8 @@ class TcpListener::Acceptor final : public IoThread::Handler,
         // backlog and epoll reports it again; free the descriptors of the oldest connection
         // that has not authenticated, if any, for it.
         if (errno == EMFILE || errno == ENFILE) {
-          if (std::shared_ptr<Handshaker> oldest = context_->handshakes.Oldest()) oldest->Evict();
+          if (std::shared_ptr<Handshaker> victim = context_->handshakes.TakeVictim())
+            victim->Evict();
         }
         return;
       }
