@@ -188,12 +188,15 @@ void PsWireSeeds(const fs::path& dir) {
   namespace ps = bx::ps;
   ps::FetchRequest fetch{7, {1, 2, 0xffffffffffffffffull}};
   Write(dir, "fetch", PsMessage(fetch, ps::FetchRequestSize(3), ps::EncodeFetchRequest));
-  ps::PushRequest push{{0x1234, 9}, 7, 2, {5, 5}, {1.0f, -2.0f, 0.5f, 1e30f}};
+  ps::PushRequest push{{0x1234, 9}, 0xfeed, 7, 2, {5, 5}, {1.0f, -2.0f, 0.5f, 1e30f}};
   Bytes push_bytes = PsMessage(push, ps::PushRequestSize(2, 2), ps::EncodePushRequest);
   Write(dir, "push", push_bytes);
   Write(dir, "push_truncated", Bytes(push_bytes.begin(), push_bytes.end() - 3));
   Write(dir, "ack",
         PsMessage(ps::PushAck{{0x1234, 9}, true}, ps::PushAckSize(), ps::EncodePushAck));
+  Write(dir, "ack_expired",
+        PsMessage(ps::PushAck{.id = {0x1234, 9}, .session_expired = true, .min_generation = 77},
+                  ps::PushAckSize(), ps::EncodePushAck));
   Write(dir, "forward",
         PsMessage(ps::ForwardedPush{3, 11, push}, ps::ForwardedPushSize(2, 2),
                   ps::EncodeForwardedPush));

@@ -29,8 +29,8 @@ bool SameBits(const std::vector<T>& a, const std::vector<T>& b) {
 }
 
 bool SamePush(const bx::ps::PushRequest& a, const bx::ps::PushRequest& b) {
-  return a.id == b.id && a.table_id == b.table_id && a.dim == b.dim && SameBits(a.keys, b.keys) &&
-         SameBits(a.gradients, b.gradients);
+  return a.id == b.id && a.client_key == b.client_key && a.table_id == b.table_id &&
+         a.dim == b.dim && SameBits(a.keys, b.keys) && SameBits(a.gradients, b.gradients);
 }
 
 template <typename Result>
@@ -94,7 +94,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     accepted_as(MessageType::kPushAck);
     auto again =
         RoundTrip(*ack, bx::ps::PushAckSize(), bx::ps::EncodePushAck, bx::ps::DecodePushAck);
-    Check(again->id == ack->id && again->duplicate == ack->duplicate);
+    Check(again->id == ack->id && again->duplicate == ack->duplicate &&
+          again->session_expired == ack->session_expired &&
+          again->min_generation == ack->min_generation);
   } else {
     CheckRefusal(ack);
   }

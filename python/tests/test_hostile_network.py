@@ -345,7 +345,7 @@ class PipelinedFetches(Attack):
         self.socket.send(rpc_frame(3))  # Hello: the server answers with its method table
         table = self.socket.receive(timeout=5).tobytes()[32:].decode()
         methods = {name: int(i) for i, name in (line.split() for line in table.splitlines())}
-        body = struct.pack("<IBBHIIQ", 0x53505842, 1, 1, 0, 2, 0, self.keys)
+        body = struct.pack("<IBBHIIQ", 0x53505842, 2, 1, 0, 2, 0, self.keys)  # ps wire v2
         request = np.frombuffer(body + bytes(8 * self.keys), np.uint8).copy()
         request[24:].view(np.uint64)[:] = np.arange(1 << 40, (1 << 40) + self.keys,
                                                    dtype=np.uint64)

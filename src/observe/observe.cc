@@ -293,6 +293,14 @@ CollectorHandle ExportPsServer(ps::PsServer& server, Labels labels, Registry& re
     w.Counter("bx_ps_server_pushes_below_min_in_sync_total",
               "Pushes refused or failed while fewer than min_in_sync replicas were in sync.",
               labels, double(c.pushes_below_min_in_sync));
+    w.Counter("bx_ps_server_pushes_session_refused_total",
+              "Pushes refused because the replica did not know their client's session (evicted "
+              "from the dedup record, or the id bound to another key).",
+              labels, double(c.pushes_session_refused));
+    w.Gauge("bx_ps_dedup_clients", "Clients the replica's dedup record remembers.", labels,
+            double(c.dedup_clients));
+    w.Counter("bx_ps_dedup_evictions_total", "Clients evicted from the replica's dedup record.",
+              labels, double(c.dedup_evictions));
     WriteServerStats(w, server.rpc_stats(), labels);
   });
 }

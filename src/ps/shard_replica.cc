@@ -1,6 +1,9 @@
 #include "ps/shard_replica.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -39,6 +42,7 @@ Status NotPrimary(ShardReplica::Role role) {
 ShardReplica::ShardReplica(std::unique_ptr<ShardState> state, Options options)
     : options_(options), state_(std::move(state)) {
   epoch_ = state_->epoch;
+  PublishDedupLocked();
 }
 
 // Outstanding pushes' callbacks are dropped unrun. Links must be shut down first: a forward
@@ -97,6 +101,7 @@ Status ShardReplica::BecomePrimary(uint64_t epoch, std::vector<std::shared_ptr<B
 
 void ShardReplica::HandlePush(PushRequest push, PushDone done) {
   Status refused;
+  std::optional<PushAck> expired;
   {
     OrderSection order(order_mu_, this);
     Role role;
@@ -120,10 +125,25 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
     } else if (!in_sync_refusal.ok()) {
       refused = in_sync_refusal;
     } else {
-      switch (state_->dedup().Check(push.id)) {
+      PushDedup& dedup = state_->dedup();
+      switch (dedup.Check(push.id, push.client_key)) {
         case PushDedup::Verdict::kTooFarAhead:
           refused = ResourceExhausted("push " + std::to_string(push.id.sequence) +
                                       " is beyond the client's dedup window");
+          break;
+        case PushDedup::Verdict::kRecordFull:
+          refused = ResourceExhausted(
+              "the dedup record holds its bound of out-of-order pushes; "
+              "retry later");
+          break;
+        case PushDedup::Verdict::kExpired:
+        case PushDedup::Verdict::kWrongKey:
+          // Not applied: the client must start a new session (PushAck::session_expired).
+          session_refusals_.fetch_add(1, std::memory_order_relaxed);
+          expired = PushAck{.id = push.id,
+                            .session_expired = true,
+                            .min_generation = static_cast<uint32_t>(
+                                std::min<uint64_t>(dedup.min_generation(), UINT32_MAX))};
           break;
         case PushDedup::Verdict::kDuplicate:
           // Applied before, maybe in an earlier epoch or not yet durable: ack once everything
@@ -131,6 +151,10 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
           AddWaiterLocked(state_->applied_lsn, Waiter{PushAck{push.id, true}, std::move(done)});
           break;
         case PushDedup::Verdict::kNew: {
+          if (!dedup.Knows(push.id.client_id)) {
+            refused = CheckNewSession(push.id.client_id, dedup.min_generation());
+            if (!refused.ok()) break;
+          }
           if (undurable >= options_.max_undurable_pushes) {
             refused = ResourceExhausted("too many pushes awaiting backups; retry later");
             break;
@@ -143,7 +167,8 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
           if (!refused.ok()) break;
           refused = state_->ApplyPush(push);  // validated above: cannot fail
           if (!refused.ok()) break;
-          state_->dedup().MarkApplied(push.id);
+          dedup.MarkApplied(push.id, push.client_key);
+          PublishDedupLocked();
           const uint64_t lsn = ++state_->applied_lsn;
           AppendLogLocked(push);
           AddWaiterLocked(lsn, Waiter{ack, std::move(done)});
@@ -154,7 +179,32 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
     }
   }
   RunDeferred();
-  if (!refused.ok()) done(refused);
+  if (!refused.ok()) {
+    done(refused);
+  } else if (expired) {
+    done(*expired);
+  }
+}
+
+Status ShardReplica::CheckNewSession(uint64_t client_id, uint64_t min_generation) const {
+  // A generation far in the future, once evicted, would raise min_generation out of every
+  // honest client's reach; a day of clock skew is generous.
+  const uint64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+  const uint64_t limit = std::max(now, min_generation) + 86400;
+  if (PushDedup::Generation(client_id) > limit) {
+    return InvalidArgument("client id " + std::to_string(client_id) + ": its generation (upper " +
+                           "32 bits) " + std::to_string(PushDedup::Generation(client_id)) +
+                           " is more than a day ahead of this shard's clock");
+  }
+  return Status::Ok();
+}
+
+void ShardReplica::PublishDedupLocked() {
+  const PushDedup& dedup = state_->dedup();
+  dedup_clients_.store(dedup.client_count(), std::memory_order_relaxed);
+  dedup_evictions_.store(dedup.evictions(), std::memory_order_relaxed);
 }
 
 namespace {
@@ -537,6 +587,7 @@ Status ShardReplica::InstallSnapshot(std::span<const std::byte> bytes) {
     log_.clear();
     join_pins_.clear();
     result = state_->Adopt(snapshot);
+    PublishDedupLocked();
     if (result.ok()) {
       min_forward_epoch_ = std::max(min_forward_epoch_, state_->epoch);
       std::lock_guard lock(mu_);
@@ -679,18 +730,25 @@ void ShardReplica::RefuseEpochsBelow(uint64_t epoch) {
 
 void ShardReplica::ApplyForwardLocked(const ForwardedPush& forwarded, Status* result) {
   const PushRequest& push = forwarded.push;
-  switch (state_->dedup().Check(push.id)) {
+  switch (state_->dedup().Check(push.id, push.client_key)) {
     case PushDedup::Verdict::kDuplicate:
-      break;  // a re-forward after failover of a push this replica already has
+      // A re-forward after failover of a push this replica already has.
+    case PushDedup::Verdict::kExpired:
+      // The same, its client evicted since: this replica's record equals the primary's at
+      // every position it shares, so a push it lacks cannot find its client evicted here.
+      break;
     case PushDedup::Verdict::kTooFarAhead:
-      *result = Internal("backup diverged: forwarded push is beyond its dedup window");
+    case PushDedup::Verdict::kRecordFull:
+    case PushDedup::Verdict::kWrongKey:
+      *result = Internal("backup diverged: the primary applied a push its dedup record refuses");
       return;
     case PushDedup::Verdict::kNew:
       if (Status s = state_->ApplyPush(push); !s.ok()) {
         *result = Internal("backup diverged: cannot apply forwarded push: " + s.message());
         return;
       }
-      state_->dedup().MarkApplied(push.id);
+      state_->dedup().MarkApplied(push.id, push.client_key);
+      PublishDedupLocked();
       AppendLogLocked(push);
       break;
   }

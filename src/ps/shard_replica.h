@@ -216,6 +216,11 @@ class ShardReplica {
   size_t in_sync_replicas() const;
   // Pushes (new and retried) refused, and waiting pushes failed, for want of min_in_sync.
   uint64_t below_min_in_sync_refusals() const;
+  // Pushes refused because the shard did not know their session (evicted, or another key).
+  uint64_t session_refusals() const { return session_refusals_.load(std::memory_order_relaxed); }
+  // The dedup record's clients, and clients it has evicted, as of the last applied push.
+  uint64_t dedup_clients() const { return dedup_clients_.load(std::memory_order_relaxed); }
+  uint64_t dedup_evictions() const { return dedup_evictions_.load(std::memory_order_relaxed); }
   const ShardState& state() const { return *state_; }
   // Bytes (keys and gradients) of the pushes this replica keeps for re-forwarding and joiners.
   size_t log_bytes() const;
@@ -229,6 +234,10 @@ class ShardReplica {
   void ForwardLocked(const PushRequest& push, uint64_t lsn);
   void ApplyForwardLocked(const ForwardedPush& forwarded, Status* result);
   void AppendLogLocked(const PushRequest& push);
+  // InvalidArgument for a new session whose generation is implausibly far ahead.
+  Status CheckNewSession(uint64_t client_id, uint64_t min_generation) const;
+  // Mirrors the dedup record's size into the atomics the metrics read.
+  void PublishDedupLocked();
   // Moves a learner on once it has acked far enough: to counting, then to being added.
   // mu_ held.
   void AdvanceLearnerLocked(size_t backup, std::vector<std::function<void()>>* calls);
@@ -316,6 +325,9 @@ class ShardReplica {
   std::map<size_t, Learner> learners_;
   uint64_t catching_up_ = 0;  // bit i: learner i is sent pushes but does not count yet
   std::atomic<uint64_t> below_min_refusals_{0};
+  std::atomic<uint64_t> session_refusals_{0};
+  std::atomic<uint64_t> dedup_clients_{0};
+  std::atomic<uint64_t> dedup_evictions_{0};
   // Callbacks that became due inside an order section, for RunDeferred.
   std::vector<std::function<void()>> deferred_;
 };

@@ -1,10 +1,13 @@
 // ShardState::Save and ShardState::Load: the snapshot file (layout in docs/PS.md).
 //
-//   header (32 bytes): "BXPSSNAP", u32 version 1, u32 flags 0, u64 body bytes,
+//   header (32 bytes): "BXPSSNAP", u32 version 2, u32 flags 0, u64 body bytes,
 //                      u64 FNV-1a-64 of the body
 //   body: u64 epoch, u64 applied lsn, u32 table count, u32 0,
 //         per table: the config, u64 row count, rows (u64 key, stride floats),
-//         u64 client count, per client: u64 id, u64 contiguous, u64 n, n x u64 sequence
+//         u64 min generation, u64 client count, per client in eviction order: u64 id, u64 key,
+//         u64 contiguous, u64 flags (1: pushed more than once), u64 n, n x u64 sequence
+//   Version 1 files (no min generation, key or flags; clients by id) still load: their
+//   clients get key 0, so each starts a new session at its next push.
 //
 // The body is streamed to the file with the checksum computed on the way; the header is
 // written last (the file is a temporary until the rename), so a crash mid-save never leaves a
@@ -25,7 +28,7 @@ namespace bx::ps {
 namespace {
 
 constexpr char kSnapshotMagic[8] = {'B', 'X', 'P', 'S', 'S', 'N', 'A', 'P'};
-constexpr uint32_t kSnapshotVersion = 1;
+constexpr uint32_t kSnapshotVersion = 2;
 constexpr size_t kSnapshotHeader = 32;
 
 // FNV-1a, 64-bit: detects corruption and truncation (the body size is in the header too); it
@@ -145,11 +148,14 @@ Status SaveBody(const ShardState& state, SnapshotWriter& snapshot) {
                                 " changed while saving (pushes must be stopped)");
     }
   }
-  std::vector<PushDedup::ClientState> clients = state.dedup().Export();
-  w.PutU64(clients.size());
-  for (const PushDedup::ClientState& c : clients) {
+  const PushDedup::Record record = state.dedup().Export();
+  w.PutU64(record.min_generation);
+  w.PutU64(record.clients.size());
+  for (const PushDedup::ClientState& c : record.clients) {
     w.PutU64(c.client_id);
+    w.PutU64(c.key);
     w.PutU64(c.contiguous);
+    w.PutU64(c.repeat ? 1 : 0);
     w.PutU64(c.recent.size());
     w.PutU64s(c.recent);
     snapshot.MaybeFlush();
@@ -157,7 +163,7 @@ Status SaveBody(const ShardState& state, SnapshotWriter& snapshot) {
   return Status::Ok();
 }
 
-Status LoadBody(WireReader& r, ShardState* state) {
+Status LoadBody(WireReader& r, uint32_t version, ShardState* state) {
   uint32_t table_count, reserved;
   if (!r.GetU64(&state->epoch) || !r.GetU64(&state->applied_lsn) || !r.GetU32(&table_count) ||
       !r.GetU32(&reserved)) {
@@ -182,21 +188,30 @@ Status LoadBody(WireReader& r, ShardState* state) {
       if (!inserted.ok()) return DataLoss("snapshot: " + inserted.message());
     }
   }
+  PushDedup::Record record;
   uint64_t client_count;
-  if (!r.GetU64(&client_count)) return DataLoss("snapshot: truncated dedup state");
-  if (client_count > r.remaining() / 24) return DataLoss("snapshot: clients run past the end");
-  std::vector<PushDedup::ClientState> clients(client_count);
-  for (PushDedup::ClientState& c : clients) {
-    uint64_t n;
-    if (!r.GetU64(&c.client_id) || !r.GetU64(&c.contiguous) || !r.GetU64(&n)) {
+  if ((version >= 2 && !r.GetU64(&record.min_generation)) || !r.GetU64(&client_count)) {
+    return DataLoss("snapshot: truncated dedup state");
+  }
+  const size_t client_bytes = version >= 2 ? 40 : 24;
+  if (client_count > r.remaining() / client_bytes) {
+    return DataLoss("snapshot: clients run past the end");
+  }
+  record.clients.resize(client_count);
+  for (PushDedup::ClientState& c : record.clients) {
+    uint64_t n, flags = 1;
+    if (!r.GetU64(&c.client_id) || (version >= 2 && !r.GetU64(&c.key)) ||
+        !r.GetU64(&c.contiguous) || (version >= 2 && !r.GetU64(&flags)) || !r.GetU64(&n)) {
       return DataLoss("snapshot: truncated client");
     }
+    if (flags > 1) return DataLoss("snapshot: unknown client flags");
+    c.repeat = flags == 1;
     if (n > r.remaining() / sizeof(uint64_t)) return DataLoss("snapshot: client runs past end");
     c.recent.resize(n);
     r.GetU64s(c.recent);
   }
   if (r.remaining() != 0) return DataLoss("snapshot: trailing bytes");
-  return state->dedup().Import(clients);
+  return state->dedup().Import(record);
 }
 
 void WriteHeader(const SnapshotWriter& w, std::span<std::byte, kSnapshotHeader> out) {
@@ -224,7 +239,7 @@ Result<std::unique_ptr<ShardState>> Parse(std::span<const std::byte> bytes,
   if (std::memcmp(magic, kSnapshotMagic, sizeof magic) != 0) {
     return DataLoss(what + ": not a bexpress shard snapshot");
   }
-  if (version != kSnapshotVersion || flags != 0) {
+  if (version < 1 || version > kSnapshotVersion || flags != 0) {
     return DataLoss(what + ": unsupported version " + std::to_string(version));
   }
   if (body_size != r.remaining()) {
@@ -235,7 +250,7 @@ Result<std::unique_ptr<ShardState>> Parse(std::span<const std::byte> bytes,
   sum.Add(bytes.data() + kSnapshotHeader, body_size);
   if (sum.h != checksum) return DataLoss(what + ": checksum mismatch");
   auto state = std::make_unique<ShardState>(dedup_options);
-  Status loaded = LoadBody(r, state.get());
+  Status loaded = LoadBody(r, version, state.get());
   if (!loaded.ok()) return loaded.WithContext(what);
   return state;
 }

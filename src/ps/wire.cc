@@ -11,15 +11,20 @@ namespace bx::ps {
 namespace {
 
 constexpr uint32_t kMagic = 0x53505842;  // "BXPS" little-endian
-constexpr uint8_t kVersion = 1;
+// Version 2: pushes carry the client key; acks can say the client's session expired.
+constexpr uint8_t kVersion = 2;
 constexpr size_t kHeaderSize = 8;
 // Byte sizes of the fixed parts that follow the header.
 constexpr size_t kFetchRequestFixed = 16;   // u32 table, u32 reserved, u64 key count
 constexpr size_t kFetchResponseFixed = 16;  // u32 table, u32 dim, u64 key count
-constexpr size_t kPushFixed = 32;     // u64 client, u64 sequence, u32 table, u32 dim, u64 count
+constexpr size_t kPushFixed =
+    40;  // u64 client, u64 sequence, u64 key, u32 table, u32 dim, u64 count
 constexpr size_t kForwardFixed = 16;  // u64 epoch, u64 lsn (then the push body)
-constexpr size_t kAckFixed = 24;      // u64 client, u64 sequence, u8 flags, 7 reserved
-constexpr size_t kErrorFixed = 8;     // u32 code, u32 message length
+// u64 client, u64 sequence, u8 flags, 3 reserved, u32 minimum generation (when expired)
+constexpr size_t kAckFixed = 24;
+constexpr uint8_t kAckDuplicate = 1;
+constexpr uint8_t kAckExpired = 2;
+constexpr size_t kErrorFixed = 8;  // u32 code, u32 message length
 constexpr uint32_t kMaxErrorMessage = 64 * 1024;
 
 void PutHeader(WireWriter& w, MessageType type) {
@@ -118,6 +123,7 @@ size_t PushBodySize(size_t key_count, uint32_t dim) {
 void PutPushBody(WireWriter& w, const PushRequest& p) {
   w.PutU64(p.id.client_id);
   w.PutU64(p.id.sequence);
+  w.PutU64(p.client_key);
   w.PutU32(p.table_id);
   w.PutU32(p.dim);
   w.PutU64(p.keys.size());
@@ -127,8 +133,8 @@ void PutPushBody(WireWriter& w, const PushRequest& p) {
 
 Status GetPushBody(WireReader& r, PushRequest* p, const char* what) {
   uint64_t key_count;
-  if (!r.GetU64(&p->id.client_id) || !r.GetU64(&p->id.sequence) || !r.GetU32(&p->table_id) ||
-      !r.GetU32(&p->dim) || !r.GetU64(&key_count)) {
+  if (!r.GetU64(&p->id.client_id) || !r.GetU64(&p->id.sequence) || !r.GetU64(&p->client_key) ||
+      !r.GetU32(&p->table_id) || !r.GetU32(&p->dim) || !r.GetU64(&key_count)) {
     return DataLoss(std::string(what) + ": truncated");
   }
   if (p->id.sequence == 0) return DataLoss(std::string(what) + ": push sequence 0");
@@ -271,6 +277,18 @@ Result<PushRequest> DecodePushRequest(std::span<const std::byte> bytes) {
   return request;
 }
 
+Status RestampPushRequest(std::span<std::byte> encoded, PushId id, uint64_t client_key) {
+  WireReader r(encoded);
+  BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kPushRequest));
+  if (encoded.size() < kHeaderSize + kPushFixed) return DataLoss("push request: truncated");
+  if (id.sequence == 0) return InvalidArgument("push request: push sequence 0");
+  WireWriter w(encoded.subspan(kHeaderSize, 24));
+  w.PutU64(id.client_id);
+  w.PutU64(id.sequence);
+  w.PutU64(client_key);
+  return Status::Ok();
+}
+
 size_t PushAckSize() {
   return kHeaderSize + kAckFixed;
 }
@@ -281,8 +299,12 @@ Status EncodePushAck(const PushAck& ack, std::span<std::byte> out) {
   PutHeader(w, MessageType::kPushAck);
   w.PutU64(ack.id.client_id);
   w.PutU64(ack.id.sequence);
-  w.PutU8(ack.duplicate ? 1 : 0);
-  w.PutZeros(7);
+  if (ack.duplicate && ack.session_expired) {
+    return InvalidArgument("push ack: a duplicate cannot be expired");
+  }
+  w.PutU8((ack.duplicate ? kAckDuplicate : 0) | (ack.session_expired ? kAckExpired : 0));
+  w.PutZeros(3);
+  w.PutU32(ack.session_expired ? ack.min_generation : 0);
   return Status::Ok();
 }
 
@@ -291,17 +313,23 @@ Result<PushAck> DecodePushAck(std::span<const std::byte> bytes) {
   BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kPushAck));
   PushAck ack;
   uint8_t flags;
-  std::byte reserved[7];
+  std::byte reserved[3];
   if (!r.GetU64(&ack.id.client_id) || !r.GetU64(&ack.id.sequence) || !r.GetU8(&flags) ||
-      !r.GetBytes(reserved, sizeof reserved)) {
+      !r.GetBytes(reserved, sizeof reserved) || !r.GetU32(&ack.min_generation)) {
     return DataLoss("push ack: truncated");
   }
   if (r.remaining() != 0) return DataLoss("push ack: trailing bytes");
-  if (flags > 1) return DataLoss("push ack: unknown flags");
+  if ((flags & ~(kAckDuplicate | kAckExpired)) != 0 || flags == (kAckDuplicate | kAckExpired)) {
+    return DataLoss("push ack: unknown flags");
+  }
   for (std::byte b : reserved) {
     if (b != std::byte{0}) return DataLoss("push ack: reserved bytes set");
   }
-  ack.duplicate = flags == 1;
+  ack.duplicate = (flags & kAckDuplicate) != 0;
+  ack.session_expired = (flags & kAckExpired) != 0;
+  if (!ack.session_expired && ack.min_generation != 0) {
+    return DataLoss("push ack: a minimum generation without expiry");
+  }
   return ack;
 }
 

@@ -1,6 +1,6 @@
 // Wire messages of the parameter server and their codecs.
 //
-// Every message starts with an 8-byte header (u32 magic "BXPS", u8 version 1, u8 type,
+// Every message starts with an 8-byte header (u32 magic "BXPS", u8 version 2, u8 type,
 // u16 reserved 0); all integers and floats are little-endian; layouts are in docs/PS.md.
 // Encoders write into a caller-provided span whose size must be exactly EncodedSize(...), so a
 // server can allocate one registered Buffer and write the reply straight into it. A fetch
@@ -39,9 +39,12 @@ Result<MessageType> PeekMessageType(std::span<const std::byte> bytes);
 inline constexpr uint64_t kMaxKeysPerMessage = 1ull << 24;    // 16 Mi keys
 inline constexpr uint64_t kMaxValuesPerMessage = 1ull << 28;  // 1 GiB of floats
 
-// A push is identified by the client that sent it and that client's sequence number. A client
-// picks client_id at random once per process (64 random bits) and numbers its pushes 1, 2, 3...
-// A retry reuses the id. Sequence 0 is invalid.
+// A push is identified by the client that sent it and that client's sequence number. client_id
+// names a session of one client with one shard: its upper 32 bits are a generation (the
+// client's clock in seconds when the session started), the lower 32 random; the client numbers
+// its pushes to the shard 1, 2, 3... A retry reuses the id. Sequence 0 is invalid. The shard
+// binds the id to the key of its first push (PushRequest::client_key) and may forget it
+// (docs/PS.md "Exactly once").
 struct PushId {
   uint64_t client_id = 0;
   uint64_t sequence = 0;
@@ -105,6 +108,9 @@ Result<FetchResponseView> DecodeFetchResponse(std::span<const std::byte> bytes);
 // are then applied in order.
 struct PushRequest {
   PushId id;
+  // A secret of the session (random 64 bits): a push under a known id with another key is
+  // refused, so no client can act under another's id.
+  uint64_t client_key = 0;
   uint32_t table_id = 0;
   uint32_t dim = 0;
   std::vector<uint64_t> keys;
@@ -114,10 +120,18 @@ struct PushRequest {
 size_t PushRequestSize(size_t key_count, uint32_t dim);
 Status EncodePushRequest(const PushRequest& request, std::span<std::byte> out);
 Result<PushRequest> DecodePushRequest(std::span<const std::byte> bytes);
+// Rewrites the id and key of an encoded push request in place (a client moving its unsent
+// push to a new session), after checking the header and size.
+Status RestampPushRequest(std::span<std::byte> encoded, PushId id, uint64_t client_key);
 
 struct PushAck {
   PushId id;
   bool duplicate = false;  // the push had already been applied; this ack is for a retry
+  // Not applied: the shard does not know this session (it was evicted from the dedup record,
+  // or the id is bound to another key). Start a new session whose generation is at least
+  // min_generation; a push that an earlier attempt may have applied has an unknown outcome.
+  bool session_expired = false;
+  uint32_t min_generation = 0;
 };
 
 size_t PushAckSize();

@@ -219,12 +219,16 @@ void Serve(const ServeOptions& serve) {
   std::fprintf(
       stderr,
       "stopping: fetches %llu, pushes %llu (+%llu duplicates, %llu errors), forwards "
-      "%llu, replica calls refused %llu, pushes refused below min_in_sync %llu\n",
+      "%llu, replica calls refused %llu, pushes refused below min_in_sync %llu, pushes of "
+      "unknown sessions %llu, dedup clients %llu (%llu evicted)\n",
       static_cast<unsigned long long>(c.fetches), static_cast<unsigned long long>(c.pushes_acked),
       static_cast<unsigned long long>(c.pushes_duplicate),
       static_cast<unsigned long long>(c.push_errors), static_cast<unsigned long long>(c.forwards),
       static_cast<unsigned long long>(c.replica_method_refusals),
-      static_cast<unsigned long long>(c.pushes_below_min_in_sync));
+      static_cast<unsigned long long>(c.pushes_below_min_in_sync),
+      static_cast<unsigned long long>(c.pushes_session_refused),
+      static_cast<unsigned long long>(c.dedup_clients),
+      static_cast<unsigned long long>(c.dedup_evictions));
   exported.Reset();
   (*server)->Stop();
 }

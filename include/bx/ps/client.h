@@ -39,7 +39,11 @@ struct BX_EXPORT PsClientOptions {
   // rpc.transport.auth_secret, when empty, is the cluster's (ClusterSpec::secret); a different
   // one than the cluster's is refused.
   rpc::ClientOptions rpc;
-  uint64_t client_id = 0;  // names this client's pushes; 0: random
+  // The id of this client's first session with each shard (docs/PS.md "Exactly once"): its
+  // upper 32 bits are a generation (a clock in seconds), the lower 32 any number. 0: the
+  // current time and 32 random bits. A shard that forgets the session, or finds the id taken by
+  // another client, makes the client start a new one with a fresh id.
+  uint64_t client_id = 0;
 };
 
 struct BX_EXPORT FetchResult {
@@ -81,7 +85,10 @@ class BX_EXPORT FetchedRows {
 
 struct BX_EXPORT PsClientStats {
   uint64_t push_failovers = 0;  // a push moved to another replica of its shard
-  rpc::ClientStats rpc;         // summed over every rpc::Client of this client
+  // A shard no longer knew this client's session (evicted from its dedup record, or the id
+  // taken by another key) and a new one was started.
+  uint64_t session_renewals = 0;
+  rpc::ClientStats rpc;  // summed over every rpc::Client of this client
 };
 
 class BX_EXPORT PsClient {

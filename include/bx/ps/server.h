@@ -42,6 +42,13 @@ struct BX_EXPORT PsServerCounters {
   // Pushes refused, and waiting pushes failed, while fewer than min_in_sync replicas were in
   // sync (each a retryable ResourceExhausted; nothing acknowledged).
   uint64_t pushes_below_min_in_sync = 0;
+  // Pushes refused because this replica did not know their client's session: evicted from the
+  // dedup record, or the id bound to another client's key (nothing applied; the client starts
+  // a new session).
+  uint64_t pushes_session_refused = 0;
+  // Clients the dedup record remembers (bounded by max_dedup_clients), and clients it evicted.
+  uint64_t dedup_clients = 0;
+  uint64_t dedup_evictions = 0;
 };
 
 struct BX_EXPORT PsServerOptions {

@@ -1,7 +1,9 @@
 #include <algorithm>
 #include <bit>
 #include <condition_variable>
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 #include <utility>
@@ -71,8 +73,34 @@ struct PsClientCore::PushAttempt {
   rpc::Clock::time_point deadline;
   uint32_t replica = 0;
   uint32_t tried_this_round = 0;
+  // Pushes stamped from the shard's session move to a new session when it expires; a push
+  // with a caller-chosen id (PushToShard) is not renewable.
+  bool renewable = false;
+  uint64_t session = 0;
+  // An attempt ended without a definite "not applied" (a timeout, a lost connection, a
+  // primary deposed while the push waited): the push may have been applied under its id.
+  bool maybe_applied = false;
   std::function<void(Result<PushAck>)> done;
 };
+
+namespace {
+
+uint64_t RandomBits() {
+  std::random_device device;
+  return uint64_t{device()} << 32 | device();
+}
+
+// A session id: a generation (the clock in seconds, at least `min_generation`) and 32 random
+// bits (docs/PS.md "Exactly once").
+uint64_t NewSessionId(uint32_t min_generation) {
+  const auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  const uint64_t generation = std::max<uint64_t>(static_cast<uint64_t>(now), min_generation);
+  return std::min<uint64_t>(generation, UINT32_MAX) << 32 | (RandomBits() & UINT32_MAX);
+}
+
+}  // namespace
 
 Result<std::unique_ptr<PsClientCore>> PsClientCore::Create(const ClusterSpec& spec,
                                                            PsClientOptions options) {
@@ -87,8 +115,7 @@ Result<std::unique_ptr<PsClientCore>> PsClientCore::Create(const ClusterSpec& sp
   client->client_id_ = options.client_id;
   client->slowest_bytes_per_second_ = options.rpc.slowest_transfer_bytes_per_second;
   for (const TableConfig& t : spec.tables) client->table_dims_[t.id] = t.dim;
-  while (client->client_id_ == 0)
-    client->client_id_ = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
+  if (client->client_id_ == 0) client->client_id_ = NewSessionId(0);
   const bool rdma = options.transport == "rdma";
   for (size_t i = 0; i < spec.shards.size(); ++i) {
     auto shard = std::make_unique<Shard>();
@@ -107,6 +134,8 @@ Result<std::unique_ptr<PsClientCore>> PsClientCore::Create(const ClusterSpec& sp
       shard->replicas.push_back(std::move(one));
     }
     BX_ASSIGN_OR_RETURN(shard->reads, rpc::Client::Create(addresses, options.rpc));
+    shard->session.client_id = client->client_id_;
+    shard->session.key = RandomBits();
     client->shards_.push_back(std::move(shard));
   }
   client->timer_ = std::make_unique<Timer>();
@@ -284,7 +313,6 @@ void PsClientCore::PushAsync(uint32_t table, uint32_t dim, std::span<const uint6
   join->done = std::move(done);
   for (ShardBatch& batch : batches) {
     PushRequest push;
-    push.id = {client_id_, shards_[batch.shard]->sequence.fetch_add(1) + 1};
     push.table_id = table;
     push.dim = dim;
     push.gradients.resize(batch.keys.size() * dim);
@@ -293,7 +321,9 @@ void PsClientCore::PushAsync(uint32_t table, uint32_t dim, std::span<const uint6
                   push.gradients.data() + i * dim);
     }
     push.keys = std::move(batch.keys);
-    PushToShard(batch.shard, std::move(push), timeout, [join](Result<PushAck> ack) {
+    uint64_t session = 0;
+    StampPush(*shards_[batch.shard], &push, &session);
+    StartPush(batch.shard, std::move(push), timeout, session, [join](Result<PushAck> ack) {
       std::unique_lock lock(join->mu);
       if (!ack.ok() && join->first_error.ok()) join->first_error = ack.status();
       if (--join->left > 0) return;
@@ -313,13 +343,28 @@ Status PsClientCore::Push(uint32_t table, uint32_t dim, std::span<const uint64_t
   return future.get();
 }
 
+void PsClientCore::StampPush(Shard& shard, PushRequest* push, uint64_t* session_number) {
+  std::lock_guard lock(shard.session_mu);
+  push->id = {shard.session.client_id, ++shard.session.last_sequence};
+  push->client_key = shard.session.key;
+  *session_number = shard.session.number;
+}
+
 void PsClientCore::PushToShard(uint32_t shard, PushRequest push, std::chrono::microseconds timeout,
                                std::function<void(Result<PushAck>)> done) {
+  StartPush(shard, std::move(push), timeout, std::nullopt, std::move(done));
+}
+
+void PsClientCore::StartPush(uint32_t shard, PushRequest push, std::chrono::microseconds timeout,
+                             std::optional<uint64_t> session,
+                             std::function<void(Result<PushAck>)> done) {
   if (shard >= shards_.size()) {
     return done(Status(StatusCode::kInvalidArgument, "no such shard"));
   }
   auto attempt = std::make_shared<PushAttempt>();
   attempt->shard = shard;
+  attempt->renewable = session.has_value();
+  attempt->session = session.value_or(0);
   attempt->bytes.resize(PushRequestSize(push.keys.size(), push.dim));
   if (Status s = EncodePushRequest(push, std::as_writable_bytes(std::span(attempt->bytes)));
       !s.ok()) {
@@ -360,12 +405,20 @@ void PsClientCore::TryPush(std::shared_ptr<PushAttempt> attempt) {
         if (reply.ok()) {
           Result<PushAck> ack = DecodePushAck({reply->data(), reply->size()});
           if (ack.ok()) shard.primary.store(attempt->replica, std::memory_order_relaxed);
+          if (ack.ok() && ack->session_expired) {
+            return RenewSessionAndRetry(attempt, ack->min_generation);
+          }
           return attempt->done(std::move(ack));
         }
         StatusCode code = reply.status().code();
         if (code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ||
             code == StatusCode::kDataLoss) {
           return attempt->done(reply.status());  // the push itself is bad: retrying cannot help
+        }
+        // Not primary, and back-pressure, are refusals that applied nothing; anything else
+        // leaves the push's fate open until an ack names it.
+        if (code != StatusCode::kFailedPrecondition && code != StatusCode::kResourceExhausted) {
+          attempt->maybe_applied = true;
         }
         std::chrono::microseconds delay{0};
         if (code == StatusCode::kResourceExhausted) {
@@ -385,9 +438,54 @@ void PsClientCore::TryPush(std::shared_ptr<PushAttempt> attempt) {
       });
 }
 
+void PsClientCore::RenewSessionAndRetry(std::shared_ptr<PushAttempt> attempt,
+                                        uint32_t min_generation) {
+  Shard& shard = *shards_[attempt->shard];
+  const std::string which = "shard " + std::to_string(attempt->shard) +
+                            " no longer knows this client's session (evicted from its dedup "
+                            "record, or its id bound to another client's key)";
+  if (!attempt->renewable) return attempt->done(Status(StatusCode::kFailedPrecondition, which));
+  if (attempt->maybe_applied) {
+    // It may have been applied and then forgotten: sending it again could apply it twice.
+    return attempt->done(Status(StatusCode::kAborted,
+                                "push outcome unknown: " + which +
+                                    " and an earlier attempt of this push may have been applied"));
+  }
+  PushId id;
+  uint64_t key;
+  {
+    std::lock_guard lock(shard.session_mu);
+    Session& session = shard.session;
+    if (session.number == attempt->session) {  // the first of its pushes to learn it expired
+      const uint64_t old_id = session.client_id;
+      do {
+        session.client_id = NewSessionId(min_generation);
+      } while (session.client_id == old_id);
+      session.key = RandomBits();
+      session.last_sequence = 0;
+      ++session.number;
+      session_renewals_.fetch_add(1, std::memory_order_relaxed);
+    }
+    id = {session.client_id, ++session.last_sequence};
+    key = session.key;
+    attempt->session = session.number;
+  }
+  if (Status s = RestampPushRequest(std::as_writable_bytes(std::span(attempt->bytes)), id, key);
+      !s.ok()) {
+    return attempt->done(s);
+  }
+  TryPush(std::move(attempt));
+}
+
+PsClientCore::Session PsClientCore::session(uint32_t shard) const {
+  std::lock_guard lock(shards_.at(shard)->session_mu);
+  return shards_[shard]->session;
+}
+
 PsClientStats PsClientCore::stats() const {
   PsClientStats out;
   out.push_failovers = push_failovers_.load();
+  out.session_renewals = session_renewals_.load();
   auto add = [&out](const rpc::Client& client) {
     rpc::ClientStats s = client.stats();
     out.rpc.calls += s.calls;

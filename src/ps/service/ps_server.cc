@@ -221,7 +221,9 @@ void PsServerCore::OnPush(rpc::ServerCall call) {
       push_errors_.fetch_add(1, std::memory_order_relaxed);
       return shared->Fail(ack.status());
     }
-    (ack->duplicate ? pushes_duplicate_ : pushes_acked_).fetch_add(1, std::memory_order_relaxed);
+    if (!ack->session_expired) {
+      (ack->duplicate ? pushes_duplicate_ : pushes_acked_).fetch_add(1, std::memory_order_relaxed);
+    }
     Result<rpc::Message> response = rpc::Message::Allocate(PushAckSize());
     if (!response.ok()) return shared->Fail(response.status());
     if (Status s = EncodePushAck(*ack, {response->data(), response->size()}); !s.ok()) {
@@ -263,7 +265,10 @@ PsServerCounters PsServerCore::counters() const {
           push_errors_.load(),
           forwards_.load(),
           replica_method_refusals_.load(),
-          replica_.below_min_in_sync_refusals()};
+          replica_.below_min_in_sync_refusals(),
+          replica_.session_refusals(),
+          replica_.dedup_clients(),
+          replica_.dedup_evictions()};
 }
 
 }  // namespace bx::ps

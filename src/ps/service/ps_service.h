@@ -356,8 +356,18 @@ class PsClientCore {
   void PushToShard(uint32_t shard, PushRequest push, std::chrono::microseconds timeout,
                    std::function<void(Result<PushAck>)> done);
 
+  // The id of the first session with every shard (PsClientOptions::client_id, or drawn).
   uint64_t client_id() const { return client_id_; }
   uint32_t shard_count() const { return static_cast<uint32_t>(shards_.size()); }
+
+  struct Session {
+    uint64_t number = 0;  // renewals so far
+    uint64_t client_id = 0;
+    uint64_t key = 0;
+    uint64_t last_sequence = 0;
+  };
+  // This client's current session with `shard` (tests replay a push under it).
+  Session session(uint32_t shard) const;
   PsClientStats stats() const;
 
  private:
@@ -365,13 +375,24 @@ class PsClientCore {
     std::unique_ptr<rpc::Client> reads;                  // all replicas
     std::vector<std::unique_ptr<rpc::Client>> replicas;  // one per replica, for pushes
     std::atomic<uint32_t> primary{0};                    // where pushes go first
-    std::atomic<uint64_t> sequence{0};                   // PushId sequences of this shard
+    // This client's session with the shard (PushId, docs/PS.md "Exactly once"): renewed when
+    // the shard says it no longer knows it.
+    mutable std::mutex session_mu;
+    Session session;
   };
   struct PushAttempt;
   struct FetchJoin;
   class Timer;
   PsClientCore() = default;
+  // session: the shard session the push was stamped from (renewable), or none (caller's id).
+  void StartPush(uint32_t shard, PushRequest push, std::chrono::microseconds timeout,
+                 std::optional<uint64_t> session, std::function<void(Result<PushAck>)> done);
   void TryPush(std::shared_ptr<PushAttempt> attempt);
+  // The shard answered `attempt` with session_expired: moves it to a new session (started
+  // once per expired one), or fails it when an earlier attempt may have been applied.
+  void RenewSessionAndRetry(std::shared_ptr<PushAttempt> attempt, uint32_t min_generation);
+  // Stamps `push` with the shard's session: its id, key and next sequence.
+  void StampPush(Shard& shard, PushRequest* push, uint64_t* session_number);
   void StartFetch(uint32_t table, std::span<const uint64_t> keys, std::chrono::microseconds timeout,
                   std::shared_ptr<FetchJoin> join);
   void FetchFromShard(uint32_t table, std::shared_ptr<FetchJoin> join, size_t batch,
@@ -387,6 +408,7 @@ class PsClientCore {
   std::vector<std::unique_ptr<Shard>> shards_;
   std::unique_ptr<Timer> timer_;
   std::atomic<uint64_t> push_failovers_{0};
+  std::atomic<uint64_t> session_renewals_{0};
 };
 
 }  // namespace bx::ps

@@ -92,9 +92,9 @@ TEST_F(SnapshotTest, RoundTripRestoresEverything) {
   std::sort(a.begin(), a.end());
   std::sort(b.begin(), b.end());
   EXPECT_EQ(a, b);
-  EXPECT_EQ(s.dedup().Export().size(), 3u);
-  EXPECT_EQ(s.dedup().Check(PushId{2, 1}), PushDedup::Verdict::kDuplicate);
-  EXPECT_EQ(s.dedup().Check(PushId{1, 1}), PushDedup::Verdict::kNew);  // client 1 starts at 2
+  EXPECT_EQ(s.dedup().Export().clients.size(), 3u);
+  EXPECT_EQ(s.dedup().Check(PushId{2, 1}, 0), PushDedup::Verdict::kDuplicate);
+  EXPECT_EQ(s.dedup().Check(PushId{1, 1}, 0), PushDedup::Verdict::kNew);  // client 1 starts at 2
 
   // A replica restarted from the snapshot still refuses to apply an old push twice.
   auto restarted =

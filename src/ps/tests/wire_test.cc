@@ -94,6 +94,33 @@ TEST(Wire, PushAckForwardAndErrorRoundTrip) {
   ASSERT_TRUE(ack.ok());
   EXPECT_EQ(ack->id, p.id);
   EXPECT_TRUE(ack->duplicate);
+  EXPECT_FALSE(ack->session_expired);
+
+  // An expired session: not applied, and the generation a new session needs.
+  ASSERT_TRUE(
+      EncodePushAck(PushAck{.id = p.id, .session_expired = true, .min_generation = 1234}, ab).ok());
+  ack = DecodePushAck(ab);
+  ASSERT_TRUE(ack.ok()) << ack.status().ToString();
+  EXPECT_TRUE(ack->session_expired);
+  EXPECT_FALSE(ack->duplicate);
+  EXPECT_EQ(ack->min_generation, 1234u);
+  EXPECT_FALSE(
+      EncodePushAck(PushAck{.id = p.id, .duplicate = true, .session_expired = true}, ab).ok());
+  ab[8 + 16] = std::byte{3};  // the flags byte (after header and id): both set
+  EXPECT_EQ(DecodePushAck(ab).status().code(), StatusCode::kDataLoss);
+
+  // The key travels with the push, and a client moves an unsent push to a new session in place.
+  p.client_key = 0x5eed;
+  Bytes pb = EncodePush(p);
+  ASSERT_TRUE(RestampPushRequest(pb, PushId{99, 3}, 0xbeef).ok());
+  d = DecodePushRequest(pb);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->id, (PushId{99, 3}));
+  EXPECT_EQ(d->client_key, 0xbeefu);
+  EXPECT_EQ(d->gradients, p.gradients);
+  EXPECT_FALSE(RestampPushRequest(pb, PushId{99, 0}, 1).ok());
+  Bytes short_push(pb.begin(), pb.begin() + 20);
+  EXPECT_FALSE(RestampPushRequest(short_push, PushId{99, 3}, 1).ok());
 
   ForwardedPush f{5, 77, p};
   Bytes fb(ForwardedPushSize(p.keys.size(), p.dim));

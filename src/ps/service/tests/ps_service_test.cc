@@ -247,7 +247,10 @@ TEST_P(PsServiceTest, PushRetriedAfterPrimaryStopsIsAppliedOnce) {
 
   // Replay the last push with its id: a duplicate, not applied again.
   PushRequest replay;
-  replay.id = {client->client_id(), 300};
+  const PsClientCore::Session session = client->core().session(0);
+  ASSERT_EQ(session.client_id, client->client_id()) << "no session was renewed";
+  replay.id = {session.client_id, 300};
+  replay.client_key = session.key;
   replay.table_id = kTable;
   replay.dim = kDim;
   replay.keys = key;

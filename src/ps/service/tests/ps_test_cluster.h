@@ -57,6 +57,7 @@ struct Cluster {
   size_t min_in_sync = 1;                                       // set before Start
   // The backup links' slowest_transfer_bytes_per_second (0: the default); set before Start.
   size_t slowest_transfer_bytes_per_second = 0;
+  size_t max_dedup_clients = PsServerOptions{}.max_dedup_clients;  // set before Start
 
   // With `secret`, a cluster whose file names a secret_file (ClusterSpec::secret).
   // Without `promote`, every replica stays a backup (a leased monitor creates the epoch).
@@ -106,6 +107,7 @@ struct Cluster {
     options.rpc.worker_threads = 1;
     options.max_abs_gradient = max_abs_gradient;
     options.min_in_sync = min_in_sync;
+    options.max_dedup_clients = max_dedup_clients;
     if (slowest_transfer_bytes_per_second != 0) {
       options.backup_client.slowest_transfer_bytes_per_second = slowest_transfer_bytes_per_second;
     }
