@@ -129,7 +129,7 @@ TEST_F(SnapshotTest, CorruptionIsDetected) {
     EXPECT_EQ(ShardState::Load(path).status().code(), StatusCode::kDataLoss) << cut;
   }
   std::vector<char> version = good;
-  version[8] = 2;
+  version[8] = 9;
   WriteFile(path, version);
   EXPECT_NE(ShardState::Load(path).status().message().find("version"), std::string::npos);
   std::vector<char> magic = good;
@@ -137,6 +137,44 @@ TEST_F(SnapshotTest, CorruptionIsDetected) {
   WriteFile(path, magic);
   EXPECT_EQ(ShardState::Load(path).status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(ShardState::Load(path + ".absent").status().code(), StatusCode::kNotFound);
+}
+
+// Version 1 files (before client keys and the minimum generation) still load: their clients
+// get key 0, so a client's next push under its own key starts a new session.
+TEST_F(SnapshotTest, AVersionOneFileLoads) {
+  ShardReplica fresh;
+  TableConfig dense;
+  dense.id = 2;
+  dense.kind = TableKind::kDense;
+  dense.dim = 3;
+  dense.dense_rows = 10;
+  dense.optimizer.kind = OptimizerKind::kSgd;
+  ASSERT_TRUE(fresh.CreateTable(dense).ok());
+  const std::string path = TempPath("bx_ps_snapshot_v1");
+  ASSERT_TRUE(fresh.Save(path).ok());  // no pushes: the dedup section is 16 bytes of zeros
+  std::vector<char> file = ReadFile(path);
+  // v1's dedup section: u64 clients 1, client 5: u64 id, u64 contiguous 3, u64 n 0.
+  std::vector<char> body(file.begin() + 32, file.end() - 16);
+  for (uint64_t v : {uint64_t{1}, uint64_t{5}, uint64_t{3}, uint64_t{0}}) {
+    const char* b = reinterpret_cast<const char*>(&v);  // little-endian hosts, as the format
+    body.insert(body.end(), b, b + 8);
+  }
+  uint64_t sum = 0xcbf29ce484222325ull;  // FNV-1a-64, as the header's checksum
+  for (char c : body) sum = (sum ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  const uint32_t version = 1;
+  const uint64_t size = body.size();
+  std::memcpy(file.data() + 8, &version, 4);
+  std::memcpy(file.data() + 16, &size, 8);
+  std::memcpy(file.data() + 24, &sum, 8);
+  file.resize(32);
+  file.insert(file.end(), body.begin(), body.end());
+  WriteFile(path, file);
+  Result<std::unique_ptr<ShardState>> loaded = ShardState::Load(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  const PushDedup& dedup = (*loaded)->dedup();
+  EXPECT_EQ(dedup.client_count(), 1u);
+  EXPECT_EQ(dedup.Check(PushId{5, 3}, 0), PushDedup::Verdict::kDuplicate);
+  EXPECT_EQ(dedup.Check(PushId{5, 4}, 0x77), PushDedup::Verdict::kWrongKey);
 }
 
 }  // namespace
