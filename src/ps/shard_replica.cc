@@ -401,8 +401,9 @@ void ShardReplica::OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, St
     } else if (learner != learners_.end()) {
       // Its addition may commit: it keeps counting until the store has answered.
       learner->second.failed = true;
+      learner->second.failure = status;
     } else {
-      MemberLinkFailedLocked(backup, &calls);
+      MemberLinkFailedLocked(backup, status, &calls);
     }
     CollectReadyLocked(&calls);
     DeferIfOrderedLocked(&calls);
@@ -410,7 +411,7 @@ void ShardReplica::OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, St
   for (auto& call : calls) call();
 }
 
-void ShardReplica::MemberLinkFailedLocked(size_t backup,
+void ShardReplica::MemberLinkFailedLocked(size_t backup, const Status& why,
                                           std::vector<std::function<void()>>* calls) {
   const uint64_t bit = uint64_t{1} << backup;
   // No store to ask (the control): the backup stops counting at once.
@@ -419,8 +420,8 @@ void ShardReplica::MemberLinkFailedLocked(size_t backup,
   // its removal, so an ack never rests on fewer replicas than the configuration.
   if ((dropping_backups_ & bit) != 0 || (dead_backups_ & bit) != 0) return;
   dropping_backups_ |= bit;
-  calls->push_back([this, epoch = epoch_, backup, drop = guard_.drop_backup] {
-    drop(backup, [this, epoch, backup](Status s) { OnDropCommitted(epoch, backup, s); });
+  calls->push_back([this, epoch = epoch_, backup, why, drop = guard_.drop_backup] {
+    drop(backup, why, [this, epoch, backup](Status s) { OnDropCommitted(epoch, backup, s); });
   });
 }
 
@@ -460,7 +461,9 @@ void ShardReplica::ForgetBackupLocked(uint64_t bit) {
 // ---- Catch-up --------------------------------------------------------------------------------
 
 Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForJoin(uint32_t joiner) {
-  Result<JoinSnapshot> snapshot = FailedPrecondition("replica is not the primary of its shard");
+  Result<std::unique_ptr<ShardState>> copy = FailedPrecondition(
+      "replica is not the primary of "
+      "its shard");
   {
     OrderSection order(order_mu_, this);
     bool primary;
@@ -468,19 +471,14 @@ Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForJoin(uint32_t joiner
       std::lock_guard lock(mu_);
       primary = role_ == Role::kPrimary && LeaseHeldLocked(&deferred_);
     }
-    if (primary) {
-      Result<std::vector<std::byte>> bytes = state_->Encode();
-      if (bytes.ok()) {
-        const Position at{state_->epoch, state_->applied_lsn};
-        join_pins_[joiner] = at;
-        snapshot = JoinSnapshot{at, std::move(bytes).value()};
-      } else {
-        snapshot = bytes.status();
-      }
-    }
+    // Pushes wait only for the copy; the encoding below runs beside them.
+    if (primary) copy = state_->Copy();
+    if (copy.ok()) join_pins_[joiner] = Position{(*copy)->epoch, (*copy)->applied_lsn};
   }
   RunDeferred();
-  return snapshot;
+  if (!copy.ok()) return copy.status();
+  BX_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, (*copy)->Encode());
+  return JoinSnapshot{Position{(*copy)->epoch, (*copy)->applied_lsn}, std::move(bytes)};
 }
 
 Status ShardReplica::AttachLearner(uint32_t joiner, std::shared_ptr<BackupLink> link,
@@ -548,11 +546,12 @@ void ShardReplica::OnJoinCommitted(uint64_t epoch, size_t backup, const Status& 
     auto learner = learners_.find(backup);
     if (learner == learners_.end()) return;
     const bool failed = learner->second.failed;
+    const Status failure = learner->second.failure;
     learners_.erase(learner);
     if (!status.ok()) {
       CommitFailedLocked("add a caught-up replica", status, &calls);
     } else if (failed) {
-      MemberLinkFailedLocked(backup, &calls);  // a member now, whose link failed meanwhile
+      MemberLinkFailedLocked(backup, failure, &calls);  // a member now, whose link failed
     }
     CollectReadyLocked(&calls);
     DeferIfOrderedLocked(&calls);

@@ -122,7 +122,9 @@ class ShardReplica {
     // `committed` runs once, on any thread: OK once the removal is committed — only then does
     // the backup stop counting towards durability — or an error when it cannot be (this
     // primary was replaced, or lost its lease), which makes the primary step down.
-    std::function<void(size_t index, std::function<void(Status)> committed)> drop_backup;
+    // `why`: the failed forward's error, for the store's log.
+    std::function<void(size_t index, const Status& why, std::function<void(Status)> committed)>
+        drop_backup;
     // True while the primary's lease is certainly still valid at the store. Checked before
     // every push is accepted and every ack is released; false once makes the primary step down.
     std::function<bool()> lease_valid;
@@ -255,7 +257,8 @@ class ShardReplica {
   void ForgetBackupLocked(uint64_t bit);
   // A member's link failed: with a guard, asks the store to drop it (it counts until the
   // answer); without one, forgets it at once. mu_ held.
-  void MemberLinkFailedLocked(size_t backup, std::vector<std::function<void()>>* calls);
+  void MemberLinkFailedLocked(size_t backup, const Status& why,
+                              std::vector<std::function<void()>>* calls);
   // The store refused or did not answer a change this primary asked for (`what`): steps down.
   // mu_ held.
   void CommitFailedLocked(const char* what, const Status& status,
@@ -321,6 +324,7 @@ class ShardReplica {
     bool adding = false;  // AddMember called, not answered
     bool failed = false;  // its link failed while adding (dropped if the add commits)
     AddMember add;
+    Status failure;  // how its link failed
   };
   std::map<size_t, Learner> learners_;
   uint64_t catching_up_ = 0;  // bit i: learner i is sent pushes but does not count yet

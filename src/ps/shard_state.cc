@@ -60,6 +60,20 @@ Status ShardState::ApplyPush(const PushRequest& push) {
   return table(push.table_id)->Push(push.keys, push.gradients);
 }
 
+Result<std::unique_ptr<ShardState>> ShardState::Copy() const {
+  auto copy = std::make_unique<ShardState>(dedup_.options());
+  {
+    std::shared_lock lock(tables_mu_);
+    for (const auto& [id, table] : tables_) {
+      BX_ASSIGN_OR_RETURN(copy->tables_[id], table->Copy());
+    }
+  }
+  BX_RETURN_IF_ERROR(copy->dedup_.Import(dedup_.Export()));
+  copy->epoch = epoch;
+  copy->applied_lsn = applied_lsn;
+  return copy;
+}
+
 Status ShardState::Adopt(ShardState& other) {
   std::vector<uint32_t> mine = table_ids();
   for (uint32_t id : other.table_ids()) {

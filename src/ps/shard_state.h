@@ -58,6 +58,10 @@ class ShardState {
   Result<std::vector<std::byte>> Encode() const;
   static Result<std::unique_ptr<ShardState>> Decode(std::span<const std::byte> bytes,
                                                     PushDedup::Options dedup_options = {});
+  // A copy (tables, dedup record, position), made at memory speed while the caller keeps
+  // pushes out, to be encoded after they resume: encoding a large shard in place stalled every
+  // push for seconds (issue 55, item 3).
+  Result<std::unique_ptr<ShardState>> Copy() const;
 
   // Takes over `other`'s rows, dedup record and position (a snapshot received whole), table
   // by table under the tables' locks so that concurrent fetches stay safe: a fetch sees each

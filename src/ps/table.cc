@@ -224,4 +224,14 @@ Status Table::TakeRows(Table& source) {
   return Status::Ok();
 }
 
+Result<std::unique_ptr<Table>> Table::Copy() const {
+  BX_ASSIGN_OR_RETURN(std::unique_ptr<Table> copy, Create(config_));
+  for (size_t i = 0; i < kStripes; ++i) {
+    std::shared_lock lock(stripes_[i].mu);
+    copy->stripes_[i].index = stripes_[i].index;
+    copy->stripes_[i].rows = stripes_[i].rows;
+  }
+  return copy;
+}
+
 }  // namespace bx::ps

@@ -62,6 +62,9 @@ class Table {
   // Replaces every row with `source`'s (same id and shape), leaving `source` empty: stripe by
   // stripe, so a concurrent fetch sees each row whole, old or new.
   Status TakeRows(Table& source);
+  // A copy of this table, stripe by stripe under the stripes' read locks (memcpy speed): a
+  // replica copies its tables while pushes wait, and encodes the copy after they resume.
+  Result<std::unique_ptr<Table>> Copy() const;
 
  private:
   // 64 stripes: enough that 2 to 32 handler threads rarely meet on one lock, few enough that

@@ -125,14 +125,15 @@ void LeasedFailoverCore::Inbox::Submit(Change change) {
   change.committed(Aborted("failover monitor stopped"));
 }
 
-void LeasedFailoverCore::Inbox::Drop(size_t link, std::function<void(Status)> committed) {
+void LeasedFailoverCore::Inbox::Drop(size_t link, const Status& why,
+                                     std::function<void(Status)> committed) {
   std::optional<uint32_t> replica;
   {
     std::lock_guard lock(mu);
     if (auto it = link_replica.find(link); it != link_replica.end()) replica = it->second;
   }
   if (!replica) return committed(Internal("drop of an unknown backup link"));
-  Submit(Change{false, ShardMember{*replica, {}}, link, std::move(committed)});
+  Submit(Change{false, ShardMember{*replica, {}}, link, std::move(committed), why.ToString()});
 }
 
 std::optional<size_t> LeasedFailoverCore::Inbox::LinkOf(uint32_t replica) {
@@ -159,10 +160,11 @@ void LeasedFailoverCore::RunChanges() {
     }
     const std::string what =
         change.add ? "added caught-up replica " : "dropped unreachable replica ";
-    Log(config.ok()
-            ? what + replica + (change.add ? " to" : " from") + " the set (epoch " +
-                  std::to_string(config->config.epoch) + ")"
-            : "could not change the set (" + what + replica + "): " + config.status().ToString());
+    const std::string why = change.add ? "" : " after " + change.why;
+    Log(config.ok() ? what + replica + (change.add ? " to" : " from") + " the set (epoch " +
+                          std::to_string(config->config.epoch) + ")" + why
+                    : "could not change the set (" + what + replica + why +
+                          "): " + config.status().ToString());
     change.committed(config.status());
   }
 }
@@ -268,8 +270,9 @@ void LeasedFailoverCore::TakeOver(const VersionedConfig& config, const char* how
     }
   }
   ShardReplica::PrimaryGuard guard;
-  guard.drop_backup = [inbox = inbox_](size_t link, std::function<void(Status)> done) {
-    inbox->Drop(link, std::move(done));
+  guard.drop_backup = [inbox = inbox_](size_t link, const Status& why,
+                                       std::function<void(Status)> done) {
+    inbox->Drop(link, why, std::move(done));
   };
   guard.lease_valid = [c = coordinator_.get()] { return c->LeaseValid(); };
   if (Status s = server_->BecomePrimary(config.config.epoch, backups, std::move(guard)); !s.ok()) {

@@ -48,6 +48,8 @@ inline constexpr std::string_view kJoinChunkMethod = "ps.JoinChunk";
 inline constexpr std::string_view kJoinAttachMethod = "ps.JoinAttach";
 inline constexpr size_t kJoinOfferBytes = 32;
 inline constexpr size_t kJoinChunkBytes = size_t{1} << 20;
+// Chunks a joiner has requested at once.
+inline constexpr size_t kJoinChunksAhead = 8;
 
 // "ps.Ping": an empty request; the reply is kPingReplyBytes: u8 role (0 backup, 1 primary,
 // 2 fenced), 7 x u8 0, u64 epoch, u64 applied lsn (little-endian).
@@ -82,7 +84,10 @@ struct JoinOffer {
 class JoinService {
  public:
   virtual ~JoinService() = default;
-  // Takes a snapshot for `replica`, whose process registered as `incarnation`.
+  // The snapshot for `replica`, whose process registered as `incarnation`. Taking one can
+  // outlast any call's deadline (seconds for a large shard), so it is prepared in the
+  // background: Unavailable ("preparing") until it is ready, asked again; the same offer for
+  // every ask of the same process until it attaches.
   virtual Result<JoinOffer> Begin(uint32_t replica, const std::string& incarnation) = 0;
   virtual Result<std::shared_ptr<const std::vector<std::byte>>> Snapshot(uint64_t token) = 0;
   // The joiner installed the snapshot: send it the pushes after it.
@@ -94,6 +99,9 @@ class JoinService {
 struct CatchUpResult {
   ShardReplica::Position position;
   uint64_t bytes = 0;
+  // Where the time went: the primary taking the snapshot (the ps.Join call), moving it, and
+  // installing it here.
+  std::chrono::milliseconds offer_time{0}, transfer_time{0}, install_time{0};
 };
 Result<CatchUpResult> CatchUpFrom(const rpc::ReplicaAddress& primary,
                                   const rpc::ClientOptions& options, uint32_t self,
@@ -281,6 +289,7 @@ class LeasedFailoverCore {
     ShardMember member;  // add: the joiner; drop: only .replica
     size_t link = 0;
     std::function<void(Status)> committed;
+    std::string why;  // drop: the failed forward's error
   };
   struct Inbox {
     std::mutex mu;
@@ -289,7 +298,7 @@ class LeasedFailoverCore {
     std::vector<Change> changes;
     std::map<size_t, uint32_t> link_replica;  // of the current primary term
     void Submit(Change change);
-    void Drop(size_t link, std::function<void(Status)> committed);
+    void Drop(size_t link, const Status& why, std::function<void(Status)> committed);
     std::optional<size_t> LinkOf(uint32_t replica);
   };
   void RunChanges();
@@ -316,9 +325,11 @@ class LeasedFailoverCore {
   std::string last_log_;
   // When this backup first found the primary's lease gone (for deferring to a fuller member).
   std::optional<std::chrono::steady_clock::time_point> lease_gone_since_;
-  // Joiner: when it attached to the primary of attached_epoch_ (and waits to be added).
+  // Joiner: attached to the primary of attached_epoch_ and waiting to be added; attached_at_ is
+  // when it attached or last saw its position move (forwards arriving), at attached_position_.
   std::optional<std::chrono::steady_clock::time_point> attached_at_;
   uint64_t attached_epoch_ = 0;
+  ShardReplica::Position attached_position_;
 
   const std::shared_ptr<Inbox> inbox_ = std::make_shared<Inbox>();
   std::shared_ptr<JoinDesk> desk_;

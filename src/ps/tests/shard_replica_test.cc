@@ -526,9 +526,10 @@ struct FakeGuard {
   std::atomic<bool> lease{true};
 
   ShardReplica::PrimaryGuard Make() {
-    return {.drop_backup =
-                [this](size_t b, std::function<void(Status)> done) { drops.emplace_back(b, done); },
-            .lease_valid = [this] { return lease.load(); }};
+    return {
+        .drop_backup = [this](size_t b, const Status&,
+                              std::function<void(Status)> done) { drops.emplace_back(b, done); },
+        .lease_valid = [this] { return lease.load(); }};
   }
   void Answer(const Status& s) {
     auto pending = std::move(drops);

@@ -139,6 +139,33 @@ TEST_F(SnapshotTest, CorruptionIsDetected) {
   EXPECT_EQ(ShardState::Load(path + ".absent").status().code(), StatusCode::kNotFound);
 }
 
+// A primary copies its state while pushes wait and encodes the copy after they resume: the copy
+// holds the same rows, optimiser state, dedup record and position, and later pushes to the
+// original do not reach it.
+TEST_F(SnapshotTest, ACopyIsTheStateAtTheTimeOfCopying) {
+  Result<std::unique_ptr<ShardState>> copy = primary_.state().Copy();
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  for (uint32_t t : {1u, 2u}) EXPECT_EQ(Values(**copy, t), Values(primary_.state(), t));
+  EXPECT_EQ((*copy)->applied_lsn, primary_.state().applied_lsn);
+  EXPECT_EQ((*copy)->dedup().Export().clients.size(), 3u);
+  const std::vector<float> before = Values(**copy, 1);
+  PushRequest p;
+  p.id = PushId{9, 1};
+  p.table_id = 1;
+  p.dim = 8;
+  p.keys = {1, 2, 3};
+  p.gradients.assign(24, 1.0f);
+  primary_.HandlePush(p, [](Result<PushAck> r) { ASSERT_TRUE(r.ok()); });
+  EXPECT_NE(Values(primary_.state(), 1), before);
+  EXPECT_EQ(Values(**copy, 1), before);
+  EXPECT_FALSE((*copy)->dedup().Knows(9));
+  Result<std::vector<std::byte>> bytes = (*copy)->Encode();
+  ASSERT_TRUE(bytes.ok());
+  Result<std::unique_ptr<ShardState>> decoded = ShardState::Decode(*bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(Values(**decoded, 1), before);
+}
+
 // Version 1 files (before client keys and the minimum generation) still load: their clients
 // get key 0, so a client's next push under its own key starts a new session.
 TEST_F(SnapshotTest, AVersionOneFileLoads) {
