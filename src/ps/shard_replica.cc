@@ -108,10 +108,11 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
     uint64_t durable;
     uint64_t undurable;
     Status in_sync_refusal;
+    bool lease_held;
     {
       std::lock_guard lock(mu_);
-      if (role_ == Role::kPrimary) LeaseHeldLocked(&deferred_);
       role = role_;
+      lease_held = LeaseHeldLocked();
       durable = DurableLsnLocked();
       undurable = issued_lsn_ - durable;
       if (const size_t in_sync = InSyncLocked();
@@ -122,6 +123,9 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
     const PushAck ack{push.id, false};
     if (role != Role::kPrimary) {
       refused = NotPrimary(role);
+    } else if (!lease_held) {
+      refused = FailedPrecondition(
+          "the primary's lease is unconfirmed (its store has not answered); retry");
     } else if (!in_sync_refusal.ok()) {
       refused = in_sync_refusal;
     } else {
@@ -330,15 +334,14 @@ uint64_t ShardReplica::DurableLsnLocked() const {
   return owed_.empty() ? issued_lsn_ : owed_.begin()->first - 1;
 }
 
-bool ShardReplica::LeaseHeldLocked(std::vector<std::function<void()>>* calls) {
-  if (!guard_.lease_valid || guard_.lease_valid()) return true;
-  StepDownLocked(Role::kFenced, Unavailable("primary's lease expired; retry at the new primary"),
-                 calls);
-  return false;
+bool ShardReplica::LeaseHeldLocked() const {
+  // A lease that lapsed is not lost: the store may renew it (LeaseConfirmed), or the holder is
+  // told it is gone and steps down. Meanwhile nothing is accepted and nothing acknowledged.
+  return !guard_.lease_valid || guard_.lease_valid();
 }
 
 void ShardReplica::CollectReadyLocked(std::vector<std::function<void()>>* out) {
-  if (waiters_.empty() || !LeaseHeldLocked(out)) return;
+  if (waiters_.empty() || !LeaseHeldLocked()) return;
   if (const size_t in_sync = InSyncLocked(); in_sync < options_.min_in_sync) {
     // Applied here, but on too few replicas to survive a crash: the client retries, and the
     // retry is acknowledged (as a duplicate) once enough replicas hold it again.
@@ -469,7 +472,7 @@ Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForJoin(uint32_t joiner
     bool primary;
     {
       std::lock_guard lock(mu_);
-      primary = role_ == Role::kPrimary && LeaseHeldLocked(&deferred_);
+      primary = role_ == Role::kPrimary && LeaseHeldLocked();
     }
     // Pushes wait only for the copy; the encoding below runs beside them.
     if (primary) copy = state_->Copy();
@@ -788,15 +791,18 @@ ShardReplica::Role ShardReplica::role() const {
 }
 
 bool ShardReplica::PrimaryWithLease() {
+  std::lock_guard lock(mu_);
+  return role_ == Role::kPrimary && LeaseHeldLocked();
+}
+
+void ShardReplica::LeaseConfirmed() {
   std::vector<std::function<void()>> calls;
-  bool held = false;
   {
     std::lock_guard lock(mu_);
-    held = role_ == Role::kPrimary && LeaseHeldLocked(&calls);
+    if (role_ == Role::kPrimary) CollectReadyLocked(&calls);
     DeferIfOrderedLocked(&calls);
   }
   for (auto& call : calls) call();
-  return held;
 }
 
 ShardReplica::Position ShardReplica::position() const {

@@ -25,7 +25,8 @@
 //    push acknowledged so far (docs/PS.md "Catch-up").
 //  - Configuration (PrimaryGuard): with a guard, a backup whose forward fails still counts
 //    towards durability until the configuration store has committed its removal, and the
-//    primary acks only while its lease is valid. Without one, a failed backup is dropped at
+//    primary acks only while its lease is valid (and holds its acks while the store does not
+//    answer). Without one, a failed backup is dropped at
 //    once — the behaviour that splits a shard when the primary was only slow (issue 18); it is
 //    kept for the in-process cases that have no store and as the tests' control.
 //
@@ -126,7 +127,9 @@ class ShardReplica {
     std::function<void(size_t index, const Status& why, std::function<void(Status)> committed)>
         drop_backup;
     // True while the primary's lease is certainly still valid at the store. Checked before
-    // every push is accepted and every ack is released; false once makes the primary step down.
+    // every push is accepted and every ack is released: while false, the primary refuses
+    // pushes (nothing applied) and holds its acks, until LeaseConfirmed (the store renewed the
+    // lease) or StepDown (the store says it is gone).
     std::function<bool()> lease_valid;
   };
 
@@ -156,8 +159,9 @@ class ShardReplica {
                        PrimaryGuard guard = {});
 
   // Takes this replica out of service: it becomes kFenced (refuses pushes and forwards) and a
-  // primary fails its waiting pushes with Unavailable(reason). For a primary whose lease ran
-  // out or whom the store no longer names, and a backup the configuration no longer holds.
+  // primary fails its waiting pushes with Unavailable(reason). For a primary whose lease the
+  // store says is gone or whom it no longer names, and a backup the configuration no longer
+  // holds.
   void StepDown(const std::string& reason);
 
   // A client push. `done` gets the ack (duplicate = true for a retry of an applied push) once
@@ -208,9 +212,12 @@ class ShardReplica {
   Status Save(const std::string& path);
 
   Role role() const;
-  // A primary whose guard's lease is still valid (or that has no guard). A primary whose lease
-  // has run out steps down here. False for every other role.
+  // A primary whose guard's lease is valid now (or that has no guard). False for every other
+  // role.
   bool PrimaryWithLease();
+  // The guard's lease is valid again after it lapsed (the store renewed it): releases the acks
+  // held back meanwhile.
+  void LeaseConfirmed();
   Position position() const;
   // Live backups of a primary (backups dropped after a failed forward are not counted).
   size_t live_backups() const;
@@ -268,8 +275,8 @@ class ShardReplica {
   // Hands `calls` to RunDeferred when this thread is inside this replica's order section, so
   // they never run under order_mu_. mu_ held.
   void DeferIfOrderedLocked(std::vector<std::function<void()>>* calls);
-  // False (after stepping down) when a guard says the lease is no longer valid. mu_ held.
-  bool LeaseHeldLocked(std::vector<std::function<void()>>* calls);
+  // False while a guard says the lease is not valid now. mu_ held.
+  bool LeaseHeldLocked() const;
   // Collects waiters whose lsn is durable; fails them all when fewer than min_in_sync replicas
   // are in sync. mu_ held.
   void CollectReadyLocked(std::vector<std::function<void()>>* out);

@@ -75,6 +75,14 @@ class KvStore {
 // The in-process store. Leases expire on the steady clock (any ttl > 0, no rounding).
 std::unique_ptr<KvStore> NewMemoryKvStore();
 
+// Tests: an outage of an in-process store, as etcd has them. kDown: every call fails with
+// Unavailable (etcd stopped, paused or unreachable). Back up, its leases are as etcd leaves them:
+// kRestarted renews every lease for its full ttl (a restarted etcd's new leader does), kResumedLate
+// has every lease expired (etcd paused for longer than every ttl). InvalidArgument for a store
+// that is not in-process.
+enum class KvOutage { kDown, kRestarted, kResumedLate };
+Status SetMemoryKvStoreOutage(KvStore* store, KvOutage outage);
+
 // An etcd v3 cluster reached through its JSON gateway at `endpoint` ("http://host:port", the
 // client URL). Every request has `timeout`. Nothing is sent until the first call.
 Result<std::unique_ptr<KvStore>> OpenEtcdKvStore(const std::string& endpoint,

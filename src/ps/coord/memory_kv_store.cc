@@ -18,7 +18,7 @@ class MemoryKvStore final : public KvStore {
   Result<std::optional<KvEntry>> Get(const std::string& key) override {
     if (key.empty()) return InvalidArgument("kv get: empty key");
     std::lock_guard lock(mu_);
-    ExpireLeasesLocked();
+    BX_RETURN_IF_ERROR(AnswerLocked());
     auto it = entries_.find(key);
     if (it == entries_.end()) return std::optional<KvEntry>();
     return std::optional<KvEntry>(it->second);
@@ -36,7 +36,7 @@ class MemoryKvStore final : public KvStore {
       if (c.key.empty()) return InvalidArgument("kv commit: compare of an empty key");
     }
     std::lock_guard lock(mu_);
-    ExpireLeasesLocked();
+    BX_RETURN_IF_ERROR(AnswerLocked());
     for (const KvCompare& c : compares) {
       auto it = entries_.find(c.key);
       int64_t actual = 0;
@@ -72,7 +72,7 @@ class MemoryKvStore final : public KvStore {
   Result<KvLease> GrantLease(std::chrono::milliseconds ttl) override {
     if (ttl.count() <= 0) return InvalidArgument("kv grant lease: ttl must be positive");
     std::lock_guard lock(mu_);
-    ExpireLeasesLocked();
+    BX_RETURN_IF_ERROR(AnswerLocked());
     int64_t id = next_lease_++;
     Lease& l = leases_[id];
     l.ttl = ttl;
@@ -82,7 +82,7 @@ class MemoryKvStore final : public KvStore {
 
   Result<std::chrono::milliseconds> KeepAlive(int64_t lease) override {
     std::lock_guard lock(mu_);
-    ExpireLeasesLocked();
+    BX_RETURN_IF_ERROR(AnswerLocked());
     auto it = leases_.find(lease);
     if (it == leases_.end()) {
       return NotFound("kv keepalive: lease " + std::to_string(lease) +
@@ -94,7 +94,7 @@ class MemoryKvStore final : public KvStore {
 
   Status RevokeLease(int64_t lease) override {
     std::lock_guard lock(mu_);
-    ExpireLeasesLocked();
+    BX_RETURN_IF_ERROR(AnswerLocked());
     auto it = leases_.find(lease);
     if (it != leases_.end()) EndLeaseLocked(it);
     return Status::Ok();
@@ -102,7 +102,28 @@ class MemoryKvStore final : public KvStore {
 
   std::string Describe() const override { return "in-process"; }
 
+  void SetOutage(KvOutage outage) {
+    std::lock_guard lock(mu_);
+    down_ = outage == KvOutage::kDown;
+    const Clock::time_point now = Clock::now();
+    for (auto it = leases_.begin(); it != leases_.end();) {
+      if (outage == KvOutage::kResumedLate) {
+        it = EndLeaseLocked(it);
+      } else {
+        if (outage == KvOutage::kRestarted) it->second.deadline = now + it->second.ttl;
+        ++it;
+      }
+    }
+  }
+
  private:
+  // Unavailable while down; otherwise expires the leases whose time is up.
+  Status AnswerLocked() {
+    if (down_) return Unavailable("in-process store is down (a test's outage)");
+    ExpireLeasesLocked();
+    return Status::Ok();
+  }
+
   struct Lease {
     std::chrono::milliseconds ttl{0};
     Clock::time_point deadline;
@@ -135,9 +156,17 @@ class MemoryKvStore final : public KvStore {
   std::unordered_map<int64_t, Lease> leases_;
   int64_t revision_ = 1;  // etcd's first revision; the first write makes it 2
   int64_t next_lease_ = 1;
+  bool down_ = false;
 };
 
 }  // namespace
+
+Status SetMemoryKvStoreOutage(KvStore* store, KvOutage outage) {
+  auto* memory = dynamic_cast<MemoryKvStore*>(store);
+  if (memory == nullptr) return InvalidArgument("not an in-process store");
+  memory->SetOutage(outage);
+  return Status::Ok();
+}
 
 std::unique_ptr<KvStore> NewMemoryKvStore() {
   return std::make_unique<MemoryKvStore>();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <utility>
 
 namespace bx::ps {
 namespace {
@@ -126,6 +127,18 @@ std::optional<VersionedConfig> ShardCoordinator::office() const {
   return office_;
 }
 
+void ShardCoordinator::Resign() {
+  int64_t lease = 0;
+  {
+    std::lock_guard lock(mu_);
+    deadline_ns_.store(0);
+    lease = std::exchange(lease_id_, 0);
+    office_.reset();
+  }
+  cv_.notify_all();
+  if (lease != 0) (void)store_->RevokeLease(lease);  // best effort: else it expires by itself
+}
+
 bool ShardCoordinator::LeaseValid() const {
   const int64_t deadline = deadline_ns_.load();
   return deadline != 0 && Nanos(Clock::now()) < deadline;
@@ -150,8 +163,12 @@ Result<VersionedConfig> ShardCoordinator::Promote(const VersionedConfig& seen) {
   ShardConfig next = seen.config;
   next.epoch += 1;
   next.primary = options_.self;
-  std::erase_if(next.members,
-                [&](const ShardMember& m) { return m.replica == seen.config.primary; });
+  // The old primary leaves the set — unless it is this replica: a config can name it whose
+  // office it could not take (the store failed right after the commit). It never acted as that
+  // primary and holds what every member holds, so it stays (a primary is always a member).
+  std::erase_if(next.members, [&](const ShardMember& m) {
+    return m.replica == seen.config.primary && m.replica != options_.self;
+  });
   const KvCompare compares[] = {{Key("config"), KvCompare::Target::kMod, seen.revision},
                                 {Key("lease"), KvCompare::Target::kCreate, 0}};
   return CommitOffice(compares, next,
@@ -182,19 +199,29 @@ Result<VersionedConfig> ShardCoordinator::TakeOffice(const KvLease& lease,
   // now is what we wrote — unless the lease has already expired, which the checks catch.
   Result<std::optional<KvEntry>> key = store_->Get(Key("lease"));
   Result<std::optional<VersionedConfig>> current = Read();
-  if (!key.ok()) return key.status();
-  if (!current.ok()) return current.status();
-  if (!*key || (*key)->lease != lease.id || !*current || (*current)->config != config) {
+  Status taken;
+  if (!key.ok()) {
+    taken = key.status();
+  } else if (!current.ok()) {
+    taken = current.status();
+  } else if (!*key || (*key)->lease != lease.id || !*current || (*current)->config != config) {
+    taken = FailedPrecondition("lease expired right after taking office");
+  }
+  if (!taken.ok()) {
+    // Nobody renews a lease whose office was not taken: give it back so that the next
+    // promotion need not wait for it to expire (best effort: else it expires by itself).
     deadline_ns_.store(0);
-    return FailedPrecondition("lease expired right after taking office");
+    (void)store_->RevokeLease(lease.id);
+    return taken;
   }
   {
     std::lock_guard lock(mu_);
     lease_id_ = lease.id;
     lease_key_created_ = (*key)->create_revision;
     office_ = **current;
+    if (!renewer_.joinable()) renewer_ = std::thread([this] { RenewLoop(); });
   }
-  if (!renewer_.joinable()) renewer_ = std::thread([this] { RenewLoop(); });
+  cv_.notify_all();
   return **current;
 }
 
@@ -249,30 +276,38 @@ Result<VersionedConfig> ShardCoordinator::ChangeMembers(
 
 void ShardCoordinator::RenewLoop() {
   std::unique_lock lock(mu_);
-  while (!stop_) {
+  while (true) {
+    cv_.wait(lock, [this] { return stop_ || lease_id_ != 0; });
     const int64_t lease = lease_id_;
-    cv_.wait_for(lock, options_.lease_ttl / 3, [this] { return stop_; });
+    cv_.wait_for(lock, options_.lease_ttl / 3, [&] { return stop_ || lease_id_ != lease; });
     if (stop_) return;
+    if (lease_id_ != lease) continue;  // resigned, or lost and replaced: start over
     lock.unlock();
     const Clock::time_point sent = Clock::now();
     Result<std::chrono::milliseconds> renewed = store_->KeepAlive(lease);
-    Status lost;
-    if (renewed.ok()) {
-      // Never extend a deadline that has already passed: the holder may have acted on it.
-      if (LeaseValid()) SetDeadline(sent, *renewed);
-    } else if (renewed.status().code() == StatusCode::kNotFound) {
-      lost = renewed.status();
-    }
-    if (lost.ok() && !LeaseValid()) lost = DeadlineExceeded("lease not renewed in time");
     lock.lock();
-    if (!lost.ok()) {
+    if (lease_id_ != lease) continue;  // resigned meanwhile: the answer is nobody's
+    if (renewed.ok()) {
+      // The store renewed the lease, so it (and its key) never expired: no successor can
+      // exist, and the store's expiry lies past this deadline. So a deadline that had passed
+      // (the store did not answer for a while: paused, restarted) may start again.
+      const bool lapsed = !LeaseValid();
+      SetDeadline(sent, *renewed);
+      if (lapsed && LeaseValid() && options_.on_lease_renewed) {
+        lock.unlock();
+        options_.on_lease_renewed();
+        lock.lock();
+      }
+    } else if (renewed.status().code() == StatusCode::kNotFound) {
       deadline_ns_.store(0);
       lease_id_ = 0;
       office_.reset();
       lock.unlock();
-      if (options_.on_lease_lost) options_.on_lease_lost(lost);
-      return;
+      if (options_.on_lease_lost) options_.on_lease_lost(renewed.status());
+      lock.lock();
     }
+    // Otherwise the store did not answer: the deadline runs out by itself (the holder stops
+    // acting), and the next renewal may find the lease alive or gone.
   }
 }
 

@@ -17,12 +17,17 @@
 // once the old primary's lease has expired at the store, and only a primary whose lease is
 // alive changes the set.
 //
-// The lease: granted with `lease_ttl`, renewed every ttl/3 by a thread of this object. Each
-// renewal is timed from before its request left, so the local deadline — send time + granted
-// ttl - drift margin — falls before the store's expiry (which counts from when the store got
-// the renewal) as long as the two clocks' rates differ by less than the margin. LeaseValid()
-// reads that deadline; when it passes, or the store says the lease is gone, `on_lease_lost`
-// runs once.
+// The lease: granted with `lease_ttl`, renewed every ttl/3 by a thread of this object (one for
+// every office it holds). Each renewal is timed from before its request left, so the local
+// deadline — send time + granted ttl - drift margin — falls before the store's expiry (which
+// counts from when the store got the renewal) as long as the two clocks' rates differ by less
+// than the margin. LeaseValid() reads that deadline. When it passes because the store does not
+// answer, the holder must stop acting (LeaseValid() is false) but keeps the office and keeps
+// renewing: a store that comes back with the lease alive (etcd renews every lease when it
+// restarts) renews it, the deadline starts again from that renewal and `on_lease_renewed` runs.
+// A renewal accepted by the store proves that the lease — and so its key — lived throughout,
+// so no other replica can have been promoted meanwhile. Only the store saying the lease is
+// gone ends the office: `on_lease_lost` runs once.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -77,9 +82,12 @@ class ShardCoordinator {
     // Subtracted from every lease deadline; covers the difference of clock rates between this
     // host and the store over one ttl (NTP-disciplined clocks differ by far less than 10%).
     std::chrono::milliseconds drift_margin{200};
-    // Runs once (on the keep-alive thread) when the lease is lost; the holder must stop acting
-    // as primary.
+    // Runs once (on the keep-alive thread) when the store says the lease is gone; the holder
+    // must stop acting as primary.
     std::function<void(const Status&)> on_lease_lost;
+    // Runs (on the keep-alive thread) when a renewal made a deadline that had passed valid
+    // again: the holder may act again (e.g. release the acks it held back).
+    std::function<void()> on_lease_renewed;
   };
 
   // `store` must outlive this object. The incarnation is random, fresh for every object.
@@ -111,6 +119,9 @@ class ShardCoordinator {
   Result<VersionedConfig> Add(const ShardMember& member);
   // The config this replica last wrote as primary (nullopt when it is not primary).
   std::optional<VersionedConfig> office() const;
+  // Gives the office up (a primary that stepped down by itself): stops renewing and revokes the
+  // lease, so that a backup can be promoted now instead of never.
+  void Resign();
 
   // True while the lease certainly has not expired at the store.
   bool LeaseValid() const;
@@ -130,6 +141,7 @@ class ShardCoordinator {
   Result<VersionedConfig> ChangeMembers(const std::string& what,
                                         const std::function<Status(ShardConfig&)>& change);
   void SetDeadline(std::chrono::steady_clock::time_point sent, std::chrono::milliseconds ttl);
+  // Renews whichever lease is held, for the life of this object (idle while none is).
   void RenewLoop();
 
   KvStore* const store_;

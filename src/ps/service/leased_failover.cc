@@ -68,6 +68,12 @@ LeasedFailoverCore::LeasedFailoverCore(PsServerCore* server, FailoverOptions opt
     Log("lease lost (" + why.ToString() + "); stepping down");
     server_->replica().StepDown("primary lost its lease: " + why.message());
   };
+  // The store did not answer for longer than the lease (paused, restarted) and then renewed it:
+  // this primary keeps its office, and the acks held back meanwhile go out.
+  co.on_lease_renewed = [this] {
+    Log("lease renewed after the store came back; still primary");
+    server_->replica().LeaseConfirmed();
+  };
   coordinator_ = std::make_unique<ShardCoordinator>(store_.get(), std::move(co));
 }
 
@@ -199,8 +205,16 @@ void LeasedFailoverCore::Step() {
   }
   member_confirmed_ns_->store(sent);
   // A member out of service (a primary that lost its lease) waits for the next epoch, which
-  // leaves it out, and then catches up.
-  if (role == ShardReplica::Role::kFenced) return;
+  // leaves it out, and then catches up. One that stepped down by itself (a change it could not
+  // commit) still holds its lease: it gives it up, or no backup could ever take over.
+  if (role == ShardReplica::Role::kFenced) {
+    if (coordinator_->office()) {
+      Log("out of service as primary of epoch " + std::to_string(current.config.epoch) +
+          "; giving up the lease");
+      coordinator_->Resign();
+    }
+    return;
+  }
   if (role == ShardReplica::Role::kPrimary) {
     if (current.config.epoch != primary_epoch_ || current.config.primary != self) {
       Log("the store names replica " + std::to_string(current.config.primary) +

@@ -593,9 +593,33 @@ TEST(ShardReplica, NoAckAfterTheLeaseRanOut) {
   auto push = Push(*p, MakePush(1, 1, {11}));
   guard.lease = false;   // e.g. the process was paused past its lease
   to_b1->DeliverHeld();  // the backup has it, but the primary may no longer speak for the shard
+  EXPECT_FALSE(push->result) << "acked without a valid lease";
+  EXPECT_FALSE(p->PrimaryWithLease());
+  // The store says the lease is gone: the held push fails, the primary is out of service.
+  p->StepDown("primary lost its lease");
   EXPECT_EQ(push->code(), StatusCode::kUnavailable);
   EXPECT_EQ(p->role(), ShardReplica::Role::kFenced);
   EXPECT_EQ(Push(*p, MakePush(1, 2, {11}))->code(), StatusCode::kFailedPrecondition);
+}
+
+// A store that did not answer for longer than the lease, then renewed it (etcd restarted): the
+// primary held its acks meanwhile and releases them, still primary of its epoch.
+TEST(ShardReplica, AckHeldWhileTheLeaseLapsedGoesOutOnceItIsRenewed) {
+  auto p = NewReplica(), b1 = NewReplica();
+  auto to_b1 = std::make_shared<FakeLink>(b1.get(), FakeLink::Mode::kHold);
+  FakeGuard guard;
+  ASSERT_TRUE(p->BecomePrimary(1, {to_b1}, guard.Make()).ok());
+  auto push = Push(*p, MakePush(1, 1, {11}));
+  guard.lease = false;
+  to_b1->DeliverHeld();
+  EXPECT_FALSE(push->result);
+  EXPECT_EQ(p->role(), ShardReplica::Role::kPrimary);
+  guard.lease = true;
+  p->LeaseConfirmed();
+  EXPECT_TRUE(push->acked());
+  to_b1->set_mode(FakeLink::Mode::kDeliver);
+  EXPECT_TRUE(Push(*p, MakePush(1, 2, {11}))->acked());
+  EXPECT_EQ(p->position().epoch, 1u);
 }
 
 TEST(ShardReplica, ALeaseThatRanOutRefusesNewPushesBeforeApplyingThem) {

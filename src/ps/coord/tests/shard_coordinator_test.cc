@@ -31,6 +31,7 @@ class CutOffStore : public KvStore {
   }
   Result<std::chrono::milliseconds> KeepAlive(int64_t lease) override {
     if (cut_) return Unavailable("cut off");
+    ++keepalives_;
     return inner_->KeepAlive(lease);
   }
   Status RevokeLease(int64_t lease) override {
@@ -39,6 +40,7 @@ class CutOffStore : public KvStore {
   }
   std::string Describe() const override { return "cut-off " + inner_->Describe(); }
   std::atomic<bool> cut_{false};
+  std::atomic<int> keepalives_{0};  // renewals that reached the store
 
  private:
   KvStore* inner_;
@@ -121,9 +123,110 @@ TEST(ShardCoordinator, APrimaryCutOffFromTheStoreStopsBeforeItsSuccessorStarts) 
   EXPECT_EQ(promoted->config.epoch, 2u);
   EXPECT_EQ(promoted->config.primary, 1u);
   EXPECT_EQ(promoted->config.members, Members({1, 2})) << "the old primary leaves the set";
-  EXPECT_TRUE(WaitFor([&] { return lost.load(); })) << "the holder is told it lost the lease";
+  EXPECT_FALSE(lost.load()) << "only the store can say the lease is gone";
   cut.cut_ = false;
+  EXPECT_TRUE(WaitFor([&] { return lost.load(); })) << "the holder is told it lost the lease";
+  EXPECT_FALSE(primary.LeaseValid());
   EXPECT_EQ(primary.Drop(2).status().code(), StatusCode::kFailedPrecondition);
+}
+
+// etcd renews every lease when it restarts: a primary whose deadline passed while the store did
+// not answer renews its lease once it is back, and stays primary of its epoch (issue 55).
+TEST(ShardCoordinator, ALeaseTheStoreKeptThroughAnOutageIsRenewedNotReElected) {
+  auto store = NewMemoryKvStore();
+  std::atomic<int> lost{0}, renewed{0};
+  ShardCoordinator::Options po = Replica(0);
+  po.on_lease_lost = [&](const Status&) { ++lost; };
+  po.on_lease_renewed = [&] { ++renewed; };
+  ShardCoordinator primary(store.get(), po), backup(store.get(), Replica(1));
+  ASSERT_TRUE(primary.Bootstrap(Members({0, 1, 2})).ok());
+  ASSERT_TRUE(SetMemoryKvStoreOutage(store.get(), KvOutage::kDown).ok());
+  ASSERT_TRUE(WaitFor([&] { return !primary.LeaseValid(); })) << "acting on an unrenewed lease";
+  ASSERT_TRUE(SetMemoryKvStoreOutage(store.get(), KvOutage::kRestarted).ok());
+  ASSERT_TRUE(WaitFor([&] { return renewed.load() == 1; })) << "the kept lease is not renewed";
+  EXPECT_TRUE(primary.LeaseValid());
+  EXPECT_EQ(lost.load(), 0);
+  Result<std::optional<VersionedConfig>> seen = backup.Read();
+  ASSERT_TRUE(seen.ok() && *seen);
+  EXPECT_EQ(backup.Promote(**seen).status().code(), StatusCode::kFailedPrecondition);
+  Result<VersionedConfig> dropped = primary.Drop(2);
+  ASSERT_TRUE(dropped.ok()) << "no longer primary: " << dropped.status().ToString();
+  EXPECT_EQ(dropped->config.epoch, 1u);
+}
+
+// The same outage, but etcd was paused past the lease: the lease is gone, and only the store
+// saying so ends the office; the backup is then promoted.
+TEST(ShardCoordinator, ALeaseThatExpiredDuringAnOutageEndsTheOffice) {
+  auto store = NewMemoryKvStore();
+  std::atomic<int> lost{0}, renewed{0};
+  ShardCoordinator::Options po = Replica(0);
+  po.on_lease_lost = [&](const Status&) { ++lost; };
+  po.on_lease_renewed = [&] { ++renewed; };
+  ShardCoordinator primary(store.get(), po), backup(store.get(), Replica(1));
+  ASSERT_TRUE(primary.Bootstrap(Members({0, 1, 2})).ok());
+  ASSERT_TRUE(SetMemoryKvStoreOutage(store.get(), KvOutage::kDown).ok());
+  ASSERT_TRUE(WaitFor([&] { return !primary.LeaseValid(); }));
+  EXPECT_EQ(lost.load(), 0);
+  ASSERT_TRUE(SetMemoryKvStoreOutage(store.get(), KvOutage::kResumedLate).ok());
+  ASSERT_TRUE(WaitFor([&] { return lost.load() == 1; }));
+  EXPECT_EQ(renewed.load(), 0);
+  EXPECT_FALSE(primary.LeaseValid());
+  EXPECT_FALSE(primary.office());
+  Result<std::optional<VersionedConfig>> seen = backup.Read();
+  ASSERT_TRUE(seen.ok() && *seen);
+  EXPECT_TRUE(backup.Promote(**seen).ok());
+}
+
+// A replica primary twice in one process renews its second lease too (before issue 55 only the
+// first office had a renewing thread, so every re-elected primary lost its lease one ttl later
+// and the shard flapped between two replicas for good).
+TEST(ShardCoordinator, EveryOfficeItHoldsIsRenewed) {
+  auto inner = NewMemoryKvStore();
+  CutOffStore store(inner.get());
+  std::atomic<bool> lost{false};
+  ShardCoordinator::Options ao = Replica(0);
+  ao.on_lease_lost = [&](const Status&) { lost = true; };
+  ShardCoordinator a(&store, ao);
+  ASSERT_TRUE(a.Bootstrap(Members({0, 1, 2})).ok());
+  ASSERT_TRUE(SetMemoryKvStoreOutage(inner.get(), KvOutage::kResumedLate).ok());
+  ASSERT_TRUE(WaitFor([&] { return lost.load(); }));
+  {
+    ShardCoordinator b(inner.get(), Replica(1));
+    Result<std::optional<VersionedConfig>> seen = b.Read();
+    ASSERT_TRUE(seen.ok() && *seen);
+    ASSERT_TRUE(b.Promote(**seen).ok());
+    ASSERT_TRUE(b.Add({0, "inc0"}).ok());  // a caught up and joined again
+  }                                        // b goes: its lease is revoked
+  Result<std::optional<VersionedConfig>> seen = a.Read();
+  ASSERT_TRUE(seen.ok() && *seen);
+  Result<VersionedConfig> again = a.Promote(**seen);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->config.epoch, 3u);
+  const int before = store.keepalives_.load();
+  ASSERT_TRUE(WaitFor([&] { return store.keepalives_.load() >= before + 3; }))
+      << "the second office's lease is never renewed";
+  EXPECT_TRUE(a.LeaseValid());
+  EXPECT_TRUE(a.office());
+}
+
+// A config can name as primary a replica that could not take the office (the store failed
+// right after its promotion committed). Promoting itself again keeps it in the set.
+TEST(ShardCoordinator, ARePromotionOfTheNamedPrimaryKeepsItInTheSet) {
+  auto store = NewMemoryKvStore();
+  std::optional<VersionedConfig> seen;
+  {
+    ShardCoordinator orphan(store.get(), Replica(0));
+    ASSERT_TRUE(orphan.Bootstrap(Members({0, 1, 2})).ok());
+  }  // its lease is revoked: a config naming replica 0 without a lease
+  ShardCoordinator again(store.get(), Replica(0));
+  Result<std::optional<VersionedConfig>> read = again.Read();
+  ASSERT_TRUE(read.ok() && *read);
+  Result<VersionedConfig> promoted = again.Promote(**read);
+  ASSERT_TRUE(promoted.ok()) << promoted.status().ToString();
+  EXPECT_EQ(promoted->config.epoch, 2u);
+  EXPECT_EQ(promoted->config.members, Members({0, 1, 2}));
+  read = again.Read();
+  ASSERT_TRUE(read.ok() && *read) << "the store holds a config it can read back";
 }
 
 TEST(ShardCoordinator, OneWinnerPerEpoch) {

@@ -17,9 +17,11 @@
 # Usage: chaos_test.sh BX quick|full. quick (ctest, under 90 s): tcp, a pause of 1.5 leases
 # with leases, and the control. full (`make test-chaos`): tcp and rdma (the simnic) x kill,
 # pause 1.5/3/10 leases, partition primary|backups, partition primary|etcd, restart of a killed
-# primary, mixed. The simnic fabric joins the namespaces like a switch (BX_SIM_FABRIC_DIR); IP
-# routes cannot partition it, so a partition also cuts it (BX_SIM_PARTITIONS). Then the
-# control. SCHEME:FAULT[,SCHEME:FAULT...] (e.g. rdma:partition-backups,tcp:restart) runs those
+# primary, mixed, and etcd-pause-restart (etcd itself paused for 2 leases, then, a lease after
+# it resumed, killed and restarted on its data directory: at most one promotion per shard).
+# The simnic fabric joins the namespaces like a switch (BX_SIM_FABRIC_DIR); IP routes cannot
+# partition it, so a partition also cuts it (BX_SIM_PARTITIONS). Then the control.
+# SCHEME:FAULT[,SCHEME:FAULT...] (e.g. rdma:partition-backups,tcp:restart) runs those
 # scenarios, then the control.
 # Exit 0 passed, 77 skipped (no network namespaces), else failed.
 set -euo pipefail
@@ -130,6 +132,13 @@ inject() {  # fault — on shard 0, whose primary is replica 0 (host 1)
       sleep $((2 * LEASE_S))
       start_server 0 0 -again
       ;;
+    etcd-pause-restart)  # the store, under both shards: paused past the lease, then restarted
+      kill -STOP "$ETCD_PID"
+      sleep $((2 * LEASE_S))
+      kill -CONT "$ETCD_PID"
+      sleep "$LEASE_S"
+      netns_restart_etcd  # on its data directory: every lease is still there, ttl renewed
+      ;;
     mixed)  # shard 0's primary paused while shard 1's is cut off from its backups
       kill -STOP "$p"
       blackhole add 4 5 6
@@ -156,12 +165,14 @@ scenario() {  # scheme leases fault
   for s in 0 1; do wait_for "$WORK/$RUN-s${s}r0.log" "primary of epoch 1" 30; done
   local t trainers=() seconds=12
   [[ $FAULT == pause10 ]] && seconds=28
+  [[ $FAULT == etcd-pause-restart ]] && seconds=18
   # The fault window: from the injection (2 s in) to two leases after the fault ends.
   local fault_ms
   case $FAULT in
     kill) fault_ms=0 ;;
     pause*) fault_ms=$(python3 -c "print(int(${FAULT#pause} * $LEASE_S * 1000))") ;;
     restart) fault_ms=$((2 * LEASE_S * 1000)) ;;
+    etcd-pause-restart) fault_ms=$((4 * LEASE_S * 1000)) ;;  # with etcd's restart
     *) fault_ms=$((3 * LEASE_S * 1000)) ;;
   esac
   for t in 0 1; do
@@ -207,7 +218,7 @@ scenario() {  # scheme leases fault
 
   # Every replica back in its shard's set (but a killed one), each, read alone, holding what
   # the trainers saw.
-  local diverged="" members="" missing=""
+  local diverged="" members="" missing="" promotions=""
   if [[ $LEASES == on ]]; then
     for s in 0 1; do
       local config want=3 list=""
@@ -220,6 +231,8 @@ scenario() {  # scheme leases fault
         sleep 0.5
       done
       (($(wc -w <<<"$list") >= want)) || missing+=" shard$s:[$list]"
+      # Epochs come from the store and start at 1: every later one is a promotion.
+      promotions+=" $(python3 -c "import json,sys; print(json.loads(sys.argv[1])['epoch'] - 1)" "$config")"
       sleep 1  # a member that just joined confirms itself (read gate) within a probe or two
       for r in $list; do
         members+=" s${s}r$r"
@@ -241,8 +254,8 @@ scenario() {  # scheme leases fault
   for pid in "${SERVER[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   for pid in "${SERVER[@]}"; do { wait "$pid"; } 2>/dev/null || true; done
   local line
-  line=$(printf '%-5s leases=%-3s %-18s acked %7d lost %6d doubled %3d  push p99 %6.1f ms, in the fault %7.1f ms, max %7.1f ms  members:%s  (%d s)' \
-    "$SCHEME" "$LEASES" "$FAULT" "$acked" "$LOST" "$doubled" "$p99" "$fault_p99" "$max" "${members:- n/a}" $((SECONDS - start)))
+  line=$(printf '%-5s leases=%-3s %-18s acked %7d lost %6d doubled %3d  push p99 %6.1f ms, in the fault %7.1f ms, max %7.1f ms  promotions (shard 0, 1):%s  members:%s  (%d s)' \
+    "$SCHEME" "$LEASES" "$FAULT" "$acked" "$LOST" "$doubled" "$p99" "$fault_p99" "$max" "${promotions:- n/a}" "${members:- n/a}" $((SECONDS - start)))
   echo "$line" | tee -a "$REPORT"
   check_sanitizer_reports "$WORK/$RUN-*.log"
   [[ -z $twice ]] || fail "$RUN: two primaries of one epoch:$twice"
@@ -251,7 +264,7 @@ scenario() {  # scheme leases fault
   local effect=""
   case $FAULT in
     partition-backups) effect="dropped unreachable replica" ;;
-    partition-etcd | pause*) effect="stepping down" ;;
+    partition-etcd | pause* | etcd-pause-restart) effect="stepping down" ;;
   esac
   if [[ -n $effect && $LEASES == on ]] && ! grep -q "$effect" "$WORK/$RUN-s0r0.log"; then
     fail "$RUN: shard 0's primary never logged '$effect': the fault did not bite"
@@ -260,6 +273,15 @@ scenario() {  # scheme leases fault
     [[ -z $missing ]] || fail "$RUN: replicas did not rejoin their shard's set:$missing"
     ((LOST == 0 && doubled == 0)) || fail "$RUN: acknowledged pushes lost ($LOST) or doubled ($doubled)"
     [[ -z $diverged ]] || fail "$RUN: members diverge from the trainers' $applied:$diverged"
+    # One store outage costs each shard at most the one promotion its expired lease forces: a
+    # primary whose lease the store kept (a restart renews them all) keeps its office.
+    if [[ $FAULT == etcd-pause-restart ]]; then
+      for s in 0 1; do
+        local n
+        n=$(awk -v i=$((s + 1)) '{print $i}' <<<"$promotions")
+        ((n <= 1)) || fail "$RUN: shard $s was promoted $n times for one store outage"
+      done
+    fi
     for t in 0 1; do
       [[ $(field "$WORK/$RUN-train$t.log" failed) == 0 ]] || fail "$RUN: trainer $t had failed pushes"
     done
@@ -269,10 +291,12 @@ scenario() {  # scheme leases fault
 case $MODE in
   quick) scenario tcp on pause1.5 ;;
   full)
-    for fault in kill pause1.5 pause3 pause10 partition-backups partition-etcd restart mixed; do
+    for fault in kill pause1.5 pause3 pause10 partition-backups partition-etcd restart mixed \
+      etcd-pause-restart; do
       scenario tcp on "$fault"
     done
-    for fault in kill pause1.5 pause3 pause10 partition-backups partition-etcd restart mixed; do
+    for fault in kill pause1.5 pause3 pause10 partition-backups partition-etcd restart mixed \
+      etcd-pause-restart; do
       scenario rdma on "$fault"
     done
     ;;

@@ -5,7 +5,7 @@
 #   source netns_cluster.sh; netns_require_root; netns_hosts 9; netns_start_etcd 9
 #
 # Sets TAG, WORK, NAMESPACES, PIDS; the EXIT trap kills every process started through `spawn`,
-# deletes the namespaces and prints the logs of a failed run.
+# deletes the namespaces and prints the logs of a failed run (KEEP_WORK=1 keeps them all).
 
 TAG="bx$(basename "$0" .sh | tr -dc 'a-z' | head -c 4)$$"
 WORK=$(mktemp -d /tmp/bx-netns.XXXXXX)
@@ -27,7 +27,7 @@ netns_cleanup() {
       tail -n 40 "$f"
     done
   fi
-  rm -rf "$WORK"
+  if [[ -n ${KEEP_WORK:-} ]]; then echo "logs kept in $WORK"; else rm -rf "$WORK"; fi
   exit "$rc"
 }
 trap netns_cleanup EXIT
@@ -94,20 +94,36 @@ field() {
 }
 
 # etcd on host $1 (client port 2379); data on tmpfs so that its fsyncs do not stall leases on a
-# busy disk. Sets ETCD_URL and ETCD_PID.
+# busy disk. Sets ETCD_HOST, ETCD_URL, ETCD_DATA and ETCD_PID.
 netns_start_etcd() {
   command -v etcd >/dev/null 2>&1 || fail "etcd is missing; tools/install-deps.sh installs etcd-server"
-  local host=$1 ip="10.77.$1.2" data
-  data=$(mktemp -d /dev/shm/bx-etcd.XXXXXX)
-  ETCD_URL="http://$ip:2379"
-  spawn "$host" etcd etcd --name default --data-dir "$data" \
+  ETCD_HOST=$1
+  ETCD_DATA=$(mktemp -d /dev/shm/bx-etcd.XXXXXX)
+  ETCD_URL="http://10.77.$1.2:2379"
+  spawn_etcd etcd
+  wait_for_etcd
+}
+
+# Kills etcd (SIGKILL, no shutdown) and starts it again on the same data directory; returns
+# once it has started (not once it is healthy: callers time what follows).
+netns_restart_etcd() {
+  kill -KILL "$ETCD_PID"
+  { wait "$ETCD_PID"; } 2>/dev/null || true
+  spawn_etcd etcd-again
+}
+
+spawn_etcd() {  # log-name
+  local ip="10.77.$ETCD_HOST.2"
+  spawn "$ETCD_HOST" "$1" etcd --name default --data-dir "$ETCD_DATA" \
     --listen-client-urls "$ETCD_URL" --advertise-client-urls "$ETCD_URL" \
     --listen-peer-urls "http://$ip:2380" --initial-advertise-peer-urls "http://$ip:2380" \
     --initial-cluster "default=http://$ip:2380"
   ETCD_PID=$SPAWNED
-  ETCD_DATA=$data
+}
+
+wait_for_etcd() {
   local deadline=$((SECONDS + 30))
-  until etcdctl_in "$host" endpoint health >/dev/null 2>&1; do
+  until etcdctl_in "$ETCD_HOST" endpoint health >/dev/null 2>&1; do
     ((SECONDS < deadline)) || fail "etcd did not become healthy"
     sleep 0.2
   done
