@@ -118,12 +118,14 @@ CHAOS ?= full
 test-chaos: build
 	bash src/ps/service/tests/chaos_test.sh $(BUILD)/bin/bx $(CHAOS)
 
-# Catch-up under load (issue 55, item 3): a replica of a CATCH_UP_MIB shard killed and
-# restarted while two verifying trainers push must come back with one snapshot and nothing
-# lost; prints the catch-up's phases. ctest ps_catch_up_load runs 64 MiB in make test.
+# Durability from outside (issue 55): a replica of a CATCH_UP_MIB shard killed and restarted
+# while two verifying trainers push must come back with one snapshot and nothing lost (prints
+# the catch-up's phases); then five 64 MiB pushes beside the trainers with the primary killed
+# after the second. make test runs smaller ones (ctest ps_catch_up_load, ps_large_push_failover).
 CATCH_UP_MIB ?= 1024
 test-catch-up: build
 	bash src/ps/service/tests/catch_up_load.sh $(BUILD)/bin/bx --mib $(CATCH_UP_MIB) --seconds 90
+	bash src/ps/service/tests/large_push_failover.sh $(BUILD)/bin/bx --pushes 5 --seconds 40
 
 # Installs headers, libbexpress.so, the CMake package, bexpress.pc, bx and the simnic.
 PREFIX ?= /usr/local

@@ -226,7 +226,7 @@ void PsSnapshotSeeds(const fs::path& dir) {
   ps::TableConfig dense{
       .id = 2, .name = "dense", .kind = ps::TableKind::kDense, .dim = 2, .dense_rows = 4};
   if (!state.CreateTable(embedding).ok() || !state.CreateTable(dense).ok()) std::exit(1);
-  ps::PushRequest push{{0x77, 1}, 1, 3, {10, 11}, {1, 2, 3, 4, 5, 6}};
+  ps::PushRequest push{{0x77, 1}, 0x5eed, 1, 3, {10, 11}, {1, 2, 3, 4, 5, 6}};
   if (!state.ApplyPush(push).ok()) std::exit(1);
   state.epoch = 2;
   state.applied_lsn = 1;

@@ -93,8 +93,10 @@ class ShardReplica {
     size_t max_reordered_forwards = 4096;
     // Pushes, and their bytes (keys and gradients), a primary keeps in its log for a joining
     // replica between its snapshot and its attach; a join that falls further behind must take
-    // a new snapshot.
-    size_t max_catch_up_pushes = 65536;
+    // a new snapshot. Moving and installing a 1 GiB snapshot takes 20-40 s on a busy 2-core
+    // host, while trainers push 2,000-4,000 small pushes a second: 65,536 made every such
+    // join start again (3 snapshots for one join).
+    size_t max_catch_up_pushes = 262144;
     // (Well below the receiving server's request queue bound, 256 MiB by default: the backlog
     // is forwarded at once.)
     size_t max_catch_up_bytes = size_t{64} << 20;
@@ -183,7 +185,8 @@ class ShardReplica {
   // ---- Catch-up (docs/PS.md "Catch-up") ----
   // Primary with a valid lease: a snapshot of this replica for `joiner` (an id of the caller's
   // choosing; a new snapshot for the same joiner replaces its last). The pushes after it stay
-  // in the log, up to max_catch_up_pushes, until AttachLearner. Pushes wait while it is taken.
+  // in the log, up to max_catch_up_pushes, until AttachLearner. Pushes wait while the state is
+  // copied (memory speed), not while the copy is encoded.
   Result<JoinSnapshot> SnapshotForJoin(uint32_t joiner);
   // Primary: `joiner` installed its snapshot and `link` reaches it. Forwards it every push
   // after the snapshot, then every new one; it counts towards durability once it has acked

@@ -1,24 +1,11 @@
 // Engines over the simnic: messages, ordering, credits, known-buffer writes, QP errors.
 #include <gtest/gtest.h>
 
+#include "base/sanitizer_build.h"
 #include "engine/tests/engine_fixture.h"
 
 namespace bx::engine {
 namespace {
-
-// Whether this is an ASan or TSan build (GCC and Clang predefine these; Clang also has
-// __has_feature).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizerBuild = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitizerBuild = true;
-#else
-constexpr bool kSanitizerBuild = false;
-#endif
-#else
-constexpr bool kSanitizerBuild = false;
-#endif
 
 TEST_F(EngineTest, EagerAndRendezvousKeepOrderAndIntegrityBothWays) {
   EngineConfig config;

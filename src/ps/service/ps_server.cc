@@ -15,14 +15,17 @@ void RpcBackupLink::Forward(const ForwardedPush& forwarded, std::function<void(S
   if (Status s = EncodeForwardedPush(forwarded, {message->data(), message->size()}); !s.ok()) {
     return done(s);
   }
-  const uint64_t ahead_and_this = in_flight_->fetch_add(bytes) + bytes;
-  const std::chrono::microseconds timeout =
-      timeout_ + TransferTime(ahead_and_this, bytes_per_second_);
+  const uint64_t ahead_and_this = in_flight_->bytes.fetch_add(bytes) + bytes;
+  const uint64_t ahead = in_flight_->count.fetch_add(1);
+  const std::chrono::microseconds timeout = timeout_ +
+                                            TransferTime(ahead_and_this, bytes_per_second_) +
+                                            kForwardAllowance * static_cast<int64_t>(ahead);
   client_->Call(
       kForwardMethod, std::move(message).value(),
       rpc::CallOptions{.timeout = timeout, .idempotent = true},
       [done = std::move(done), in_flight = in_flight_, bytes](Result<rpc::Message> reply) {
-        in_flight->fetch_sub(bytes);
+        in_flight->bytes.fetch_sub(bytes);
+        in_flight->count.fetch_sub(1);
         done(reply.ok() ? Status::Ok() : reply.status());
       });
 }

@@ -115,6 +115,10 @@ class RpcBackupLink : public BackupLink {
   // A forward's deadline is `timeout` plus the time its bytes, and those of the forwards still
   // ahead of it on this link, take at `bytes_per_second` (0: `timeout` alone): a 64 MiB push
   // is given the time to travel and be applied, and a small one queued behind it the same.
+  // Each forward still ahead adds kForwardAllowance too: a joiner's backlog of 35,000 small
+  // pushes, sent at once, outlasted a bytes-only deadline while the joiner applied them, and
+  // the joiner was dropped. (A member has at most max_undurable_pushes ahead: 2 s more.)
+  static constexpr std::chrono::microseconds kForwardAllowance{2000};
   RpcBackupLink(std::shared_ptr<rpc::Client> client, std::chrono::microseconds timeout,
                 size_t bytes_per_second)
       : client_(std::move(client)), timeout_(timeout), bytes_per_second_(bytes_per_second) {}
@@ -124,9 +128,13 @@ class RpcBackupLink : public BackupLink {
   std::shared_ptr<rpc::Client> client_;
   const std::chrono::microseconds timeout_;
   const size_t bytes_per_second_;
-  // Bytes of the forwards sent and not yet answered (shared with their callbacks, which may
-  // outlive the link).
-  std::shared_ptr<std::atomic<uint64_t>> in_flight_ = std::make_shared<std::atomic<uint64_t>>(0);
+  // Bytes and count of the forwards sent and not yet answered (shared with their callbacks,
+  // which may outlive the link).
+  struct InFlight {
+    std::atomic<uint64_t> bytes{0};
+    std::atomic<uint64_t> count{0};
+  };
+  std::shared_ptr<InFlight> in_flight_ = std::make_shared<InFlight>();
 };
 
 class PsServerCore {
