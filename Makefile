@@ -136,11 +136,12 @@ install: build
 STRESS_BUILD ?= build-asan
 STRESS_REPEATS ?= 20
 STRESS_TESTS ?=
+STRESS_EXCLUDE ?=
 test-stress:
 	@if [ "$(STRESS_BUILD)" = build-tsan ]; then $(MAKE) build $(TSAN_BUILD); \
 	elif [ "$(STRESS_BUILD)" = build-asan ]; then $(MAKE) build $(ASAN_BUILD); \
 	else $(MAKE) build BUILD=$(STRESS_BUILD); fi
-	tools/stress-tests.sh $(STRESS_BUILD) $(STRESS_REPEATS) '$(STRESS_TESTS)'
+	tools/stress-tests.sh $(STRESS_BUILD) $(STRESS_REPEATS) '$(STRESS_TESTS)' '$(STRESS_EXCLUDE)'
 
 # libFuzzer targets (fuzz/, docs/HARDENING.md), built in the clang ASan tree of test-asan.
 # `make fuzz` runs each target FUZZ_SECONDS, as many at once as there are cores;

@@ -2,7 +2,7 @@
 # Runs tests again and again while a CPU hog competes with them, so that a test that only
 # passes on an idle machine shows itself (CI and benchmarks share 2 cores).
 #
-#   tools/stress-tests.sh BUILD_DIR REPEATS [ctest -R regex]
+#   tools/stress-tests.sh BUILD_DIR REPEATS [ctest -R regex] [ctest -E regex]
 #
 # REPEATS is ctest's --repeat until-fail count; the hog is one busy loop per core, niced like
 # the tests, started here and killed on exit. Default regex: the PS, RPC and transport suites.
@@ -11,6 +11,7 @@ set -euo pipefail
 build=${1:?usage: stress-tests.sh BUILD_DIR REPEATS [REGEX]}
 repeats=${2:?usage: stress-tests.sh BUILD_DIR REPEATS [REGEX]}
 regex=${3:-}
+exclude=${4:-}
 
 hogs=()
 stop_hogs() {
@@ -34,5 +35,6 @@ names = [t["name"] for t in json.load(sys.stdin)["tests"]
 print("|".join("^" + re.escape(n) + "$" for n in names))')
 fi
 start=$(date +%s)
-ctest --output-on-failure -j "$(nproc)" --repeat "until-fail:$repeats" -R "$regex"
+ctest --output-on-failure -j "$(nproc)" --repeat "until-fail:$repeats" -R "$regex" \
+  ${exclude:+-E "$exclude"}
 echo "stress-tests: $repeats repeats passed in $(($(date +%s) - start)) s beside $(nproc) busy loops"
