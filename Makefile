@@ -121,7 +121,7 @@ test-chaos: build
 # Durability from outside (issue 55): a replica of a CATCH_UP_MIB shard killed and restarted
 # while two verifying trainers push must come back with one snapshot and nothing lost (prints
 # the catch-up's phases); then five 64 MiB pushes beside the trainers with the primary killed
-# after the second. make test runs smaller ones (ctest ps_catch_up_load, ps_large_push_failover).
+# after the second. make test runs a smaller catch-up (ctest ps_catch_up_load).
 CATCH_UP_MIB ?= 1024
 test-catch-up: build
 	bash src/ps/service/tests/catch_up_load.sh $(BUILD)/bin/bx --mib $(CATCH_UP_MIB) --seconds 90
