@@ -36,11 +36,11 @@ Result<rpc::Message> U64Message(std::initializer_list<uint64_t> values) {
 }  // namespace
 
 void PsServerCore::SetJoinService(std::shared_ptr<JoinService> service) {
-  join_service_.store(std::move(service));
+  join_service_.Store(std::move(service));
 }
 
 void PsServerCore::OnJoin(rpc::ServerCall call) {
-  std::shared_ptr<JoinService> service = join_service_.load();
+  std::shared_ptr<JoinService> service = join_service_.Load();
   if (!service) return call.Fail(FailedPrecondition("this server takes no joins"));
   WireReader r(Bytes(call.request()));
   uint32_t replica = 0, n = 0;
@@ -58,7 +58,7 @@ void PsServerCore::OnJoin(rpc::ServerCall call) {
 }
 
 void PsServerCore::OnJoinChunk(rpc::ServerCall call) {
-  std::shared_ptr<JoinService> service = join_service_.load();
+  std::shared_ptr<JoinService> service = join_service_.Load();
   if (!service) return call.Fail(FailedPrecondition("this server takes no joins"));
   uint64_t token = 0, offset = 0;
   if (!GetU64s(Bytes(call.request()), {&token, &offset})) {
@@ -77,7 +77,7 @@ void PsServerCore::OnJoinChunk(rpc::ServerCall call) {
 }
 
 void PsServerCore::OnJoinAttach(rpc::ServerCall call) {
-  std::shared_ptr<JoinService> service = join_service_.load();
+  std::shared_ptr<JoinService> service = join_service_.Load();
   if (!service) return call.Fail(FailedPrecondition("this server takes no joins"));
   uint64_t token = 0;
   if (!GetU64s(Bytes(call.request()), {&token})) {

@@ -182,13 +182,13 @@ std::shared_ptr<BackupLink> PsServerCore::NewBackupLink(std::shared_ptr<rpc::Cli
 // The response is allocated at its final size and the table writes the rows straight into it:
 // the values are copied once, from the table into the registered buffer the NIC sends from.
 void PsServerCore::SetReadGate(std::function<Status()> gate) {
-  read_gate_.store(gate ? std::make_shared<const std::function<Status()>>(std::move(gate))
+  read_gate_.Store(gate ? std::make_shared<const std::function<Status()>>(std::move(gate))
                         : nullptr);
 }
 
 void PsServerCore::OnFetch(rpc::ServerCall call) {
   fetches_.fetch_add(1, std::memory_order_relaxed);
-  if (auto gate = read_gate_.load()) {
+  if (auto gate = read_gate_.Load()) {
     if (Status s = (*gate)(); !s.ok()) return call.Fail(s);
   }
   Result<FetchRequest> request = DecodeFetchRequest(Bytes(call.request()));

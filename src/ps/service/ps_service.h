@@ -26,6 +26,7 @@
 #include "bx/ps/cluster.h"
 #include "bx/ps/server.h"
 #include "bx/rpc.h"
+#include "base/shared_slot.h"
 #include "bx/status.h"
 #include "ps/coord/kv_store.h"
 #include "ps/coord/shard_coordinator.h"
@@ -184,8 +185,8 @@ class PsServerCore {
   PsServerOptions options_;
   ShardReplica replica_;
   std::unique_ptr<rpc::Server> server_;
-  std::atomic<std::shared_ptr<const std::function<Status()>>> read_gate_;
-  std::atomic<std::shared_ptr<JoinService>> join_service_;
+  SharedSlot<const std::function<Status()>> read_gate_;
+  SharedSlot<JoinService> join_service_;
   std::mutex backups_mu_;
   std::vector<std::shared_ptr<rpc::Client>> backup_clients_;
   std::map<std::string, std::shared_ptr<rpc::Client>> join_clients_;  // LinkTo, by address
