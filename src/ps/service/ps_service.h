@@ -22,11 +22,11 @@
 #include <thread>
 #include <vector>
 
+#include "base/shared_slot.h"
 #include "bx/ps/client.h"
 #include "bx/ps/cluster.h"
 #include "bx/ps/server.h"
 #include "bx/rpc.h"
-#include "base/shared_slot.h"
 #include "bx/status.h"
 #include "ps/coord/kv_store.h"
 #include "ps/coord/shard_coordinator.h"
