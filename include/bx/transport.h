@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "bx/buffer.h"
 #include "bx/export.h"
@@ -185,6 +186,11 @@ struct BX_EXPORT RdmaOptions {
 
 struct BX_EXPORT TransportOptions {
   int io_threads = 1;
+  // CPUs the I/O threads are pinned to, round robin (empty: where the scheduler puts them), for
+  // operators who keep cores free of application work for communication. BX_IO_CPUS (a Linux CPU
+  // list, "2,3" or "2-3") overrides it for every transport of the process. CreateTransport fails
+  // with InvalidArgument for a malformed list or a CPU the process may not run on.
+  std::vector<int> io_cpus;
   // Messages larger than this are refused (Send fails, a peer announcing one is disconnected).
   size_t max_message_bytes = size_t{1} << 30;
   // Unsent bytes a socket may hold before Send pushes back (see Socket::Send).

@@ -9,12 +9,17 @@
 #include <algorithm>
 #include <chrono>
 
+#include "base/cpu_list.h"
+#include "bx/log.h"
+
 namespace bx::engine {
 namespace {
 
 constexpr int kPollBatch = 64;
 // Watched descriptors are checked every this many idle polls while busy polling (a syscall).
 constexpr int kWatchCheckInterval = 1024;
+// The thread's schedstat is read once per this much time awake (a pread of a procfs file).
+constexpr uint64_t kSchedStatWindowNs = 2'000'000;
 
 uint64_t NowNs() {
   return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -110,15 +115,26 @@ IoThreadCounters& IoThreadCounters::operator+=(const IoThreadCounters& o) {
   gaps_outlasted += o.gaps_outlasted;
   gaps_slept += o.gaps_slept;
   slow_passes += o.slow_passes;
+  oversubscribed_windows += o.oversubscribed_windows;
+  contended_stretches += o.contended_stretches;
+  cpu_wait_ns += o.cpu_wait_ns;
   return *this;
 }
 
 std::map<std::string, uint64_t> IoThreadCounters::ToMap() const {
-  return {{"io_busy_polls", busy_polls},   {"io_empty_polls", empty_polls},
-          {"io_yields", yields},           {"io_sleeps", sleeps},
-          {"io_cq_wakeups", cq_wakeups},   {"io_task_wakeups", task_wakeups},
-          {"io_gaps_polled", gaps_polled}, {"io_gaps_outlasted", gaps_outlasted},
-          {"io_gaps_slept", gaps_slept},   {"io_slow_passes", slow_passes}};
+  return {{"io_busy_polls", busy_polls},
+          {"io_empty_polls", empty_polls},
+          {"io_yields", yields},
+          {"io_sleeps", sleeps},
+          {"io_cq_wakeups", cq_wakeups},
+          {"io_task_wakeups", task_wakeups},
+          {"io_gaps_polled", gaps_polled},
+          {"io_gaps_outlasted", gaps_outlasted},
+          {"io_gaps_slept", gaps_slept},
+          {"io_slow_passes", slow_passes},
+          {"io_oversubscribed_windows", oversubscribed_windows},
+          {"io_contended_stretches", contended_stretches},
+          {"io_cpu_wait_ns", cpu_wait_ns}};
 }
 
 IoThreadCounters IoThread::counters() const {
@@ -133,6 +149,9 @@ IoThreadCounters IoThread::counters() const {
   c.gaps_outlasted = policy_.outlasted_gaps();
   c.gaps_slept = policy_.slept_gaps();
   c.slow_passes = policy_.slow_passes();
+  c.oversubscribed_windows = policy_.oversubscribed_windows();
+  c.contended_stretches = policy_.contended_stretches();
+  c.cpu_wait_ns = sched_stat_.Read().waited_ns;
   return c;
 }
 
@@ -141,6 +160,7 @@ PollPolicyOptions IoThread::PolicyOptions(const IoThreadOptions& options) {
   p.adaptive = options.adaptive_polling;
   p.max_spin_ns = uint64_t(std::max(options.busy_poll_us, 0)) * 1000;
   p.spin_limit_ns = uint64_t(std::max(options.spin_limit_us, 0)) * 1000;
+  p.detect_contention = options.detect_contention;
   return p;
 }
 
@@ -291,19 +311,39 @@ void IoThread::Sleep() {
   if (watched_count > 0) RunWatched(watched, watched_count);
 }
 
+// Every kSchedStatWindowNs, what the thread waited for a CPU goes to the policy, read after the
+// pass's work (never between a completion and its delivery). A window may span sleeps: a woken
+// thread that waits long for a CPU shares it with busy threads as much as a polling one does.
+void IoThread::WatchSchedStat(uint64_t now_ns) {
+  if (now_ns - stat_window_start_ns_ < kSchedStatWindowNs) return;
+  const ThreadSchedStat::Sample now = sched_stat_.Read();
+  policy_.OnSchedStat(now_ns, now.waited_ns - stat_window_start_.waited_ns,
+                      now.turns - stat_window_start_.turns);
+  stat_window_start_ns_ = now_ns;
+  stat_window_start_ = now;
+}
+
 void IoThread::Loop() {
   pthread_setname_np(pthread_self(), options_.name.substr(0, 15).c_str());
   cpu_clock_.CaptureCurrentThread();
+  if (options_.cpu >= 0) {
+    if (Status pinned = PinThread(pthread_self(), options_.cpu); !pinned.ok())
+      bx::Log(LogLevel::kWarning, "bx rdma: " + options_.name + ": " + pinned.ToString());
+  }
+  sched_stat_.CaptureCurrentThread();
   tasks_.EnterLoop();
   int idle_polls = 0;
   // Where the pass under way began: the end of the one before (its clock reading reused, so a
   // pass costs no extra clock read), or the wake-up after a sleep.
   uint64_t pass_start = NowNs();
+  stat_window_start_ns_ = pass_start;
+  stat_window_start_ = sched_stat_.Read();
   while (!stop_.load(std::memory_order_acquire)) {
     if (PollOnce()) {
       busy_polls_.Add();
       pass_start = NowNs();
       policy_.OnWork(pass_start);
+      WatchSchedStat(pass_start);
       idle_polls = 0;
       continue;
     }
@@ -321,6 +361,7 @@ void IoThread::Loop() {
       std::this_thread::yield();
       const uint64_t pass_end = NowNs();
       policy_.OnEmptyPass(pass_start, pass_end);
+      WatchSchedStat(pass_end);
       pass_start = pass_end;
       continue;
     }

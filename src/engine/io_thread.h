@@ -32,6 +32,7 @@
 #include "base/loop_tasks.h"
 #include "base/single_writer_counter.h"
 #include "base/thread_cpu_clock.h"
+#include "base/thread_sched_stat.h"
 #include "bx/status.h"
 #include "engine/engine.h"
 #include "engine/poll_policy.h"
@@ -48,7 +49,14 @@ struct IoThreadOptions {
   // busy_poll_us after every piece of work.
   bool adaptive_polling = true;
   int spin_limit_us = 20;  // adaptive: the longest predicted gap worth polling through
+  // Slow passes and long waits for a CPU make the thread sleep between events for a while (see
+  // poll_policy.h); off, it keeps polling beside busy threads (the policy before issue 47).
+  bool detect_contention = true;
   std::string name = "bx-io";
+  // The CPUs a set of these threads is pinned to, round robin (TransportOptions::io_cpus,
+  // BX_IO_CPUS); empty: where the scheduler puts them. `cpu` is this thread's (-1: unpinned).
+  std::vector<int> cpus;
+  int cpu = -1;
 };
 
 // How an I/O thread spent its loop, so that what polling costs can be measured (issue 22).
@@ -63,6 +71,9 @@ struct IoThreadCounters {
   uint64_t gaps_polled = 0, gaps_outlasted = 0, gaps_slept = 0;
   // Empty passes that lost the core for a scheduler slice (poll_policy.h: contention).
   uint64_t slow_passes = 0;
+  // Windows whose mean wait for a CPU said busy threads share the core, the contended stretches
+  // begun (by either signal), and nanoseconds the thread waited runnable for a CPU in total.
+  uint64_t oversubscribed_windows = 0, contended_stretches = 0, cpu_wait_ns = 0;
   IoThreadCounters& operator+=(const IoThreadCounters& o);
   std::map<std::string, uint64_t> ToMap() const;
 };
@@ -128,6 +139,11 @@ class IoThread : public std::enable_shared_from_this<IoThread> {
   std::atomic<bool> stop_{false};
   std::shared_ptr<IoThread> keep_alive_;  // I/O thread: set when it was stopped from inside
   ThreadCpuClock cpu_clock_;
+  ThreadSchedStat sched_stat_;
+  // The schedstat window under way (poll_policy.h: OnSchedStat).
+  uint64_t stat_window_start_ns_ = 0;
+  ThreadSchedStat::Sample stat_window_start_;
+  void WatchSchedStat(uint64_t now_ns);
 
   LoopTasks tasks_;
   std::atomic<bool> sleeping_{false};

@@ -87,10 +87,22 @@ bool PollPolicy::KeepPolling(uint64_t now_ns, bool completion_expected) {
 }
 
 void PollPolicy::OnEmptyPass(uint64_t start_ns, uint64_t now_ns) {
-  if (now_ns - start_ns <= options_.slow_pass_ns) return;
+  if (!options_.detect_contention || now_ns - start_ns <= options_.slow_pass_ns) return;
   slow_passes_.Add();
+  Contended(now_ns);
+}
+
+void PollPolicy::OnSchedStat(uint64_t now_ns, uint64_t waited_ns, uint64_t turns) {
+  if (!options_.detect_contention || turns == 0) return;
+  if (waited_ns / turns < options_.oversubscribed_wait_ns) return;
+  oversubscribed_windows_.Add();
+  Contended(now_ns);
+}
+
+void PollPolicy::Contended(uint64_t now_ns) {
   // Contended again within a stretch's length of the last one ending: the host is still busy.
   const bool again = contended_until_ != 0 && now_ns < contended_until_ + contended_stretch_ns_;
+  if (now_ns >= contended_until_) contended_stretches_.Add();
   contended_stretch_ns_ = again ? std::min(2 * contended_stretch_ns_, options_.max_contended_ns)
                                 : options_.contended_ns;
   contended_until_ = now_ns + contended_stretch_ns_;

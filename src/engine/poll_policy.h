@@ -31,6 +31,12 @@
 // slow pass soon after a contended stretch ended doubles the next stretch, up to
 // `max_contended_ns`: one lost slice per stretch, not one per 5 ms (issue 47: with two CPU hogs
 // the fixed 5 ms stretch lost ~4 ms in every 9 and p99 sat at the slice, 4 ms).
+// The thread's own scheduler statistics say the same without a yield having to lose a slice
+// first (OnSchedStat, base/thread_sched_stat.h): when its turns on a CPU came after a mean wait
+// of `oversubscribed_wait_ns` or more over a window, threads that do not yield share its core,
+// and a contended stretch starts as for a slow pass. Waits behind our own threads (the peer's
+// I/O thread, the simnic's hardware thread on a 2-core host) are microseconds a turn, and
+// streaming, which keeps every thread of ours busy, does not count as contention.
 //
 // Single-threaded (the I/O thread owns it) but for the counters; times are steady-clock
 // nanoseconds.
@@ -55,6 +61,11 @@ struct PollPolicyOptions {
   uint64_t slow_pass_ns = 1'000'000;
   uint64_t contended_ns = 5'000'000;
   uint64_t max_contended_ns = 640'000'000;
+  // A window's mean wait per turn on a CPU at or above this means busy threads share the core.
+  uint64_t oversubscribed_wait_ns = 250'000;
+  // Off: neither slow passes nor waits for a CPU start a contended stretch (the policy before
+  // issue 47, kept to show what it costs beside busy threads: io_thread_hog_test).
+  bool detect_contention = true;
 };
 
 class PollPolicy {
@@ -71,6 +82,10 @@ class PollPolicy {
   // longer than slow_pass_ns the core is contended: the gap under way and every gap for the next
   // contended_ns are slept through.
   void OnEmptyPass(uint64_t start_ns, uint64_t now_ns);
+  // Over a window ending at `now_ns` the thread waited `waited_ns` for a CPU before `turns` turns
+  // on one (schedstat deltas): a mean wait of oversubscribed_wait_ns or more starts a contended
+  // stretch, as a slow pass does.
+  void OnSchedStat(uint64_t now_ns, uint64_t waited_ns, uint64_t turns);
 
   // Adaptive: the expected idle gap with nothing in flight, nanoseconds (0 before any was seen).
   uint64_t predicted_gap_ns() const { return idle_.predicted_ns; }
@@ -83,6 +98,11 @@ class PollPolicy {
   uint64_t slept_gaps() const { return slept_gaps_.Get(); }
   // Slow passes seen (each starts or extends a contended stretch).
   uint64_t slow_passes() const { return slow_passes_.Get(); }
+  // Windows whose waits for a CPU said the core is shared with busy threads (each starts or
+  // extends a contended stretch).
+  uint64_t oversubscribed_windows() const { return oversubscribed_windows_.Get(); }
+  // Contended stretches begun (a slow pass or window within one extends it, not counted again).
+  uint64_t contended_stretches() const { return contended_stretches_.Get(); }
 
  private:
   // What the policy knows of one kind of wait.
@@ -92,6 +112,7 @@ class PollPolicy {
     uint64_t sleeps_since_probe = 0;  // gaps of this kind slept at once since one was polled
   };
   uint64_t Budget(uint64_t now_ns, const Kind& kind) const;
+  void Contended(uint64_t now_ns);
   void Learn(Kind& kind, uint64_t gap);
 
   PollPolicyOptions options_;
@@ -103,7 +124,8 @@ class PollPolicy {
   bool unmeasured_ = false;        // the gap under way teaches nothing (slept at once, slow)
   uint64_t contended_until_ = 0;   // gaps starting before this are slept through
   uint64_t contended_stretch_ns_;  // the length of the last contended stretch
-  SingleWriterCounter polled_gaps_, outlasted_gaps_, slept_gaps_, slow_passes_;
+  SingleWriterCounter polled_gaps_, outlasted_gaps_, slept_gaps_, slow_passes_,
+      oversubscribed_windows_, contended_stretches_;
 };
 
 }  // namespace bx::engine

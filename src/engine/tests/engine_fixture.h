@@ -68,6 +68,8 @@ struct Side {
   std::vector<ChannelId> closed_by_peer, released;  // channel events, in order
   // Requests prepared (channel, bytes, last), recorded while `tracing` (I/O thread only).
   bool tracing = false;
+  // Runs on the I/O thread as each message arrives, before it is recorded (e.g. to answer it).
+  std::function<void(ChannelId, const Buffer&)> on_message_hook;
   // Runs on the I/O thread as each data request is prepared, before the batch is posted.
   std::function<void(ChannelId, uint32_t bytes, bool last)> on_prepared_hook;
   std::vector<std::tuple<ChannelId, uint32_t, bool>> trace;
@@ -102,8 +104,11 @@ class EngineTest : public ::testing::Test {
 
   void Build(const EngineConfig& config = {}) { BuildPair(a_, b_, config); }
 
-  // Connects `a` and `b` (a fresh pair of sides) with `config`; `a` opens channel 0, `b` 1.
-  void BuildPair(Side& a, Side& b, const EngineConfig& config) {
+  // Connects `a` and `b` (a fresh pair of sides) with `config`; `a` opens channel 0, `b` 1. Each
+  // side gets an I/O thread of its own made with io_options_, or `io_a` / `io_b` when given.
+  void BuildPair(Side& a, Side& b, const EngineConfig& config,
+                 std::shared_ptr<IoThread> io_a = nullptr,
+                 std::shared_ptr<IoThread> io_b = nullptr) {
     verbs::Library& lib = g_device->lib();
     // Addressed as the transport addresses its QPs, so the tests run on every device profile.
     auto port = verbs::FirstActivePort(*g_device);
@@ -111,9 +116,13 @@ class EngineTest : public ::testing::Test {
     auto address = verbs::ResolvePortAddress(*g_device, *port, nullptr, -1);
     ASSERT_TRUE(address.ok()) << address.status().ToString();
     for (Side* s : {&a, &b}) {
-      auto io = IoThread::Create(lib, g_device->context(), nullptr, IoThreadOptions{});
-      ASSERT_TRUE(io.ok()) << io.status().ToString();
-      s->io = std::move(io).value();
+      if (std::shared_ptr<IoThread> given = s == &a ? io_a : io_b) {
+        s->io = std::move(given);
+      } else {
+        auto io = IoThread::Create(lib, g_device->context(), nullptr, io_options_);
+        ASSERT_TRUE(io.ok()) << io.status().ToString();
+        s->io = std::move(io).value();
+      }
       verbs::QueuePairAttrs attrs;
       attrs.max_send_wr = config.send_queue_depth;
       attrs.max_recv_wr = config.recv_queue_depth;
@@ -126,6 +135,7 @@ class EngineTest : public ::testing::Test {
       ASSERT_TRUE(verbs::MoveRcToInit(lib, s->qp->qp(), *port, rc).ok());
       Engine::Callbacks cb;
       cb.on_message = [s](ChannelId channel, Buffer m) {
+        if (s->on_message_hook) s->on_message_hook(channel, m);
         std::lock_guard lock(s->mu);
         ++s->received_count;
         if (s->keep) s->received_channels.push_back(channel);
@@ -185,16 +195,19 @@ class EngineTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    for (Side* s : {&a_, &b_, &c_, &d_}) {
-      if (!s->io) continue;
-      s->io->RunAndWait([s] {
-        s->io->RemoveEngine(s->engine.get());
-        s->engine->Fail(Aborted("test over"), /*notify=*/false);
-      });
-      s->qp.reset();  // before the engine, which holds what the NIC may still touch
-      s->engine.reset();
-      s->io.reset();
-    }
+    for (Side* s : {&a_, &b_, &c_, &d_}) TearDownSide(*s);
+  }
+
+  static void TearDownSide(Side& side) {
+    Side* s = &side;
+    if (!s->io) return;
+    s->io->RunAndWait([s] {
+      s->io->RemoveEngine(s->engine.get());
+      s->engine->Fail(Aborted("test over"), /*notify=*/false);
+    });
+    s->qp.reset();  // before the engine, which holds what the NIC may still touch
+    s->engine.reset();
+    s->io.reset();
   }
 
   EngineCounters CountersOf(Side& s) {
@@ -221,6 +234,7 @@ class EngineTest : public ::testing::Test {
     return c;
   }
 
+  IoThreadOptions io_options_;  // for the I/O threads BuildPair makes
   Side a_, b_;
   Side c_, d_;  // a second pair, for tests that need one (BuildPair(c_, d_, ...))
 };

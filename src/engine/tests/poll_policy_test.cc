@@ -204,6 +204,36 @@ TEST(PollPolicyTest, ASlowPassSleepsThroughTheContendedStretch) {
   EXPECT_EQ(policy.slow_passes(), 1u);
 }
 
+// The thread's scheduler statistics: a window whose turns on a CPU came after a long mean wait
+// (a thread that does not yield shares the core) starts a contended stretch without a slow pass;
+// many short waits adding up to the same total (our own threads taking turns) do not, nor does a
+// window without a turn. With detection off neither signal counts.
+TEST(PollPolicyTest, LongWaitsForACpuSleepThroughTheContendedStretch) {
+  for (bool detect : {true, false}) {
+    PollPolicyOptions o = Adaptive();
+    o.oversubscribed_wait_ns = 250 * kUs;
+    o.contended_ns = 5 * 1000 * kUs;
+    o.detect_contention = detect;
+    PollPolicy policy(o);
+    uint64_t t = 1'000'000;
+    Gaps(policy, t, 8 * kUs, 30);
+    policy.OnSchedStat(t, 1500 * kUs, 100);  // 15 us a turn: our own threads
+    policy.OnSchedStat(t, 1500 * kUs, 0);    // no turn: says nothing
+    EXPECT_TRUE(policy.KeepPolling(t, true));
+    EXPECT_EQ(policy.oversubscribed_windows(), 0u);
+    policy.OnSchedStat(t, 1500 * kUs, 2);  // 750 us a turn: a busy thread's slice
+    EXPECT_EQ(policy.oversubscribed_windows(), detect ? 1u : 0u);
+    EXPECT_EQ(policy.contended_stretches(), detect ? 1u : 0u);
+    EXPECT_EQ(policy.KeepPolling(t + kUs, true), !detect) << "detect " << detect;
+    policy.OnWork(t + 2 * kUs);
+    t += 3 * kUs;
+    EXPECT_EQ(policy.KeepPolling(t, true), !detect) << "a gap in the stretch, detect " << detect;
+    policy.OnWork(t + kUs);
+    t += 5 * 1000 * kUs;  // the stretch is over
+    EXPECT_TRUE(policy.KeepPolling(t, true));
+  }
+}
+
 // A host that stays busy: every probe after a contended stretch loses a slice again. Each slow
 // pass soon after a stretch ended doubles the next stretch (up to the maximum), so the slices lost
 // to probing fall from one per 5 ms to one per max_contended_ns; a slow pass long after the last

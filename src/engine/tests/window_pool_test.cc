@@ -13,7 +13,7 @@
 namespace bx::engine {
 namespace {
 
-verbs::Device* g_device = nullptr;
+verbs::Device* g_pool_device = nullptr;
 
 // Stands in for ibv_post_send: records what the chain would post.
 std::vector<ibv_send_wr> g_posted;
@@ -25,8 +25,9 @@ int CapturePost(ibv_qp*, ibv_send_wr* wr, ibv_send_wr**) {
 class WindowPoolTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    g_device = &test_support::InitTestMemory();
-    auto qp = verbs::CreateRcQueuePair(g_device->lib(), g_device->context(), g_device->pd(), {});
+    g_pool_device = &test_support::InitTestMemory();
+    auto qp = verbs::CreateRcQueuePair(g_pool_device->lib(), g_pool_device->context(),
+                                       g_pool_device->pd(), {});
     ASSERT_TRUE(qp.ok()) << qp.status().ToString();
     qp_.emplace(std::move(qp).value());
   }
@@ -41,16 +42,16 @@ class WindowPoolTest : public ::testing::Test {
 };
 
 TEST_F(WindowPoolTest, ProbesTheDeviceOnlyWhenWanted) {
-  WindowPool wanted(qp_->qp(), g_device->lib(), true);
+  WindowPool wanted(qp_->qp(), g_pool_device->lib(), true);
   EXPECT_TRUE(wanted.enabled());
   EXPECT_EQ(wanted.allocated(), 1u) << "the probe allocates one window";
-  WindowPool unwanted(qp_->qp(), g_device->lib(), false);
+  WindowPool unwanted(qp_->qp(), g_pool_device->lib(), false);
   EXPECT_FALSE(unwanted.enabled());
   EXPECT_EQ(unwanted.allocated(), 0u);
 }
 
 TEST_F(WindowPoolTest, ABindCoversExactlyTheDestinationWithTheGrantsKey) {
-  WindowPool pool(qp_->qp(), g_device->lib(), true);
+  WindowPool pool(qp_->qp(), g_pool_device->lib(), true);
   Buffer dest = Destination(100 << 10);
   WindowPool::Grant grant = pool.Acquire(dest);
   ASSERT_GE(grant.window, 0);
@@ -69,7 +70,7 @@ TEST_F(WindowPoolTest, ABindCoversExactlyTheDestinationWithTheGrantsKey) {
 }
 
 TEST_F(WindowPoolTest, AnInvalidatedWindowIsReusedWithAFreshKey) {
-  WindowPool pool(qp_->qp(), g_device->lib(), true);
+  WindowPool pool(qp_->qp(), g_pool_device->lib(), true);
   Buffer dest = Destination(64 << 10);
   WindowPool::Grant first = pool.Acquire(dest);
   ASSERT_GE(first.window, 0);
@@ -100,7 +101,7 @@ TEST_F(WindowPoolTest, AnInvalidatedWindowIsReusedWithAFreshKey) {
 }
 
 TEST_F(WindowPoolTest, InvalidatesNameTheCurrentKeyAndWaitForChainRoom) {
-  WindowPool pool(qp_->qp(), g_device->lib(), true);
+  WindowPool pool(qp_->qp(), g_pool_device->lib(), true);
   Buffer dest = Destination(64 << 10);
   std::vector<WindowPool::Grant> grants;
   for (int i = 0; i < 3; ++i) grants.push_back(pool.Acquire(dest));
@@ -119,7 +120,7 @@ TEST_F(WindowPoolTest, InvalidatesNameTheCurrentKeyAndWaitForChainRoom) {
 }
 
 TEST_F(WindowPoolTest, AnAbortedDestinationIsFreedOnlyWhenItsInvalidateCompletes) {
-  WindowPool pool(qp_->qp(), g_device->lib(), true);
+  WindowPool pool(qp_->qp(), g_pool_device->lib(), true);
   const size_t size = 40 << 10;
   Buffer dest = Destination(size);
   const void* address = dest.data();
@@ -143,7 +144,7 @@ TEST_F(WindowPoolTest, AnAbortedDestinationIsFreedOnlyWhenItsInvalidateCompletes
 }
 
 TEST_F(WindowPoolTest, ClearDeallocatesEveryWindow) {
-  WindowPool pool(qp_->qp(), g_device->lib(), true);
+  WindowPool pool(qp_->qp(), g_pool_device->lib(), true);
   Buffer dest = Destination(64 << 10);
   WindowPool::Grant grant = pool.Acquire(dest);
   pool.InvalidateForDelivery(uint32_t(grant.window), 3);

@@ -13,7 +13,7 @@ namespace bx::rdma {
 namespace {
 
 // Transports share threads only when they would have made the same ones.
-using SharedKey = std::tuple<ibv_context*, int, bool, int, int>;
+using SharedKey = std::tuple<ibv_context*, int, bool, int, int, bool, std::vector<int>>;
 
 }  // namespace
 
@@ -36,10 +36,12 @@ SharedThreads& Shared() {
   return *shared;
 }
 
+// Thread `index` of a set: its name gets the number, and it runs on the set's CPUs round robin.
 Result<std::shared_ptr<engine::IoThread>> CreateThread(verbs::Device& device,
                                                        engine::IoThreadOptions options,
-                                                       const std::string& name) {
-  options.name = name;
+                                                       const std::string& name, size_t index) {
+  options.name = name + std::to_string(index);
+  if (!options.cpus.empty()) options.cpu = options.cpus[index % options.cpus.size()];
   auto io = engine::IoThread::Create(device.lib(), device.context(), device.pd(), options);
   if (!io.ok()) return io.status().WithContext("rdma transport");
   if (!(*io)->has_own_domain()) {
@@ -63,20 +65,20 @@ Result<IoThreadSet> IoThreadSet::Acquire(verbs::Device& device,
   IoThreadSet set;
   if (!shared) {
     for (int i = 0; i < count; ++i) {
-      BX_ASSIGN_OR_RETURN(auto io, CreateThread(device, options, options.name + std::to_string(i)));
+      BX_ASSIGN_OR_RETURN(auto io, CreateThread(device, options, options.name, size_t(i)));
       set.threads_.push_back(std::move(io));
     }
     return set;
   }
   SharedThreads& all = Shared();
   std::lock_guard lock(all.mu);
-  const SharedKey key{device.context(), options.busy_poll_us, options.adaptive_polling,
-                      options.spin_limit_us, options.cq_entries};
+  const SharedKey key{device.context(),      options.busy_poll_us, options.adaptive_polling,
+                      options.spin_limit_us, options.cq_entries,   options.detect_contention,
+                      options.cpus};
   SharedEntry& entry = all.entries[key];
   entry.key = key;
   while (int(entry.threads.size()) < count) {
-    const std::string name = options.name + "s" + std::to_string(entry.threads.size());
-    auto io = CreateThread(device, options, name);
+    auto io = CreateThread(device, options, options.name + "s", entry.threads.size());
     if (!io.ok()) {
       if (entry.users == 0 && entry.threads.empty()) all.entries.erase(key);
       return io.status();

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "alloc/verbs_registrar.h"
+#include "base/cpu_list.h"
 #include "base/log_internal.h"
 #include "base/loop_tasks.h"
 #include "bx/bemalloc.h"
@@ -343,6 +344,9 @@ Result<std::unique_ptr<RdmaTransportImpl>> RdmaTransportImpl::Create(
   io_options.adaptive_polling = t->rdma_.adaptive_polling;
   io_options.spin_limit_us = t->rdma_.spin_limit_us;
   io_options.name = "bx-rdma-io";
+  auto cpus = IoCpusFromEnvironment(options.io_cpus);
+  if (!cpus.ok()) return cpus.status().WithContext("rdma transport");
+  io_options.cpus = std::move(cpus).value();
   BX_ASSIGN_OR_RETURN(t->io_, IoThreadSet::Acquire(*t->device_, io_options, options.io_threads,
                                                    t->rdma_.share_io_threads));
   return t;

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <future>
 
+#include "base/cpu_list.h"
 #include "bx/log.h"
 
 namespace bx::tcp {
@@ -20,7 +21,7 @@ constexpr int kEventsPerWait = 128;
 
 }  // namespace
 
-Result<std::shared_ptr<IoThread>> IoThread::Start(const std::string& name) {
+Result<std::shared_ptr<IoThread>> IoThread::Start(const std::string& name, int cpu) {
   int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd < 0) return Status::FromErrno(errno, "epoll_create1");
   int wakeup_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -46,6 +47,7 @@ Result<std::shared_ptr<IoThread>> IoThread::Start(const std::string& name) {
     std::shared_ptr<IoThread> last = std::move(self->keep_alive_);
   });
   pthread_setname_np(thread->thread_.native_handle(), name.substr(0, 15).c_str());
+  if (cpu >= 0) BX_RETURN_IF_ERROR(PinThread(thread->thread_.native_handle(), cpu));
   return thread;
 }
 

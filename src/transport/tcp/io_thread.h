@@ -33,8 +33,9 @@ class IoThread : public std::enable_shared_from_this<IoThread> {
     virtual void Shutdown(const Status& reason) = 0;
   };
 
-  // Creates the epoll set and starts the thread, named `name` (visible in top -H).
-  static Result<std::shared_ptr<IoThread>> Start(const std::string& name);
+  // Creates the epoll set and starts the thread, named `name` (visible in top -H), pinned to
+  // `cpu` unless it is -1.
+  static Result<std::shared_ptr<IoThread>> Start(const std::string& name, int cpu = -1);
   // Stops and joins the thread (when Stop was not called), then closes the epoll set.
   ~IoThread();
   IoThread(const IoThread&) = delete;

@@ -10,6 +10,7 @@
 
 #include <fmt/core.h>
 
+#include "base/cpu_list.h"
 #include "transport/peer_limit.h"
 #include "transport/socket_util.h"
 #include "transport/tcp/handshake.h"
@@ -94,10 +95,13 @@ Result<std::unique_ptr<Transport>> CreateTcpTransport(const TransportOptions& op
     return InvalidArgument(
         fmt::format("tcp transport: io_threads is {}, needs at least 1", options.io_threads));
   }
+  auto cpus = IoCpusFromEnvironment(options.io_cpus);
+  if (!cpus.ok()) return cpus.status().WithContext("tcp transport");
   std::vector<std::shared_ptr<IoThread>> io_threads;
   for (int i = 0; i < options.io_threads; ++i) {
     BX_ASSIGN_OR_RETURN(std::shared_ptr<IoThread> io_thread,
-                        IoThread::Start(fmt::format("bx-tcp-io{}", i)));
+                        IoThread::Start(fmt::format("bx-tcp-io{}", i),
+                                        cpus->empty() ? -1 : (*cpus)[size_t(i) % cpus->size()]));
     io_threads.push_back(std::move(io_thread));
   }
   return std::unique_ptr<Transport>(new TcpTransport(options, std::move(io_threads)));
