@@ -6,7 +6,10 @@
 // Host CPU per request is the process's CPU time minus the simnic's "hardware" threads (which a
 // real NIC would not charge to the host) and minus the trainers' stand-in compute (the same on
 // both transports; it would only dilute the difference). It covers servers and clients, since
-// both run here.
+// both run here. With --busy (issue 47) the stand-in compute is a real matrix multiply and one
+// background thread per core runs the same multiply throughout (busy_compute.h); the process CPU
+// clock counts those threads too, so their CPU, read from their own thread CPU clocks, is
+// subtracted as well: host CPU per request stays the demo's own.
 //
 // Public API only (include/bx/), except two looks inside: the synthetic workloads of the paper
 // (ps/workload.h: key and size distributions, benchmark input rather than API) and the simnic's
@@ -34,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.h"
+#include "busy_compute.h"
 #include "bx/init.h"
 #include "bx/metrics.h"
 #include "bx/observe.h"
@@ -66,6 +70,11 @@ struct DemoOptions {
   bool refill_from_completion = true;
   int trainers = 4;
   int compute_us = 200;  // stand-in forward/backward per training step
+  // --busy: every core runs model work (a BusyHost) beside the demo, and a training step's
+  // compute is a matrix multiply of this size (calibrated to about compute_us) instead of a spin
+  // on the clock. 0: not busy.
+  bool busy = false;
+  size_t matmul_n = 0;
   uint32_t dim = 64;
   // Keys the workloads draw from (Zipf). The demo loads every one of them before the clock
   // starts, as a trained model would hold them: see LoadTable.
@@ -149,6 +158,9 @@ struct Figures {
   double rss_mib = 0;  // the process's resident set as the run ends (its cluster still up)
   // Host CPU per request split by where it ran (SampleCpuSplit); the rest is client threads.
   double workers_us_per_request = 0, io_us_per_request = 0, kernel_us_per_request = 0;
+  // CPU the busy host's compute threads took during the run (left out of host CPU), and the
+  // trainers' mean CPU per step's compute (training only).
+  double busy_cpu_s = 0, compute_us_per_step = 0;
 };
 
 // VmRSS from /proc/self/status, in MiB (0 if unreadable).
@@ -442,22 +454,30 @@ void RunInference(const DemoOptions& options, PsClient& client, double seconds,
   for (auto& ranker : rankers) ranker.join();
 }
 
+// The CPU the trainers' compute took, over how many steps.
+struct ComputeTime {
+  uint64_t cpu_ns = 0, steps = 0;
+};
+
 // Trainers: fetch a batch's rows, compute (busy CPU), push a gradient to every shard touched.
 // Batch sizes (push bytes) are lognormal with mean 20 KiB and P99 50 KiB. Returns the CPU the
-// stand-in compute took.
-uint64_t RunTraining(const DemoOptions& options, PsClient& client, double seconds,
-                     Recorder& recorder) {
+// compute took.
+ComputeTime RunTraining(const DemoOptions& options, PsClient& client, double seconds,
+                        Recorder& recorder) {
   Result<ps::LogNormalSizes> sizes = ps::LogNormalSizes::Create();
   if (!sizes.ok()) Fail("sizes", sizes.status());
   ps::ZipfKeys keys(options.key_space);
   auto end = Clock::now() +
              std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  std::atomic<uint64_t> compute_ns{0};
+  std::atomic<uint64_t> compute_ns{0}, steps{0};
   std::vector<std::thread> trainers;
   for (int t = 0; t < options.trainers; ++t) {
     trainers.emplace_back([&, t] {
       ps::Rng rng(2000 + t);
       std::vector<float> gradients;
+      // --busy: the step's model work, allocated before the first step.
+      std::unique_ptr<busy::MatMul> matmul;
+      if (options.matmul_n > 0) matmul = std::make_unique<busy::MatMul>(options.matmul_n);
       while (Clock::now() < end) {
         uint64_t n = ps::KeysForBytes(sizes->Sample(rng), options.dim);
         std::vector<uint64_t> batch(n);
@@ -470,7 +490,9 @@ uint64_t RunTraining(const DemoOptions& options, PsClient& client, double second
         }
         recorder.Fetch(Clock::now() - start);
         recorder.requests.fetch_add(1);
-        // Stand-in forward/backward: busy for compute_us, deriving a gradient from the rows.
+        // Stand-in forward/backward: derives a gradient from the rows, then either one matrix
+        // multiply (--busy: real work, sized at start-up to take about compute_us) or, by
+        // default, the same derivation again until compute_us have passed on the clock.
         uint64_t cpu_start = ThreadCpuNs();
         auto busy_until = Clock::now() + std::chrono::microseconds(options.compute_us);
         gradients.resize(rows->rows() * rows->dim());
@@ -481,8 +503,10 @@ uint64_t RunTraining(const DemoOptions& options, PsClient& client, double second
             acc = acc * 0.5f + values[i];
             gradients[i] = 0.001f * acc;
           }
-        } while (Clock::now() < busy_until);
+        } while (matmul == nullptr && Clock::now() < busy_until);
+        if (matmul != nullptr) busy::Sink(matmul->Run());
         compute_ns.fetch_add(ThreadCpuNs() - cpu_start);
+        steps.fetch_add(1);
         start = Clock::now();
         Status pushed = client.Push(kTable, options.dim, batch, gradients, 2s);
         if (!pushed.ok()) {
@@ -495,7 +519,7 @@ uint64_t RunTraining(const DemoOptions& options, PsClient& client, double second
     });
   }
   for (auto& trainer : trainers) trainer.join();
-  return compute_ns.load();
+  return {compute_ns.load(), steps.load()};
 }
 
 // Materialises every row of the key space once, before the clock starts: a push of zero
@@ -533,17 +557,27 @@ Figures FiguresOf(const Recorder& recorder, double elapsed) {
 }
 
 // Host CPU over a run, from construction to Fill: the process's, minus the simnic's hardware
-// threads and the trainers' stand-in compute, per request, and its split by thread.
+// threads, the trainers' compute and the busy host's compute threads (`busy`, may be null), per
+// request, and its split by thread. The kernel share is the process's system time, compute
+// threads included (they make no system calls after they start).
 class HostCpuMeter {
  public:
-  HostCpuMeter() : cpu0_(ProcessCpuNs()), hardware0_(HardwareCpuNs()), split0_(SampleCpuSplit()) {}
+  explicit HostCpuMeter(const busy::BusyHost* busy = nullptr)
+      : busy_(busy),
+        cpu0_(ProcessCpuNs()),
+        hardware0_(HardwareCpuNs()),
+        busy0_(busy ? busy->CpuNs() : 0),
+        split0_(SampleCpuSplit()) {}
 
   // Sets f's host CPU figures and RSS (f.requests already set).
   void Fill(uint64_t compute_ns, Figures& f) const {
     const uint64_t cpu = ProcessCpuNs() - cpu0_, hardware = HardwareCpuNs() - hardware0_;
+    const uint64_t busy = busy_ ? busy_->CpuNs() - busy0_ : 0;
     const CpuSplit split1 = SampleCpuSplit();
     auto per_request = [&](double ns) { return f.requests ? ns / 1000.0 / f.requests : 0.0; };
-    f.host_cpu_us_per_request = per_request(double(cpu) - double(hardware) - double(compute_ns));
+    f.host_cpu_us_per_request =
+        per_request(double(cpu) - double(hardware) - double(compute_ns) - double(busy));
+    f.busy_cpu_s = double(busy) / 1e9;
     f.workers_us_per_request = per_request(double(split1.workers_ns - split0_.workers_ns));
     f.io_us_per_request = per_request(double(split1.io_ns - split0_.io_ns));
     f.kernel_us_per_request = per_request(double(split1.kernel_ns - split0_.kernel_ns));
@@ -551,12 +585,13 @@ class HostCpuMeter {
   }
 
  private:
-  const uint64_t cpu0_, hardware0_;
+  const busy::BusyHost* busy_;
+  const uint64_t cpu0_, hardware0_, busy0_;
   const CpuSplit split0_;
 };
 
 Figures RunWorkload(const DemoOptions& options, const std::string& scheme, bool training,
-                    double seconds) {
+                    double seconds, const busy::BusyHost* busy_host) {
   DemoCluster cluster(options, scheme);
   const double load_s = LoadTable(options, cluster.client(), scheme);
   // Connections first, so set-up is not measured.
@@ -570,19 +605,20 @@ Figures RunWorkload(const DemoOptions& options, const std::string& scheme, bool 
   Recorder recorder;
   ps::PsClientStats before = cluster.client().stats();
   std::map<std::string, uint64_t> engine_before = cluster.EngineCounters();
-  const HostCpuMeter cpu;
+  const HostCpuMeter cpu(busy_host);
   auto t0 = Clock::now();
-  uint64_t compute_ns = 0;
+  ComputeTime compute;
   {
     Progress progress(scheme + (training ? " training" : " inference"), seconds, recorder);
     if (training) {
-      compute_ns = RunTraining(options, cluster.client(), seconds, recorder);
+      compute = RunTraining(options, cluster.client(), seconds, recorder);
     } else {
       RunInference(options, cluster.client(), seconds, drawn, recorder);
     }
   }
   Figures f = FiguresOf(recorder, std::chrono::duration<double>(Clock::now() - t0).count());
-  cpu.Fill(compute_ns, f);
+  cpu.Fill(compute.cpu_ns, f);
+  if (compute.steps > 0) f.compute_us_per_step = double(compute.cpu_ns) / 1000.0 / compute.steps;
   ps::PsClientStats after = cluster.client().stats();
   for (const auto& [name, value] : cluster.EngineCounters()) {
     f.engine[name] = value - engine_before[name];
@@ -636,6 +672,11 @@ void PrintTable(const std::string& title, const Figures& rdma, const Figures& tc
   lower_better("  on RPC workers (PS work)", &Figures::workers_us_per_request);
   lower_better("  on transport I/O threads", &Figures::io_us_per_request);
   lower_better("  in the kernel (all threads)", &Figures::kernel_us_per_request);
+  if (training)
+    row("compute CPU per step (us)", rdma.compute_us_per_step, tcp.compute_us_per_step, "");
+  if (rdma.busy_cpu_s > 0 || tcp.busy_cpu_s > 0) {
+    row("busy threads' CPU (s, left out)", rdma.busy_cpu_s, tcp.busy_cpu_s, "");
+  }
   std::printf("%-28s %12llu %12llu\n", "requests", static_cast<unsigned long long>(rdma.requests),
               static_cast<unsigned long long>(tcp.requests));
   std::printf("%-28s %12llu %12llu\n", "errors", static_cast<unsigned long long>(rdma.errors),
@@ -669,6 +710,8 @@ nlohmann::json ToJson(const Figures& f) {
                       {"workers_us_per_request", f.workers_us_per_request},
                       {"io_us_per_request", f.io_us_per_request},
                       {"kernel_us_per_request", f.kernel_us_per_request},
+                      {"busy_cpu_s", f.busy_cpu_s},
+                      {"compute_us_per_step", f.compute_us_per_step},
                       {"table_load_s", f.load_s}};
   for (const char* name : {"rnr_events", "credit_stalls", "window_stalls"}) {
     auto it = f.engine.find(name);
@@ -677,17 +720,37 @@ nlohmann::json ToJson(const Figures& f) {
   return j;
 }
 
-void RunDemo(const DemoOptions& options) {
+void RunDemo(const DemoOptions& given) {
+  DemoOptions options = given;
+  // --busy: the multiply's size is calibrated first, on a still idle host and before any clock
+  // the demo reads.
+  busy::Calibration calibration;
+  if (options.busy) {
+    calibration = busy::Calibrate(options.compute_us);
+    options.matmul_n = calibration.n;
+  }
   InitProcess();
   std::unique_ptr<metrics::MetricsServer> metrics_endpoint =
       StartMetricsEndpoint(options.metrics_port, "127.0.0.1");
   double each = options.duration_s / 4;
   std::map<std::string, std::map<std::string, Figures>> results;
-  for (const char* workload : {"inference", "training"}) {
-    for (const char* scheme : {"rdma", "tcp"}) {
-      results[workload][scheme] =
-          RunWorkload(options, scheme, std::string(workload) == "training", each);
+  int busy_threads = 0;
+  uint64_t busy_multiplies = 0;
+  {
+    // Model work on every core across all four runs, so both transports meet the same busy host.
+    std::unique_ptr<busy::BusyHost> busy_host;
+    if (options.busy) {
+      busy_host = std::make_unique<busy::BusyHost>(
+          int(std::max(1u, std::thread::hardware_concurrency())), calibration.n);
+      busy_threads = busy_host->threads();
     }
+    for (const char* workload : {"inference", "training"}) {
+      for (const char* scheme : {"rdma", "tcp"}) {
+        results[workload][scheme] = RunWorkload(
+            options, scheme, std::string(workload) == "training", each, busy_host.get());
+      }
+    }
+    if (busy_host) busy_multiplies = busy_host->Multiplies();
   }
   if (options.json) {
     nlohmann::json out;
@@ -696,6 +759,11 @@ void RunDemo(const DemoOptions& options) {
     }
     out["inference"]["offered_rate"] = options.inference_rate;  // 0: closed loop
     out["inference"]["refill_from_completion"] = options.refill_from_completion;
+    out["busy"] = {{"enabled", options.busy},
+                   {"compute_threads", busy_threads},
+                   {"matrix_n", calibration.n},
+                   {"calibrated_us_per_multiply", calibration.us_per_multiply},
+                   {"background_multiplies", busy_multiplies}};
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
@@ -704,6 +772,17 @@ void RunDemo(const DemoOptions& options) {
       "transport (rdma on the %s)\n",
       options.shards, options.replicas, options.dim, each,
       std::getenv("BX_VERBS") ? std::getenv("BX_VERBS") : "default verbs");
+  if (options.busy) {
+    fmt::print(
+        "busy host: {} compute threads (one per core) multiplying {}x{} float matrices "
+        "throughout ({} multiplies), and each training step one such multiply; calibrated at "
+        "start-up to {:.0f} us of CPU per multiply (--compute-us {})\n",
+        busy_threads, calibration.n, calibration.n, busy_multiplies, calibration.us_per_multiply,
+        options.compute_us);
+  } else {
+    std::printf(
+        "busy host: no (trainers spin on the clock for --compute-us; --busy for real work)\n");
+  }
   const std::string load =
       options.inference_rate > 0
           ? fmt::format(
@@ -721,8 +800,9 @@ void RunDemo(const DemoOptions& options) {
                          options.trainers, options.compute_us),
              results["training"]["rdma"], results["training"]["tcp"], true);
   fmt::print(
-      "\nhost CPU = process CPU - simnic hardware threads - trainer compute (servers and clients "
-      "both in this process). Engine counters: client-side rdma engines only (server engines are "
+      "\nhost CPU = process CPU - simnic hardware threads - trainer compute - busy compute threads "
+      "(servers and clients both in this process). Engine counters: client-side rdma engines only "
+      "(server engines are "
       "inside rpc::Server, not reachable through its API); tcp has no engine. Fallbacks: the demo "
       "gives each run only one scheme's urls, so the RPC client has nothing to fall back to. "
       "The split: run time of the threads named bx-rpc-worker and bx-{{rdma,tcp}}-io, and the "
@@ -785,7 +865,7 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
       Fail("cluster", Status(StatusCode::kInvalidArgument, "the first table must have id 1"));
     }
     if (training) {
-      compute_ns = RunTraining(options, **client, seconds, recorder);
+      compute_ns = RunTraining(options, **client, seconds, recorder).cpu_ns;
     } else {
       RunInference(options, **client, seconds, drawn, recorder);
     }
@@ -823,6 +903,9 @@ void AddDemoCommand(CLI::App* app) {
                     "the completed fetch's callback does, so --outstanding stay in flight)");
   command->add_option("--trainers", options->trainers, "Trainer threads");
   command->add_option("--compute-us", options->compute_us, "Stand-in compute per training step");
+  command->add_flag("--busy", options->busy,
+                    "A busy training host: each step's compute is a float matrix multiply "
+                    "calibrated to --compute-us, and one thread per core runs it throughout");
   command->add_option("--shards", options->shards, "Shards");
   command->add_option("--replicas", options->replicas, "Replicas per shard");
   command->add_flag("!--own-io-threads", options->share_io_threads,
