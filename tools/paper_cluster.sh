@@ -6,7 +6,7 @@
 #
 #   paper_cluster.sh BX [--servers 16] [--replicas 2] [--workers 16] [--rankers N]
 #                       [--threads 1] [--seconds 20] [--transport rdma|tcp|both]
-#                       [--heartbeat-timeout-ms 5000] [--json]
+#                       [--heartbeat-timeout-ms 5000] [--stagger-ms 0] [--json]
 #
 # Reports per transport: requests/s (sum over workers), fetch and push P50/P99 (the worst
 # worker's: the workers report percentiles, not histograms, so no merge is possible), host CPU
@@ -30,6 +30,10 @@ TRANSPORTS=both
 # host with a core to spare: ~50 processes on 2 cores leave a process unscheduled for longer,
 # and at 500 ms the workers' connections flapped (down, reconnect) all through the run.
 HEARTBEAT_TIMEOUT_MS=5000
+# Between two workers' starts (0: all at once; their clocks start together either way, once all
+# are connected). All at once, 16 workers open ~1,000 connections together, which on a busy
+# 2-core host starved etcd until leases were lost (CLUSTER_STAGGER_MS in the Makefile).
+export STAGGER_MS=0
 JSON=0
 while (($#)); do
   case $1 in
@@ -41,6 +45,7 @@ while (($#)); do
     --seconds) RUN_SECONDS=$2; shift 2 ;;
     --transport) TRANSPORTS=$2; shift 2 ;;
     --heartbeat-timeout-ms) HEARTBEAT_TIMEOUT_MS=$2; shift 2 ;;
+    --stagger-ms) STAGGER_MS=$2; shift 2 ;;
     --json) JSON=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -93,14 +98,28 @@ wait_for_line() { # file pattern timeout-seconds
   done
 }
 
-# Free loopback ports, bound together so that none repeats: etcd's two and two per replica
-# (rdma:// listens on a TCP port too).
+# Free loopback ports below the kernel's ephemeral range: ports taken from inside it and let go
+# were handed out again before their owner listened (a server's /metrics on port 0 got another
+# replica's rdma:// port at 16x2, and thousands of outgoing connections draw from it too).
 free_ports() { # count
   python3 - "$1" <<'PY'
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
+import random, socket, sys
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+count, ports = int(sys.argv[1]), []
+port = random.randrange(10000, max(10001, low - 4 * count))
+while len(ports) < count and port < low:
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        ports.append(port)
+    except OSError:
+        pass
+    finally:
+        s.close()
+    port += 1
+if len(ports) < count:
+    sys.exit("not enough free ports below the ephemeral range")
+print(" ".join(map(str, ports)))
 PY
 }
 
@@ -110,7 +129,10 @@ run_transport() { # transport
   local transport=$1 dir="$WORK/$1"
   mkdir -p "$dir"
   local -a ports
-  read -r -a ports < <(free_ports $((2 + 2 * SERVERS * REPLICAS)))
+  # etcd's two, two per replica (rdma:// listens on a TCP port too), then one /metrics each for
+  # the replicas and the workers.
+  read -r -a ports < <(free_ports $((2 + 3 * SERVERS * REPLICAS + WORKERS)))
+  local metrics_base=$((2 + 2 * SERVERS * REPLICAS))
   local etcd_url="http://127.0.0.1:${ports[0]}"
   etcd --name default --data-dir "$dir/etcd" --listen-client-urls "$etcd_url" \
     --advertise-client-urls "$etcd_url" --listen-peer-urls "http://127.0.0.1:${ports[1]}" \
@@ -123,7 +145,8 @@ run_transport() { # transport
   # Small tables: one embedding table (id 1, dim 64, the `bx demo` workloads' shape); rows exist
   # only once pushed, so a server holds what the trainers pushed to its shard (a few MiB).
   (umask 077 && head -c 32 /dev/urandom | base64 >"$dir/cluster.secret")
-  python3 - "$dir/cluster.json" "$transport" "$SERVERS" "$REPLICAS" "${ports[@]:2}" <<'PY'
+  python3 - "$dir/cluster.json" "$transport" "$SERVERS" "$REPLICAS" \
+    "${ports[@]:2:$((2 * SERVERS * REPLICAS))}" <<'PY'
 import json, sys
 path, transport, shards, replicas, *ports = sys.argv[1:]
 shards, replicas = int(shards), int(replicas)
@@ -149,7 +172,8 @@ PY
       # 100 ms) kept one etcd on 2 busy cores past the replicas' fixed 1 s deadline, leases were
       # lost and primaries stepped down before the workers started.
       "$BX" ps serve --cluster "$dir/cluster.json" --shard $s --replica $r --etcd "$etcd_url" \
-        --lease-ms 10000 --probe-interval-ms 500 --metrics-port 0 >"$dir/s$s-r$r.log" 2>&1 &
+        --lease-ms 10000 --probe-interval-ms 500 \
+        --metrics-port "${ports[metrics_base + s * REPLICAS + r]}" >"$dir/s$s-r$r.log" 2>&1 &
       PIDS+=($!)
       echo "$! server s$s-r$r" >>"$dir/servers"
     done
@@ -176,21 +200,19 @@ PY
     local role=train
     ((w < RANKERS)) && role=rank
     "$BX" ps $role --cluster "$dir/cluster.json" --threads "$THREADS" --duration "$RUN_SECONDS" \
-      --heartbeat-timeout-ms "$HEARTBEAT_TIMEOUT_MS" --json --metrics-port 0 >"$dir/w$w.json" \
+      --heartbeat-timeout-ms "$HEARTBEAT_TIMEOUT_MS" --start-file "$dir/go" --json \
+      --metrics-port "${ports[metrics_base + SERVERS * REPLICAS + w]}" >"$dir/w$w.json" \
       2>"$dir/w$w.log" &
     PIDS+=($!)
     workers+=($!)
     echo "$! $role w$w" >>"$dir/workers"
+    ((STAGGER_MS == 0)) || sleep "$(printf '%d.%03d' $((STAGGER_MS / 1000)) $((STAGGER_MS % 1000)))"
   done
-  # Connected: every worker's warm-up fetch (a key on every shard) answered; its clock starts
-  # then. The servers' CPU is counted from the first worker's start to the last one's end.
+  # Connected: every worker's warm-up fetch (a key on every shard) answered. Then $dir/go starts
+  # all their clocks together; the servers' CPU is counted from then to the last one's end.
   local t_first=0 connected=0 deadline=$((SECONDS + 300))
   while ((connected < WORKERS)); do
     connected=$(cat "$dir"/w*.log 2>/dev/null | tr '\r' '\n' | grep -c "^connected:" || true)
-    if ((connected > 0 && t_first == 0)); then
-      t_first=$(now_ms)
-      touch "$dir/mark-start"
-    fi
     for ((w = 0; w < WORKERS; w++)); do
       kill -0 "${workers[w]}" 2>/dev/null || grep -q "^connected:" "$dir/w$w.log" ||
         { echo "$transport: worker $w ended before connecting" >&2; return 1; }
@@ -202,6 +224,8 @@ PY
   local t_connected
   t_connected=$(cat "$dir"/w*.log | tr '\r' '\n' | sed -n 's/^connected: .*, at \([0-9]*\)$/\1/p' |
     sort -n | tail -1)
+  t_first=$(now_ms)
+  touch "$dir/mark-start" "$dir/go"
   local failed=0
   for w in "${workers[@]}"; do wait "$w" || failed=$((failed + 1)); done
   local t_end
@@ -316,8 +340,8 @@ for line in open(os.path.join(d, "workers")):
         pass
 requests = sum(r["requests"] for _, r in runs.values())
 errors = sum(r["errors"] for _, r in runs.values())
-# CPU over the run: the servers' from /proc between the first worker's start and the last one's
-# end; each worker's own over its clock (it reports it, having exited before the end sample).
+# CPU over the run: the servers' from /proc between the workers' common start ($dir/go) and the
+# last one's end; each worker's own over its clock (it reports it, having exited by then).
 server_names = [n for n, e in end.items() if e["role"] == "server"]
 server_cpu = sum(end[n]["cpu_s"] - start[n]["cpu_s"] for n in server_names if n in start)
 server_simnic = sum((end[n].get("simnic_cpu_s") or 0) - (start[n].get("simnic_cpu_s") or 0)
@@ -367,7 +391,7 @@ out = {
     "server": proc(("server",), limit_server), "worker": proc(("rank", "train"), limit_worker),
     # A server talks to the workers and its shard's other replicas; a worker to every replica.
     "server_peers": workers + replicas - 1, "worker_peers": servers * replicas,
-    "servers_served_ms": t_served - t0,
+    "servers_served_ms": t_served - t0, "stagger_ms": int(os.environ.get("STAGGER_MS", "0")),
     "connect_ms": t_connected - t0,
     "workers_connect_ms": t_connected - t_served,
     "run_window_s": round((t_end - t_first) / 1e3, 1),

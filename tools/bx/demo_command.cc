@@ -767,7 +767,7 @@ void RunDemo(const DemoOptions& options) {
 // files untouched.
 void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool training,
                    double seconds, int threads, bool json, int metrics_port,
-                   int heartbeat_timeout_ms) {
+                   int heartbeat_timeout_ms, const std::string& start_file) {
   InitProcess();
   std::unique_ptr<metrics::MetricsServer> metrics_endpoint =
       StartMetricsEndpoint(metrics_port, "127.0.0.1");
@@ -839,6 +839,11 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
                                             .count()));
   }
   const DrawnRequests drawn = training ? DrawnRequests{} : DrawInferenceRequests(options);
+  // Many processes start their clocks together: each waits for the file its starter creates once
+  // all are connected.
+  if (!start_file.empty()) {
+    while (!std::filesystem::exists(start_file)) std::this_thread::sleep_for(10ms);
+  }
   Recorder recorder;
   const HostCpuMeter cpu;
   auto t0 = Clock::now();

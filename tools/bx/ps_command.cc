@@ -33,7 +33,7 @@ namespace bx::tools {
 // Defined in demo_command.cc.
 void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool training,
                    double seconds, int threads, bool json, int metrics_port,
-                   int heartbeat_timeout_ms);
+                   int heartbeat_timeout_ms, const std::string& start_file);
 // Also there: `--metrics-port` (nothing when port < 0).
 std::unique_ptr<metrics::MetricsServer> StartMetricsEndpoint(int port, const std::string& address);
 
@@ -473,6 +473,7 @@ void AddPsCommand(CLI::App* app) {
     bool json = false;
     int metrics_port = -1;
     int heartbeat_timeout_ms = 0;  // 0: rpc::ClientOptions' default
+    std::string start_file;
     VerifyFlags verify;
   };
   for (bool training : {false, true}) {
@@ -491,6 +492,9 @@ void AddPsCommand(CLI::App* app) {
                   "Declare a connection dead after this long without a byte (0: the RPC client's "
                   "default, 500 ms; a host with far more processes than cores needs more)")
         ->check(CLI::NonNegativeNumber);
+    w->add_option("--start-file", options->start_file,
+                  "Once connected, wait for this file to exist before starting the clock (many "
+                  "workers measured over one window)");
     if (training) {
       w->add_flag(
           "--verify", options->verify.enabled,
@@ -516,7 +520,8 @@ void AddPsCommand(CLI::App* app) {
         return RunVerify(spec, options->seconds, options->threads, options->verify);
       }
       RunPsWorkload(spec, spec.transport, training, options->seconds, options->threads,
-                    options->json, options->metrics_port, options->heartbeat_timeout_ms);
+                    options->json, options->metrics_port, options->heartbeat_timeout_ms,
+                    options->start_file);
     });
   }
 }
