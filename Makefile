@@ -12,7 +12,7 @@ CTEST_ARGS ?=
 CMAKE_ARGS ?=
 
 .PHONY: all deps configure build test demo demo-python format format-check clean asan tsan test-asan test-tsan \
-	test-stress build-variants conformance test-chaos test-catch-up install fuzz fuzz-smoke fuzz-build fuzz-corpus
+	test-stress build-variants conformance test-chaos test-catch-up bench-cluster install fuzz fuzz-smoke fuzz-build fuzz-corpus
 
 all: build
 
@@ -126,6 +126,23 @@ CATCH_UP_MIB ?= 1024
 test-catch-up: build
 	bash src/ps/service/tests/catch_up_load.sh $(BUILD)/bin/bx --mib $(CATCH_UP_MIB) --seconds 90
 	bash src/ps/service/tests/large_push_failover.sh $(BUILD)/bin/bx --pushes 5 --seconds 40
+
+# A paper-shaped cluster on this host (issue 47): etcd, CLUSTER_SERVERS shards x CLUSTER_REPLICAS
+# `bx ps serve` and CLUSTER_WORKERS rankers and trainers fanning out to every shard, over rdma://
+# then tcp://: requests/s, fetch/push P50/P99, host CPU per request, I/O threads and QPs per
+# process, time to connect (tools/paper_cluster.sh; ~50 processes at the default, not in CI).
+# Workers start CLUSTER_STAGGER_MS apart (their clocks start together once all are connected):
+# all at once, ~1,000 connections opened together starved etcd on a busy 2-core host, leases
+# were lost and the shards did not settle (the report of issue 47 item 5).
+CLUSTER_SERVERS ?= 16
+CLUSTER_REPLICAS ?= 2
+CLUSTER_WORKERS ?= 16
+CLUSTER_SECONDS ?= 20
+CLUSTER_STAGGER_MS ?= 4000
+bench-cluster: build
+	bash tools/paper_cluster.sh $(BUILD)/bin/bx --servers $(CLUSTER_SERVERS) \
+	  --replicas $(CLUSTER_REPLICAS) --workers $(CLUSTER_WORKERS) --seconds $(CLUSTER_SECONDS) \
+	  --stagger-ms $(CLUSTER_STAGGER_MS) --transport both
 
 # Installs headers, libbexpress.so, the CMake package, bexpress.pc, bx and the simnic.
 PREFIX ?= /usr/local

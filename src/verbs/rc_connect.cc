@@ -1,11 +1,17 @@
 #include "verbs/rc_connect.h"
 
+#include <atomic>
 #include <cerrno>
 #include <string>
 #include <utility>
 
+#include "verbs/rc_count.h"
+
 namespace bx::verbs {
 namespace {
+
+// LiveRcQueuePairs: incremented when a QP is created, decremented when it is destroyed.
+std::atomic<int64_t> g_live_rc_qps{0};
 
 // ibv_modify_qp returns the errno value itself; some providers return -1 and set errno.
 Status ModifyQp(Library& lib, ibv_qp* qp, ibv_qp_attr* attr, int mask, std::string_view step) {
@@ -18,6 +24,10 @@ Status ModifyQp(Library& lib, ibv_qp* qp, ibv_qp_attr* attr, int mask, std::stri
 }
 
 }  // namespace
+
+int64_t LiveRcQueuePairs() {
+  return g_live_rc_qps.load(std::memory_order_relaxed);
+}
 
 RcQueuePair::RcQueuePair(RcQueuePair&& other) noexcept
     : lib_(other.lib_),
@@ -40,7 +50,10 @@ RcQueuePair::~RcQueuePair() {
 
 void RcQueuePair::Destroy() {
   // The QP first: a CQ that a QP still completes to cannot be destroyed (EBUSY).
-  if (qp_ != nullptr) lib_->destroy_qp(std::exchange(qp_, nullptr));
+  if (qp_ != nullptr) {
+    lib_->destroy_qp(std::exchange(qp_, nullptr));
+    g_live_rc_qps.fetch_sub(1, std::memory_order_relaxed);
+  }
   if (owned_cq_ != nullptr) lib_->destroy_cq(std::exchange(owned_cq_, nullptr));
 }
 
@@ -72,6 +85,7 @@ Result<RcQueuePair> CreateRcQueuePair(Library& lib, ibv_context* context, ibv_pd
   if (result.qp_ == nullptr) {
     return Status::FromErrno(errno != 0 ? errno : ENOMEM, "ibv_create_qp(RC)");
   }
+  g_live_rc_qps.fetch_add(1, std::memory_order_relaxed);
   return result;
 }
 

@@ -45,6 +45,7 @@
 #include "bx/ps/server.h"
 #include "commands.h"
 #include "ps/workload.h"
+#include "verbs/rc_count.h"
 #include "verbs/verbs.h"
 
 namespace bx::tools {
@@ -142,6 +143,19 @@ std::unique_ptr<metrics::MetricsServer> StartMetricsEndpoint(int port, const std
   options.address = address;
   Result<std::unique_ptr<metrics::MetricsServer>> server = metrics::StartHttpServer(options);
   if (!server.ok()) Fail("metrics endpoint", server.status());
+  // The process's RC QPs over all its transports (servers' included, whose engines rpc::Server
+  // does not export): what tools/paper_cluster.sh compares with the peers a process has.
+  // With its CPU and the simnic's share of it (which a real NIC would not charge to the host).
+  static metrics::CollectorHandle process =
+      metrics::Registry::Default().AddCollector([](metrics::SampleWriter& out) {
+        out.Gauge("bx_process_rc_qps", "RC queue pairs this process holds (all transports)", {},
+                  double(verbs::LiveRcQueuePairs()));
+        out.Counter("bx_process_cpu_seconds_total", "CPU time of this process", {},
+                    double(ProcessCpuNs()) / 1e9);
+        out.Counter("bx_process_simnic_cpu_seconds_total",
+                    "CPU time of the simnic's hardware work in this process", {},
+                    double(HardwareCpuNs()) / 1e9);
+      });
   std::fprintf(stderr, "metrics: http://%s:%u/metrics\n", address.c_str(), (*server)->port());
   return std::move(server).value();
 }
@@ -149,7 +163,7 @@ std::unique_ptr<metrics::MetricsServer> StartMetricsEndpoint(int port, const std
 namespace {
 
 struct Figures {
-  double fetch_mean_us = 0, fetch_p99_us = 0, push_p99_us = 0;
+  double fetch_mean_us = 0, fetch_p50_us = 0, fetch_p99_us = 0, push_p50_us = 0, push_p99_us = 0;
   double requests_per_sec = 0, host_cpu_us_per_request = 0;
   uint64_t requests = 0, errors = 0;
   std::map<std::string, uint64_t> engine;  // rdma engine counters (client side)
@@ -161,6 +175,9 @@ struct Figures {
   // CPU the busy host's compute threads took during the run (left out of host CPU), and the
   // trainers' mean CPU per step's compute (training only).
   double busy_cpu_s = 0, compute_us_per_step = 0;
+  // The raw CPU behind host_cpu_us_per_request: the process's, the simnic's hardware work's and
+  // the trainers' stand-in compute's, over the run (ms).
+  double process_cpu_ms = 0, simnic_cpu_ms = 0, compute_cpu_ms = 0;
 };
 
 // VmRSS from /proc/self/status, in MiB (0 if unreadable).
@@ -550,7 +567,9 @@ Figures FiguresOf(const Recorder& recorder, double elapsed) {
   f.requests = recorder.requests.load();
   f.errors = recorder.errors.load();
   f.fetch_mean_us = recorder.fetch.MeanUs();
+  f.fetch_p50_us = recorder.fetch.PercentileUs(0.50);
   f.fetch_p99_us = recorder.fetch.PercentileUs(0.99);
+  f.push_p50_us = recorder.push.PercentileUs(0.50);
   f.push_p99_us = recorder.push.PercentileUs(0.99);
   f.requests_per_sec = elapsed > 0 ? f.requests / elapsed : 0;
   return f;
@@ -582,6 +601,9 @@ class HostCpuMeter {
     f.io_us_per_request = per_request(double(split1.io_ns - split0_.io_ns));
     f.kernel_us_per_request = per_request(double(split1.kernel_ns - split0_.kernel_ns));
     f.rss_mib = ResidentMiB();
+    f.process_cpu_ms = double(cpu) / 1e6;
+    f.simnic_cpu_ms = double(hardware) / 1e6;
+    f.compute_cpu_ms = double(compute_ns) / 1e6;
   }
 
  private:
@@ -698,7 +720,9 @@ void PrintTable(const std::string& title, const Figures& rdma, const Figures& tc
 
 nlohmann::json ToJson(const Figures& f) {
   nlohmann::json j = {{"fetch_mean_us", f.fetch_mean_us},
+                      {"fetch_p50_us", f.fetch_p50_us},
                       {"fetch_p99_us", f.fetch_p99_us},
+                      {"push_p50_us", f.push_p50_us},
                       {"push_p99_us", f.push_p99_us},
                       {"requests_per_sec", f.requests_per_sec},
                       {"host_cpu_us_per_request", f.host_cpu_us_per_request},
@@ -712,7 +736,10 @@ nlohmann::json ToJson(const Figures& f) {
                       {"kernel_us_per_request", f.kernel_us_per_request},
                       {"busy_cpu_s", f.busy_cpu_s},
                       {"compute_us_per_step", f.compute_us_per_step},
-                      {"table_load_s", f.load_s}};
+                      {"table_load_s", f.load_s},
+                      {"process_cpu_ms", f.process_cpu_ms},
+                      {"simnic_cpu_ms", f.simnic_cpu_ms},
+                      {"compute_cpu_ms", f.compute_cpu_ms}};
   for (const char* name : {"rnr_events", "credit_stalls", "window_stalls"}) {
     auto it = f.engine.find(name);
     j[name] = it == f.engine.end() ? nlohmann::json(nullptr) : nlohmann::json(it->second);
@@ -819,7 +846,8 @@ void RunDemo(const DemoOptions& given) {
 // runs elsewhere. Declared there rather than in a header of its own, to keep the tree's shared
 // files untouched.
 void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool training,
-                   double seconds, int threads, bool json, int metrics_port) {
+                   double seconds, int threads, bool json, int metrics_port,
+                   int heartbeat_timeout_ms, const std::string& start_file) {
   InitProcess();
   std::unique_ptr<metrics::MetricsServer> metrics_endpoint =
       StartMetricsEndpoint(metrics_port, "127.0.0.1");
@@ -829,17 +857,19 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
   options.dim = spec.tables[0].dim;
   PsClientOptions client_options;
   client_options.transport = scheme;
-  // With --metrics-port the client's transport is ours, so that its engines can be exported.
-  std::unique_ptr<Transport> transport;
-  if (metrics_port >= 0) {
-    TransportOptions transport_options;
-    transport_options.auth_secret = spec.secret;
-    Result<std::unique_ptr<Transport>> created = CreateTransport(scheme, transport_options);
-    if (!created.ok()) Fail("client transport", created.status());
-    transport = std::move(created).value();
-    (scheme == "rdma" ? client_options.rpc.rdma_transport : client_options.rpc.tcp_transport) =
-        transport.get();
+  if (heartbeat_timeout_ms > 0) {
+    client_options.rpc.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms);
   }
+  // One transport for every shard's and replica's RPC client, as they share a NIC: left to
+  // themselves, the PsClient's (shards x (replicas + 1)) rpc::Clients would each start one, with
+  // an I/O thread each (48 threads for 16 shards of 2). Ours, its engines can also be exported.
+  TransportOptions transport_options;
+  transport_options.auth_secret = spec.secret;
+  Result<std::unique_ptr<Transport>> created = CreateTransport(scheme, transport_options);
+  if (!created.ok()) Fail("client transport", created.status());
+  std::unique_ptr<Transport> transport = std::move(created).value();
+  (scheme == "rdma" ? client_options.rpc.rdma_transport : client_options.rpc.tcp_transport) =
+      transport.get();
   Result<std::unique_ptr<PsClient>> client = PsClient::Create(spec, client_options);
   if (!client.ok()) Fail("client", client.status());
   observe::Exports exports;  // destroyed before the client and the transport
@@ -853,17 +883,53 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
       }
     }
   }
+  // The workloads use table kTable; a cluster file's first table must have that id.
+  if (spec.tables[0].id != kTable) {
+    Fail("cluster", Status(StatusCode::kInvalidArgument, "the first table must have id 1"));
+  }
+  // Connections first, so that set-up is not measured: one fetch with a key on every shard
+  // (a fetch stores no row). The line below says when this process could reach all of them.
+  {
+    const auto start = Clock::now();
+    std::vector<uint64_t> warm;
+    std::vector<bool> covered(spec.shards.size(), false);
+    size_t left = spec.shards.size();
+    for (uint64_t key = 0; left > 0; ++key) {
+      const uint32_t shard = ps::ShardOfKey(key, uint32_t(spec.shards.size()));
+      if (covered[shard]) continue;
+      covered[shard] = true;
+      --left;
+      warm.push_back(key);
+    }
+    // Retried: a cluster that is still settling (a primary taking its lease, a backup joining)
+    // refuses for a while.
+    Result<ps::FetchResult> r = (*client)->Fetch(kTable, warm, 10s);
+    while (!r.ok() && Clock::now() - start < 300s) {
+      std::this_thread::sleep_for(200ms);
+      r = (*client)->Fetch(kTable, warm, 10s);
+    }
+    if (!r.ok()) Fail(scheme + " warm-up fetch", r.status());
+    // With the wall clock (Unix ms), so that a script can line it up with the processes it
+    // started.
+    std::fprintf(stderr, "connected: a fetch from all %zu shards answered after %.0f ms, at %lld\n",
+                 spec.shards.size(),
+                 std::chrono::duration<double, std::milli>(Clock::now() - start).count(),
+                 static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            std::chrono::system_clock::now().time_since_epoch())
+                                            .count()));
+  }
   const DrawnRequests drawn = training ? DrawnRequests{} : DrawInferenceRequests(options);
+  // Many processes start their clocks together: each waits for the file its starter creates once
+  // all are connected.
+  if (!start_file.empty()) {
+    while (!std::filesystem::exists(start_file)) std::this_thread::sleep_for(10ms);
+  }
   Recorder recorder;
   const HostCpuMeter cpu;
   auto t0 = Clock::now();
   uint64_t compute_ns = 0;
   {
     Progress progress(scheme + (training ? " training" : " inference"), seconds, recorder);
-    // The workloads use table kTable; a cluster file's first table must have that id.
-    if (spec.tables[0].id != kTable) {
-      Fail("cluster", Status(StatusCode::kInvalidArgument, "the first table must have id 1"));
-    }
     if (training) {
       compute_ns = RunTraining(options, **client, seconds, recorder).cpu_ns;
     } else {

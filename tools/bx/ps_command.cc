@@ -32,7 +32,8 @@ namespace bx::tools {
 
 // Defined in demo_command.cc.
 void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool training,
-                   double seconds, int threads, bool json, int metrics_port);
+                   double seconds, int threads, bool json, int metrics_port,
+                   int heartbeat_timeout_ms, const std::string& start_file);
 // Also there: `--metrics-port` (nothing when port < 0).
 std::unique_ptr<metrics::MetricsServer> StartMetricsEndpoint(int port, const std::string& address);
 
@@ -139,10 +140,35 @@ void Serve(const ServeOptions& serve) {
   }
   InitProcess();
 
+  // The replica's own clients (to its backups; the failover monitor's pings and catch-up) on one
+  // transport per scheme, not one each: left alone, every rpc::Client starts its own, with an
+  // I/O thread, so a primary's threads would grow with its backups and a ping could start one.
+  // The rdma ones share the process's I/O threads with the server's (they share one NIC).
+  TransportOptions client_transport_options;
+  client_transport_options.auth_secret = spec.secret;
+  client_transport_options.privileged_secret = spec.replica_secret;
+  client_transport_options.rdma.share_io_threads = true;
+  std::unique_ptr<Transport> client_rdma, client_tcp;
+  for (const ps::ReplicaSpec& r : spec.shards[shard].replicas) {
+    if (!r.rdma.empty() && client_rdma == nullptr) {
+      // Without an RDMA device the clients fall back to TCP as they would have on their own.
+      Result<std::unique_ptr<Transport>> t = CreateTransport("rdma", client_transport_options);
+      if (t.ok()) client_rdma = std::move(t).value();
+    }
+    if (!r.tcp.empty() && client_tcp == nullptr) {
+      Result<std::unique_ptr<Transport>> t = CreateTransport("tcp", client_transport_options);
+      if (!t.ok()) Fail("client transport", t.status());
+      client_tcp = std::move(t).value();
+    }
+  }
+
   ps::PsServerOptions options;
   options.auth_secret = spec.secret;
   options.replica_secret = spec.replica_secret;
   options.rpc.worker_threads = 2;
+  options.rpc.transport.rdma.share_io_threads = true;
+  options.backup_client.rdma_transport = client_rdma.get();
+  options.backup_client.tcp_transport = client_tcp.get();
   options.max_abs_gradient = serve.max_abs_gradient;
   options.min_in_sync = ps::MinInSyncOf(spec, size_t(shard));
   options.rpc.transport.max_connections_per_peer = serve.max_connections_per_peer;
@@ -179,6 +205,8 @@ void Serve(const ServeOptions& serve) {
     // Every replica runs a monitor; replica 0's creates the configuration once all replicas
     // have registered, and becomes primary of epoch 1 under a lease.
     ps::FailoverOptions fo = MonitorOptions(spec, shard, replica, failover);
+    fo.client.rdma_transport = client_rdma.get();
+    fo.client.tcp_transport = client_tcp.get();
     fo.config_store = store;
     fo.lease_ttl = std::chrono::milliseconds(failover.lease_ms);
     monitor = StartMonitor(server->get(), std::move(fo));
@@ -208,6 +236,8 @@ void Serve(const ServeOptions& serve) {
   }
   if (store.empty() && failover.without_leases && replica != 0 && failover.timeout_ms > 0) {
     ps::FailoverOptions fo = MonitorOptions(spec, shard, replica, failover);
+    fo.client.rdma_transport = client_rdma.get();
+    fo.client.tcp_transport = client_tcp.get();
     fo.failure_timeout = std::chrono::milliseconds(failover.timeout_ms);
     monitor = StartMonitor(server->get(), std::move(fo));
   }
@@ -442,6 +472,8 @@ void AddPsCommand(CLI::App* app) {
     int threads = 4;
     bool json = false;
     int metrics_port = -1;
+    int heartbeat_timeout_ms = 0;  // 0: rpc::ClientOptions' default
+    std::string start_file;
     VerifyFlags verify;
   };
   for (bool training : {false, true}) {
@@ -456,6 +488,13 @@ void AddPsCommand(CLI::App* app) {
     w->add_option("--metrics-port", options->metrics_port,
                   "Serve Prometheus /metrics on 127.0.0.1:PORT (0: any free port)")
         ->check(CLI::Range(0, 65535));
+    w->add_option("--heartbeat-timeout-ms", options->heartbeat_timeout_ms,
+                  "Declare a connection dead after this long without a byte (0: the RPC client's "
+                  "default, 500 ms; a host with far more processes than cores needs more)")
+        ->check(CLI::NonNegativeNumber);
+    w->add_option("--start-file", options->start_file,
+                  "Once connected, wait for this file to exist before starting the clock (many "
+                  "workers measured over one window)");
     if (training) {
       w->add_flag(
           "--verify", options->verify.enabled,
@@ -481,7 +520,8 @@ void AddPsCommand(CLI::App* app) {
         return RunVerify(spec, options->seconds, options->threads, options->verify);
       }
       RunPsWorkload(spec, spec.transport, training, options->seconds, options->threads,
-                    options->json, options->metrics_port);
+                    options->json, options->metrics_port, options->heartbeat_timeout_ms,
+                    options->start_file);
     });
   }
 }
