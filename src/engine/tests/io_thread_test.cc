@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/sanitizer_build.h"
 #include "engine/tests/engine_fixture.h"
 
 namespace bx::engine {
@@ -185,8 +186,10 @@ TEST_F(IoThreadTest, BesideABusyThreadOnTheirCpuRoundTripsTakeWellUnderASlice) {
       median, p90, (unsigned long long)counters.contended_stretches,
       (unsigned long long)counters.slow_passes,
       (unsigned long long)counters.oversubscribed_windows);
-  // A slice the yield loses is over a millisecond; a wake-up here is tens of microseconds.
-  EXPECT_LT(median, 1000.0);
+  // A slice the yield loses is over a millisecond (the control's median: 11 ms); a wake-up here
+  // is tens of microseconds, a sanitized round trip a few hundred (TSan: 348 us once).
+  const double bound_us = kSanitizerBuild ? 4000.0 : 1000.0;
+  EXPECT_LT(median, bound_us);
 }
 
 }  // namespace
