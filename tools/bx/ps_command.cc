@@ -493,8 +493,9 @@ void AddPsCommand(CLI::App* app) {
                   "default, 500 ms; a host with far more processes than cores needs more)")
         ->check(CLI::NonNegativeNumber);
     w->add_option("--start-file", options->start_file,
-                  "Once connected, wait for this file to exist before starting the clock (many "
-                  "workers measured over one window)");
+                  "First connect to every shard (a fetch, retried up to 300 s), then wait for "
+                  "this file to exist before starting the clock (many workers measured over one "
+                  "window)");
     if (training) {
       w->add_flag(
           "--verify", options->verify.enabled,
