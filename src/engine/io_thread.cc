@@ -10,7 +10,6 @@
 #include <chrono>
 
 #include "base/cpu_list.h"
-#include "bx/log.h"
 
 namespace bx::engine {
 namespace {
@@ -63,6 +62,8 @@ Result<std::shared_ptr<IoThread>> IoThread::Create(verbs::Library& lib, ibv_cont
     // Stopped from inside: this may be the last reference, and the object ends on its thread.
     std::shared_ptr<IoThread> last = std::move(raw->keep_alive_);
   });
+  // Pinned as tcp::IoThread pins its threads: a pin that cannot be kept fails the thread.
+  if (options.cpu >= 0) BX_RETURN_IF_ERROR(PinThread(t->thread_.native_handle(), options.cpu));
   return t;
 }
 
@@ -326,10 +327,6 @@ void IoThread::WatchSchedStat(uint64_t now_ns) {
 void IoThread::Loop() {
   pthread_setname_np(pthread_self(), options_.name.substr(0, 15).c_str());
   cpu_clock_.CaptureCurrentThread();
-  if (options_.cpu >= 0) {
-    if (Status pinned = PinThread(pthread_self(), options_.cpu); !pinned.ok())
-      bx::Log(LogLevel::kWarning, "bx rdma: " + options_.name + ": " + pinned.ToString());
-  }
   sched_stat_.CaptureCurrentThread();
   tasks_.EnterLoop();
   int idle_polls = 0;

@@ -47,6 +47,21 @@ int LastAllowedCpu() {
   return last;
 }
 
+// The threads named `prefix` once `count` of them run on `cpu` only, or after five seconds: an
+// rdma I/O thread names itself as its loop starts, which may be after its transport is returned.
+std::map<std::string, std::string> WaitForPinnedThreads(const std::string& prefix, int cpu,
+                                                        size_t count) {
+  std::map<std::string, std::string> threads;
+  for (int i = 0; i < 5000; ++i) {
+    threads = AffinityOfThreads(prefix);
+    size_t pinned = 0;
+    for (const auto& [name, cpus] : threads) pinned += cpus == std::to_string(cpu);
+    if (threads.size() == count && pinned == count) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return threads;
+}
+
 class IoCpusTest : public ::testing::TestWithParam<std::string> {
  protected:
   void TearDown() override { unsetenv("BX_IO_CPUS"); }
@@ -60,15 +75,7 @@ TEST_P(IoCpusTest, EveryIoThreadRunsOnTheNamedCpu) {
   options.io_cpus = {cpu};
   auto transport = FindTransport(GetParam()).create(options);
   ASSERT_TRUE(transport.ok()) << transport.status().ToString();
-  // The rdma threads pin themselves as they start: wait for both to have done so.
-  std::map<std::string, std::string> threads;
-  for (int i = 0; i < 5000; ++i) {
-    threads = AffinityOfThreads(ThreadPrefix());
-    int pinned = 0;
-    for (const auto& [name, cpus] : threads) pinned += cpus == std::to_string(cpu);
-    if (pinned == 2) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  const auto threads = WaitForPinnedThreads(ThreadPrefix(), cpu, 2);
   ASSERT_EQ(threads.size(), 2u);
   for (const auto& [name, cpus] : threads) EXPECT_EQ(cpus, std::to_string(cpu)) << name;
 }
@@ -78,12 +85,7 @@ TEST_P(IoCpusTest, BxIoCpusOverridesTheOptions) {
   setenv("BX_IO_CPUS", std::to_string(cpu).c_str(), 1);
   auto transport = FindTransport(GetParam()).create({});
   ASSERT_TRUE(transport.ok()) << transport.status().ToString();
-  std::map<std::string, std::string> threads;
-  for (int i = 0; i < 5000; ++i) {
-    threads = AffinityOfThreads(ThreadPrefix());
-    if (threads.size() == 1 && threads.begin()->second == std::to_string(cpu)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  const auto threads = WaitForPinnedThreads(ThreadPrefix(), cpu, 1);
   ASSERT_EQ(threads.size(), 1u);
   EXPECT_EQ(threads.begin()->second, std::to_string(cpu));
 }
