@@ -90,6 +90,12 @@ Fabric::ControlLock::ControlLock(Fabric& f) : fabric_(f) {
 
 Fabric::ControlLock::~ControlLock() {
   fabric_.hw_mu_.unlock();
+  // A doorbell rung meanwhile found the lock taken and left its QP queued for whoever held it;
+  // the hardware thread or an inline poster would look again, a control verb does not.
+  std::lock_guard lock(fabric_.ready_mu_);
+  if (fabric_.ready_.empty()) return;
+  if (fabric_.sleeping_) fabric_.ready_cv_.notify_one();
+  fabric_.doorbell_seq_.fetch_add(1, std::memory_order_release);
 }
 
 void Fabric::Doorbell(SimQp* qp) {

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sched.h>
 
+#include <atomic>
 #include <fstream>
 #include <future>
 #include <random>
@@ -321,6 +322,52 @@ TEST_F(CompletionTest, DestroyingACqDropsItsUnreadEventWithoutWaiting) {
   void* ev_ctx = nullptr;
   EXPECT_EQ(ibv_get_cq_event(channel, &ev_cq, &ev_ctx), -1) << "got an event of a destroyed CQ";
   EXPECT_EQ(ibv_destroy_comp_channel(channel), 0);
+}
+
+// A doorbell is serviced inline by the posting thread when the device lock is free. When a
+// control verb (ibv_query_qp here; ibv_modify_qp or ibv_destroy_qp of another connection in a
+// real program) holds it, the request must still reach the hardware: the send below must
+// complete though no later doorbell rings. (It stayed queued, with the hardware thread asleep,
+// until the next doorbell: CI saw an engine wait 10 s for its QP's flush.)
+TEST_F(CompletionTest, ADoorbellRungWhileAControlVerbHoldsTheDeviceIsServiced) {
+  QpOptions o;
+  o.sq_sig_all = 1;
+  Connect(o, {});
+  auto src = Register(a_.pd, 64);
+  auto dst = Register(b_.pd, 64);
+  ibv_sge s{src->addr(), 8, src->mr->lkey};
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> queries{0};
+  std::thread control([&] {
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (ibv_query_qp(b_.qp, &attr, IBV_QP_STATE, &init) == 0) queries.fetch_add(1);
+    }
+  });
+  // Far beyond any scheduling delay: a request still queued after this is stranded.
+  constexpr auto kStranded = std::chrono::seconds(3);
+  constexpr int kRounds = 1000;  // the old code stranded one within 20
+  int stranded_round = -1;
+  for (int round = 0; round < kRounds && stranded_round < 0; ++round) {
+    // Idle long enough for the hardware thread to stop polling and sleep (BX_SIM_SPIN_US).
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    ASSERT_EQ(
+        PostSend(a_.qp, IBV_WR_RDMA_WRITE, uint64_t(round), &s, 1, 0, dst->addr(), dst->mr->rkey),
+        0);
+    std::vector<ibv_wc> wc = PollN(a_.send_cq, 1, kStranded);
+    if (wc.empty()) {
+      stranded_round = round;
+      break;
+    }
+    ASSERT_EQ(wc[0].status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc[0].status);
+  }
+  stop.store(true);
+  control.join();
+  EXPECT_GT(queries.load(), 0u);
+  EXPECT_EQ(stranded_round, -1) << "round " << stranded_round << "'s send was not serviced in "
+                                << kStranded.count() << " s beside " << queries.load()
+                                << " ibv_query_qp calls";
 }
 
 }  // namespace
