@@ -202,6 +202,15 @@ int Client::Core::PickReplicaLocked() {
   return ready[0];
 }
 
+std::string Client::Core::WhyUnreachableLocked() const {
+  std::string why;
+  for (const Replica& replica : replicas) {
+    if (replica.Ready() || replica.down_reason.empty()) continue;
+    why += (why.empty() ? " (" : "; ") + replica.address.ToString() + ": " + replica.down_reason;
+  }
+  return why.empty() ? why : why + ")";
+}
+
 void Client::Core::DispatchLocked(CallState* call, Clock::time_point now, Actions& actions) {
   if (now >= call->deadline) {
     FinishLocked(
@@ -226,8 +235,10 @@ void Client::Core::DispatchLocked(CallState* call, Clock::time_point now, Action
       return;
     }
     ++call->attempts;  // an attempt that found no connection still counts towards max_attempts
-    AttemptFailedLocked(call, Unavailable("rpc " + call->method + ": no replica is reachable"),
-                        /*never_left=*/true, now, actions);
+    AttemptFailedLocked(
+        call,
+        Unavailable("rpc " + call->method + ": no replica is reachable" + WhyUnreachableLocked()),
+        /*never_left=*/true, now, actions);
     return;
   }
   Replica& replica = replicas[index];
@@ -390,7 +401,7 @@ Status Client::WaitReady(std::chrono::milliseconds timeout) {
   });
   if (!ready)
     return Unavailable("rpc client: no replica ready after " + std::to_string(timeout.count()) +
-                       " ms");
+                       " ms" + core_->WhyUnreachableLocked());
   return Status::Ok();
 }
 

@@ -149,6 +149,7 @@ void Client::Core::SendControlLocked(Connection& connection, FrameKind kind, Act
 
 void Client::Core::SetReplicaStateLocked(Replica& replica, ReplicaState state,
                                          const std::string& why, Actions& actions) {
+  if (state == ReplicaState::kDown && !why.empty()) replica.down_reason = why;
   if (replica.state == state) return;
   if (replica.state != ReplicaState::kConnecting || state == ReplicaState::kDown) {
     ++stats.replica_state_changes;
@@ -406,8 +407,9 @@ void Client::Core::TimerLoop() {
         FinishLocked(call,
                      Status(StatusCode::kDeadlineExceeded,
                             "rpc " + call->method + ": deadline passed" +
-                                (call->last_error.ok() ? " while no replica was ready"
-                                                       : " after " + call->last_error.ToString())),
+                                (call->last_error.ok()
+                                     ? " while no replica was ready" + WhyUnreachableLocked()
+                                     : " after " + call->last_error.ToString())),
                      actions);
       }
     }

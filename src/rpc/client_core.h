@@ -66,6 +66,9 @@ struct Replica {
   bool candidate_connecting = false;
   bool on_tcp_fallback = false;
   Status rdma_error;  // why RDMA was last found unusable
+  // Why it last went down or failed to connect (a refused secret, a refused connection, silence),
+  // so a call that finds no replica says why instead of only that.
+  std::string down_reason;
   Clock::time_point next_probe;
   Clock::time_point next_rdma_try;
   int outstanding = 0;
@@ -141,6 +144,8 @@ struct BX_HIDDEN Client::Core : std::enable_shared_from_this<Client::Core> {
   void OnSendFailed(const std::weak_ptr<Connection>& connection, uint64_t wire_id,
                     const Status& status);
   int PickReplicaLocked();
+  // " (address: why it is down; ...)" for every replica not ready, or "" when none is known.
+  std::string WhyUnreachableLocked() const;
   void PushTimerLocked(TimerEvent event);
   void RunActions(Actions& actions);
   void Log(Actions& actions, std::string line) { actions.logs.push_back(std::move(line)); }

@@ -80,6 +80,7 @@ struct PsClientCore::PushAttempt {
   // An attempt ended without a definite "not applied" (a timeout, a lost connection, a
   // primary deposed while the push waited): the push may have been applied under its id.
   bool maybe_applied = false;
+  Status last_error;  // the last attempt's failure, named when the deadline ends the push
   std::function<void(Result<PushAck>)> done;
 };
 
@@ -383,7 +384,11 @@ void PsClientCore::TryPush(std::shared_ptr<PushAttempt> attempt) {
   auto remaining =
       std::chrono::duration_cast<std::chrono::microseconds>(attempt->deadline - rpc::Clock::now());
   if (remaining.count() <= 0) {
-    return attempt->done(Status(StatusCode::kDeadlineExceeded, "push not acknowledged in time"));
+    return attempt->done(Status(
+        StatusCode::kDeadlineExceeded,
+        "push not acknowledged in time" +
+            (attempt->last_error.ok() ? std::string()
+                                      : " (last error: " + attempt->last_error.ToString() + ")")));
   }
   Shard& shard = *shards_[attempt->shard];
   Result<rpc::Message> message = rpc::Message::CopyOf(attempt->bytes);
@@ -411,6 +416,7 @@ void PsClientCore::TryPush(std::shared_ptr<PushAttempt> attempt) {
           return attempt->done(std::move(ack));
         }
         StatusCode code = reply.status().code();
+        attempt->last_error = reply.status();
         if (code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ||
             code == StatusCode::kDataLoss) {
           return attempt->done(reply.status());  // the push itself is bad: retrying cannot help

@@ -417,7 +417,13 @@ TEST_P(PsServiceTest, ASecretClusterServesOnlyThoseWhoKnowTheSecret) {
   ASSERT_TRUE(stranger.ok());
   Status pushed = (*stranger)->Push(kTable, kDim, {&key, 1}, ones, 1s);
   EXPECT_FALSE(pushed.ok());
-  EXPECT_FALSE((*stranger)->Fetch(kTable, {&key, 1}, 1s).ok());
+  Result<FetchResult> fetched = (*stranger)->Fetch(kTable, {&key, 1}, 1s);
+  EXPECT_FALSE(fetched.ok());
+  // Issue 52: the caller learns why, not only that no replica is reachable.
+  for (const Status& refused : {pushed, fetched.status()}) {
+    EXPECT_NE(refused.message().find("failed authentication"), std::string::npos)
+        << refused.ToString();
+  }
 
   // A forged forward at the last epoch, sent straight to the backup, as the attack did.
   rpc::ClientOptions forger_options;
