@@ -119,8 +119,8 @@ class BX_EXPORT Listener {
   virtual void Close() = 0;
 };
 
-// Settings of rdma:// (paper sections 5 and 6). The defaults are the paper's; docs/ENGINE.md says
-// what each trades.
+// Settings of rdma:// (paper sections 5 and 6). The defaults are the paper's; docs/ARCHITECTURE.md
+// ("The engine") says what each trades.
 struct BX_EXPORT RdmaOptions {
   // Work requests each RC QP may have posted (the send chain's length). Shallow keeps NIC state
   // small; 32 keeps a 64 KiB-fragment stream at line rate.
