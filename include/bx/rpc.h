@@ -200,9 +200,10 @@ class BX_EXPORT Server {
   void Stop();
   ServerStats stats() const;
 
-  struct Impl;
-
  private:
+  struct Impl;  // src/rpc/server_impl.h
+  friend class ServerCall;
+  friend struct ServerConnection;
   explicit Server(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<Impl> impl_;
 };
@@ -323,9 +324,8 @@ class BX_EXPORT Client {
   Status WaitReady(std::chrono::milliseconds timeout);
   ClientStats stats() const;
 
-  struct Core;
-
  private:
+  struct Core;  // src/rpc/client_core.h
   explicit Client(std::shared_ptr<Core> core) : core_(std::move(core)) {}
   std::shared_ptr<Core> core_;
 };

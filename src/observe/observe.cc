@@ -9,6 +9,7 @@
 #include <string_view>
 #include <utility>
 
+#include "ps/service/ps_internals.h"
 #include "ps/service/ps_service.h"
 #include "transport/rdma/rdma_transport.h"
 
@@ -274,7 +275,7 @@ CollectorHandle ExportPsServer(ps::PsServer& server, Labels labels, Registry& re
               double(c.push_errors));
     w.Counter("bx_ps_server_forwards_total", "Forwarded pushes handled (as a backup).", labels,
               double(c.forwards));
-    ps::ShardReplica& replica = server.core().replica();
+    ps::ShardReplica& replica = ps::PsInternals::Core(server).replica();
     ps::ShardReplica::Role role = replica.role();
     for (ps::ShardReplica::Role r :
          {ps::ShardReplica::Role::kBackup, ps::ShardReplica::Role::kPrimary,

@@ -125,11 +125,8 @@ class BX_EXPORT PsClient {
   uint32_t shard_count() const;
   PsClientStats stats() const;
 
-  // For the library's own tools and tests (replaying a push with a chosen id).
-  PsClientCore& core() { return *core_; }
-  const PsClientCore& core() const { return *core_; }
-
  private:
+  friend class PsInternals;  // the library's own layers and tests (src/ps/service/ps_internals.h)
   explicit PsClient(std::unique_ptr<PsClientCore> core);
   std::unique_ptr<PsClientCore> core_;
 };

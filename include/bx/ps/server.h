@@ -116,10 +116,8 @@ class BX_EXPORT PsServer {
   PsServerCounters counters() const;
   rpc::ServerStats rpc_stats() const;
 
-  // For the library's own tools and tests (the replica's state, metrics export).
-  PsServerCore& core() { return *core_; }
-
  private:
+  friend class PsInternals;  // the library's own layers and tests (src/ps/service/ps_internals.h)
   explicit PsServer(std::unique_ptr<PsServerCore> core);
   std::unique_ptr<PsServerCore> core_;
 };
@@ -169,10 +167,8 @@ class BX_EXPORT FailoverMonitor {
   // The epoch this replica promoted itself to, 0 while it has not.
   uint64_t promoted_epoch() const;
 
-  // For the library's own tests (what the monitor watches now).
-  const FailoverMonitorCore& core() const { return *core_; }
-
  private:
+  friend class PsInternals;  // the library's own layers and tests (src/ps/service/ps_internals.h)
   FailoverMonitor(std::unique_ptr<FailoverMonitorCore> core,
                   std::unique_ptr<LeasedFailoverCore> leased);
   std::unique_ptr<FailoverMonitorCore> core_;   // without a config store

@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "ps/service/ps_internals.h"
 #include "ps/service/ps_service.h"
 
 namespace bx::ps {
@@ -52,11 +53,11 @@ Result<std::unique_ptr<FailoverMonitor>> FailoverMonitor::Start(PsServer* server
   if (server == nullptr) return InvalidArgument("FailoverMonitor::Start: no server");
   if (!options.config_store.empty()) {
     BX_ASSIGN_OR_RETURN(std::unique_ptr<LeasedFailoverCore> leased,
-                        LeasedFailoverCore::Start(&server->core(), std::move(options)));
+                        LeasedFailoverCore::Start(&PsInternals::Core(*server), std::move(options)));
     return std::unique_ptr<FailoverMonitor>(new FailoverMonitor(nullptr, std::move(leased)));
   }
   BX_ASSIGN_OR_RETURN(std::unique_ptr<FailoverMonitorCore> core,
-                      FailoverMonitorCore::Start(&server->core(), std::move(options)));
+                      FailoverMonitorCore::Start(&PsInternals::Core(*server), std::move(options)));
   return std::unique_ptr<FailoverMonitor>(new FailoverMonitor(std::move(core), nullptr));
 }
 

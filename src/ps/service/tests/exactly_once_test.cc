@@ -39,7 +39,8 @@ PushRequest RawPush(uint64_t client_id, uint64_t sequence, uint64_t client_key, 
 
 Result<PushAck> PushRaw(PsClient& client, const PushRequest& push) {
   std::promise<Result<PushAck>> promise;
-  client.core().PushToShard(0, push, 10s, [&](Result<PushAck> ack) { promise.set_value(ack); });
+  PsInternals::Core(client).PushToShard(0, push, 10s,
+                                        [&](Result<PushAck> ack) { promise.set_value(ack); });
   return promise.get_future().get();
 }
 
@@ -61,7 +62,7 @@ std::vector<double> Flood(PsClient& client, uint64_t generation, uint64_t count,
       cv.wait(lock, [&] { return in_flight < 64; });
       ++in_flight;
       lock.unlock();
-      client.core().PushToShard(
+      PsInternals::Core(client).PushToShard(
           0, RawPush((generation + 1 + i / 100) << 32 | i, s, i, key), 30s,
           [&](Result<PushAck> ack) {
             EXPECT_TRUE(ack.ok() && !ack->session_expired && !ack->duplicate)
@@ -151,7 +152,7 @@ TEST_P(ExactlyOnceTest, AnEvictedClientsRetryIsRefusedNeverAppliedTwice) {
   // The trainer's session was evicted too: its next push starts a new one and is applied.
   ASSERT_TRUE(trainer->Push(kTable, kDim, key3, minus_one, 10s).ok());
   EXPECT_EQ(trainer->stats().session_renewals, 1u);
-  EXPECT_NE(trainer->core().session(0).client_id, trainer->client_id());
+  EXPECT_NE(PsInternals::Core(*trainer).session(0).client_id, trainer->client_id());
 
   for (int replica : {0, 1}) {
     SCOPED_TRACE(replica == 0 ? "primary" : "backup promoted");
@@ -186,7 +187,7 @@ TEST_P(ExactlyOnceTest, NoClientPushesUnderAnotherClientsId) {
   const std::vector<uint64_t> key = {9};
   const std::vector<float> minus_one(kDim, -1.0f);
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(trainer->Push(kTable, kDim, key, minus_one, 10s).ok());
-  const PsClientCore::Session victim = trainer->core().session(0);
+  const PsClientCore::Session victim = PsInternals::Core(*trainer).session(0);
   for (uint64_t s = victim.last_sequence + 1; s <= victim.last_sequence + 10; ++s) {
     Result<PushAck> ack = PushRaw(*intruder, RawPush(victim.client_id, s, victim.key ^ 1, 9));
     EXPECT_FALSE(ack.ok()) << "a push under another client's id must be refused";

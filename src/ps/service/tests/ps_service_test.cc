@@ -67,7 +67,7 @@ TEST_P(PsServiceTest, FetchReturnsWhatPushesWrote) {
   }
   // Every replica of every shard holds the same rows (the backups got every push).
   for (auto& shard : cluster.servers) {
-    for (auto& server : shard) EXPECT_EQ(server->core().replica().position().lsn, 3u);
+    for (auto& server : shard) EXPECT_EQ(PsInternals::Core(*server).replica().position().lsn, 3u);
   }
 }
 
@@ -247,7 +247,7 @@ TEST_P(PsServiceTest, PushRetriedAfterPrimaryStopsIsAppliedOnce) {
 
   // Replay the last push with its id: a duplicate, not applied again.
   PushRequest replay;
-  const PsClientCore::Session session = client->core().session(0);
+  const PsClientCore::Session session = PsInternals::Core(*client).session(0);
   ASSERT_EQ(session.client_id, client->client_id()) << "no session was renewed";
   replay.id = {session.client_id, 300};
   replay.client_key = session.key;
@@ -256,7 +256,8 @@ TEST_P(PsServiceTest, PushRetriedAfterPrimaryStopsIsAppliedOnce) {
   replay.keys = key;
   replay.gradients = ones;
   std::promise<Result<PushAck>> promise;
-  client->core().PushToShard(0, replay, 5s, [&](Result<PushAck> ack) { promise.set_value(ack); });
+  PsInternals::Core(*client).PushToShard(0, replay, 5s,
+                                         [&](Result<PushAck> ack) { promise.set_value(ack); });
   Result<PushAck> ack = promise.get_future().get();
   ASSERT_TRUE(ack.ok()) << ack.status().ToString();
   EXPECT_TRUE(ack->duplicate);
@@ -287,7 +288,9 @@ FailoverOptions MonitorOptions(const Cluster& cluster, size_t self,
 }
 
 bool Watching(const FailoverMonitor& monitor, size_t replica, uint64_t epoch) {
-  FailoverMonitorCore::WatchState state = monitor.core().watch_state();
+  const FailoverMonitorCore* core = PsInternals::Core(monitor);
+  if (core == nullptr) return false;  // a monitor with a configuration store: no detector
+  FailoverMonitorCore::WatchState state = core->watch_state();
   return state.armed && state.replica == replica && state.epoch == epoch;
 }
 
@@ -317,8 +320,9 @@ TEST_P(PsServiceTest, FailoverMonitorPromotesNextReplicaInOrder) {
   cluster.servers[0][0]->Stop();
   ASSERT_NO_FATAL_FAILURE(push(50));  // waits for the failover
   EXPECT_EQ(monitors[0]->promoted_epoch(), 2u) << logs[0].Dump();
-  EXPECT_EQ(cluster.servers[0][1]->core().replica().role(), ShardReplica::Role::kPrimary);
-  EXPECT_EQ(cluster.servers[0][2]->core().replica().position().epoch, 2u);
+  EXPECT_EQ(PsInternals::Core(*cluster.servers[0][1]).replica().role(),
+            ShardReplica::Role::kPrimary);
+  EXPECT_EQ(PsInternals::Core(*cluster.servers[0][2]).replica().position().epoch, 2u);
   // Replica 2 follows replica 1 as primary of epoch 2 before replica 1 goes too.
   ASSERT_TRUE(WaitFor([&] { return Watching(*monitors[1], 1, 2); }, kWaitLimit)) << logs[1].Dump();
   cluster.servers[0][1]->Stop();
@@ -349,14 +353,15 @@ TEST_P(PsServiceTest, FailoverMonitorFollowsAPrimaryPromotedByAnotherMonitor) {
   cluster.servers[0][0]->Stop();
   ASSERT_TRUE(cluster.servers[0][1]->BecomePrimary(2, {cluster.servers[0][2]->address()}).ok());
   ASSERT_NO_FATAL_FAILURE(push(20));
-  EXPECT_EQ(cluster.servers[0][2]->core().replica().position().epoch, 2u);
+  EXPECT_EQ(PsInternals::Core(*cluster.servers[0][2]).replica().position().epoch, 2u);
   // Replica 2's monitor notices replica 0 is gone, later than replica 1 took over.
   ASSERT_TRUE(WaitFor([&] { return log.Contains("replica 0 unreachable"); }, kWaitLimit))
       << log.Dump();
   cluster.servers[0][1]->Stop();
   ASSERT_NO_FATAL_FAILURE(push(20));
   EXPECT_EQ((*monitor)->promoted_epoch(), 3u) << log.Dump();
-  EXPECT_EQ(cluster.servers[0][2]->core().replica().role(), ShardReplica::Role::kPrimary);
+  EXPECT_EQ(PsInternals::Core(*cluster.servers[0][2]).replica().role(),
+            ShardReplica::Role::kPrimary);
   EXPECT_EQ(FirstValue(*cluster.servers[0][2], key[0]), -60.0f);
 }
 
@@ -405,7 +410,8 @@ TEST_P(PsServiceTest, ASecretClusterServesOnlyThoseWhoKnowTheSecret) {
   ASSERT_TRUE(client->Push(kTable, kDim, {&key, 1}, ones, 5s).ok());
   PsServer& primary = *cluster.servers[0][0];
   PsServer& backup = *cluster.servers[0][1];
-  EXPECT_EQ(backup.core().replica().position().lsn, 1u) << "replication proves the secret too";
+  EXPECT_EQ(PsInternals::Core(backup).replica().position().lsn, 1u)
+      << "replication proves the secret too";
 
   // A client with the cluster's addresses but not its secret.
   ClusterSpec stranger_spec = cluster.spec;
@@ -434,7 +440,8 @@ TEST_P(PsServiceTest, ASecretClusterServesOnlyThoseWhoKnowTheSecret) {
   const Status forged = SendForgedForward(link, std::numeric_limits<uint64_t>::max(), key);
   EXPECT_EQ(forged.code(), StatusCode::kUnavailable) << forged.ToString();
 
-  EXPECT_EQ(backup.core().replica().position().epoch, 1u) << "the backup was not fenced";
+  EXPECT_EQ(PsInternals::Core(backup).replica().position().epoch, 1u)
+      << "the backup was not fenced";
   EXPECT_EQ(primary.counters().pushes_acked, 1u);
   EXPECT_EQ(FirstValue(primary, key), -1.0f);
   EXPECT_EQ(FirstValue(backup, key), -1.0f);
@@ -456,7 +463,8 @@ TEST_P(PsServiceTest, WithAReplicaSecretOnlyReplicasMayForwardOrJoin) {
   std::vector<float> ones(kDim, 1.0f);
   ASSERT_TRUE(client->Push(kTable, kDim, {&key, 1}, ones, 5s).ok());
   PsServer& backup = *cluster.servers[0][1];
-  EXPECT_EQ(backup.core().replica().position().lsn, 1u) << "replicas prove the replica secret";
+  EXPECT_EQ(PsInternals::Core(backup).replica().position().lsn, 1u)
+      << "replicas prove the replica secret";
 
   // A trainer gone rogue: it has the cluster secret, so its connection is accepted.
   rpc::ClientOptions rogue_options;
@@ -477,7 +485,7 @@ TEST_P(PsServiceTest, WithAReplicaSecretOnlyReplicasMayForwardOrJoin) {
           .get();
   EXPECT_EQ(join.status().code(), StatusCode::kPermissionDenied) << join.status().ToString();
 
-  EXPECT_EQ(backup.core().replica().position(), (ShardReplica::Position{1, 1}));
+  EXPECT_EQ(PsInternals::Core(backup).replica().position(), (ShardReplica::Position{1, 1}));
   EXPECT_EQ(backup.counters().replica_method_refusals, 2u);
   EXPECT_EQ(FirstValue(backup, key), -1.0f);
   // The rogue may still fetch (it is a client), and replication goes on.

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ps/service/ps_internals.h"
 #include "ps/service/ps_service.h"
 #include "rpc/tests/rpc_test_util.h"
 
@@ -130,7 +131,7 @@ inline std::unique_ptr<PsClient> MakeClient(const Cluster& cluster) {
 inline float FirstValue(PsServer& server, uint64_t key) {
   std::vector<std::byte> row(kDim * sizeof(float));
   float first = std::numeric_limits<float>::quiet_NaN();
-  if (Status s = server.core().replica().Fetch(kTable, {&key, 1}, row); !s.ok()) {
+  if (Status s = PsInternals::Core(server).replica().Fetch(kTable, {&key, 1}, row); !s.ok()) {
     ADD_FAILURE() << "fetch from the replica: " << s.ToString();
     return first;
   }
