@@ -71,6 +71,10 @@ int main(int argc, char** argv) {
     bx::ps::FailoverOptions failover;
     failover.replicas = replicas;
     failover.self = replica;
+    // The lease-less detector, so that the example needs no etcd. A production cluster gives
+    // failover.config_store an etcd member's URL instead: without leases a paused or
+    // partitioned primary can keep acknowledging beside its successor (docs/PS.md).
+    failover.unsafe_without_leases = true;
     auto started = bx::ps::FailoverMonitor::Start(server->get(), failover);
     if (!started.ok()) return Fail(started.status());
     monitor = std::move(started).value();

@@ -239,6 +239,7 @@ void Serve(const ServeOptions& serve) {
     fo.client.rdma_transport = client_rdma.get();
     fo.client.tcp_transport = client_tcp.get();
     fo.failure_timeout = std::chrono::milliseconds(failover.timeout_ms);
+    fo.unsafe_without_leases = true;  // --unsafe-failover-without-leases
     monitor = StartMonitor(server->get(), std::move(fo));
   }
   signal(SIGINT, [](int) { g_stop = 1; });

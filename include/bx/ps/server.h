@@ -143,9 +143,11 @@ struct BX_EXPORT FailoverOptions {
   // creates the configuration and takes the lease — the primary acks only under its lease and
   // drops a backup only by a committed change, and a backup is promoted only after the old
   // primary's lease expired: no acknowledged push is lost to a pause or a partition.
-  // Empty: the lease-less detector above (promotes on silence; a paused or partitioned
-  // primary can keep acknowledging alone — kept as the control of the chaos tests).
+  // Empty: Start refuses, unless unsafe_without_leases names the lease-less detector above
+  // (promotes on silence; a paused or partitioned primary can keep acknowledging alone, so two
+  // primaries can each lose the other's acknowledged pushes — kept as the chaos tests' control).
   std::string config_store;
+  bool unsafe_without_leases = false;
   std::string config_prefix = "/bexpress/ps";  // this cluster's keys in the store
   uint32_t shard = 0;                          // the shard these replicas serve
   // The primary's lease; a backup takes over at the earliest this long after the primary
@@ -154,7 +156,8 @@ struct BX_EXPORT FailoverOptions {
 };
 
 // With FailoverOptions::config_store: runs on every replica and keeps the shard's configuration
-// and the primary's lease in that store (docs/PS.md "Configuration and leases"). Without: watches
+// and the primary's lease in that store (docs/PS.md "Configuration and leases"). Without (and
+// only with FailoverOptions::unsafe_without_leases): watches
 // the shard's primary from a backup and promotes the next replica in cluster-file order when the
 // primary stops answering (docs/PS.md "Automatic failover"); there is no quorum and no lease, so
 // a pause or a partition can leave two primaries.

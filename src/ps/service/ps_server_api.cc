@@ -51,6 +51,13 @@ FailoverMonitor::~FailoverMonitor() = default;
 Result<std::unique_ptr<FailoverMonitor>> FailoverMonitor::Start(PsServer* server,
                                                                 FailoverOptions options) {
   if (server == nullptr) return InvalidArgument("FailoverMonitor::Start: no server");
+  if (options.config_store.empty() && !options.unsafe_without_leases) {
+    return FailedPrecondition(
+        "FailoverMonitor::Start: no FailoverOptions::config_store (an etcd member's URL, or "
+        "memory://<name> inside one process): failover without leases can leave two primaries "
+        "after a pause or a partition; set FailoverOptions::unsafe_without_leases to run it "
+        "anyway");
+  }
   if (!options.config_store.empty()) {
     BX_ASSIGN_OR_RETURN(std::unique_ptr<LeasedFailoverCore> leased,
                         LeasedFailoverCore::Start(&PsInternals::Core(*server), std::move(options)));

@@ -275,6 +275,7 @@ TEST_P(PsServiceTest, PushRetriedAfterPrimaryStopsIsAppliedOnce) {
 FailoverOptions MonitorOptions(const Cluster& cluster, size_t self,
                                std::function<void(std::string_view)> log = {}) {
   FailoverOptions options;
+  options.unsafe_without_leases = true;  // these tests are of the lease-less detector
   for (const ReplicaSpec& replica : cluster.spec.shards[0].replicas) {
     options.replicas.push_back({replica.rdma, replica.tcp});
   }
@@ -292,6 +293,23 @@ bool Watching(const FailoverMonitor& monitor, size_t replica, uint64_t epoch) {
   if (core == nullptr) return false;  // a monitor with a configuration store: no detector
   FailoverMonitorCore::WatchState state = core->watch_state();
   return state.armed && state.replica == replica && state.epoch == epoch;
+}
+
+// Issue 54: the public FailoverMonitor is safe by default. Without a configuration store it
+// refuses to start, naming the option, unless the lease-less detector is asked for by name.
+TEST_P(PsServiceTest, AFailoverMonitorWithoutLeasesMustBeAskedForByName) {
+  Cluster cluster;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 2));
+  FailoverOptions options = MonitorOptions(cluster, 1);
+  options.unsafe_without_leases = false;
+  Result<std::unique_ptr<FailoverMonitor>> refused =
+      FailoverMonitor::Start(cluster.servers[0][1].get(), options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("config_store"), std::string::npos)
+      << refused.status().ToString();
+  options.unsafe_without_leases = true;
+  EXPECT_TRUE(FailoverMonitor::Start(cluster.servers[0][1].get(), options).ok());
 }
 
 // FailoverMonitor on a 3-replica shard: replica 0 (primary) stops; replica 1, next in order,
