@@ -1,5 +1,6 @@
 """bexpress.PsClient against `bx ps serve` processes, over rdma:// (simnic) and tcp://: values,
-zero-copy fetches, exceptions with codes, the GIL, futures and asyncio, and PsServer."""
+zero-copy fetches, exceptions with codes, the GIL, futures and asyncio, and PsServer; keys (all
+of uint64, never a float or a negative number) and fetches of no keys."""
 
 import asyncio
 import gc
@@ -183,6 +184,44 @@ class PsClientTest(unittest.TestCase):
             self.assertGreaterEqual(stats["ok"], 1)
             self.assertTrue(stats["latency"], stats)  # per method, successful calls
         self.assertIsInstance(bexpress.metrics(), dict)
+
+    def test_fetching_no_keys_gives_the_tables_dim(self):
+        # Issue 52: a (0, 0) array, which PsEmbedding then took for a table of dim 0.
+        for _, client in self.each_transport():
+            for keys in ([], np.array([], np.uint64), np.array([], np.int64)):
+                rows = client.fetch("emb", keys)
+                self.assertEqual((rows.shape, rows.dtype), ((0, DIM), np.float32))
+            self.assertEqual(client.fetch("dense", []).shape, (0, 2))
+            self.assertEqual(client.fetch_async("emb", []).result(timeout=10).shape, (0, DIM))
+            with self.assertRaisesRegex(bexpress.NotFound, "no table 9 in the cluster file"):
+                client.fetch(9, [])
+
+    def test_keys_above_2_63(self):
+        for _, client in self.each_transport():
+            keys = np.array([2**63 + 11, 2**64 - 3, 11], np.uint64)
+            before = client.fetch("emb", keys)
+            client.push("emb", keys[:2], np.ones((2, DIM), np.float32))
+            client.push_async("emb", keys[:1], np.ones((1, DIM), np.float32)).result(timeout=10)
+            np.testing.assert_array_equal(client.fetch("emb", keys) - before,
+                                          [[-2] * DIM, [-1] * DIM, [0] * DIM])
+
+    def test_non_integer_and_negative_keys_are_refused(self):
+        # Issue 52: 1.5 was fetched as key 1 and -1 as key 2^64 - 1.
+        client = bexpress.PsClient(cluster.path, "tcp")
+        self.addCleanup(client.close)
+        grads = np.zeros((1, DIM), np.float32)
+        calls = {"fetch": lambda k: client.fetch("emb", k),
+                 "fetch_async": lambda k: client.fetch_async("emb", k),
+                 "push": lambda k: client.push("emb", k, grads),
+                 "push_async": lambda k: client.push_async("emb", k, grads)}
+        for name, call in calls.items():
+            with self.subTest(call=name):
+                for keys in ([1.5], np.array([2.0]), np.array([True])):
+                    with self.assertRaisesRegex(TypeError, "keys must be integers"):
+                        call(keys)
+                for keys in ([-1], np.array([-5], np.int32)):
+                    with self.assertRaisesRegex(bexpress.InvalidArgument, "must not be negative"):
+                        call(keys)
 
 
 class PsServerTest(unittest.TestCase):
