@@ -1,11 +1,14 @@
 """bexpress.PsClient against `bx ps serve` processes, over rdma:// (simnic) and tcp://: values,
 zero-copy fetches, exceptions with codes, the GIL, futures and asyncio, and PsServer; keys (all
-of uint64, never a float or a negative number) and fetches of no keys."""
+of uint64, never a float or a negative number), fetches of no keys, and the module's log level."""
 
 import asyncio
 import gc
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -222,6 +225,54 @@ class PsClientTest(unittest.TestCase):
                 for keys in ([-1], np.array([-5], np.int32)):
                     with self.assertRaisesRegex(bexpress.InvalidArgument, "must not be negative"):
                         call(keys)
+
+
+# A client's life in a process of its own, to read what the module wrote on its stderr.
+LOGGING_SCRIPT = """
+import sys, time, bexpress
+if len(sys.argv) > 2:
+    bexpress.set_log_level(sys.argv[2])
+bexpress.init()
+with bexpress.PsClient(sys.argv[1], "tcp") as client:
+    client.fetch("emb", [1])
+# A peer refused for the wrong secret: a warning.
+listener = bexpress.Transport("tcp", auth_secret="right").listen("tcp://127.0.0.1:0")
+try:
+    bexpress.Transport("tcp", auth_secret="wrong").connect(listener.url, timeout=2).receive(1)
+except bexpress.Error:
+    pass
+time.sleep(1)  # the listener's warning may come after the refusal reached the client
+"""
+
+
+class LogLevelTest(unittest.TestCase):
+    """Issue 52: every connection printed `bx rpc: replica ... connecting -> up` on stderr."""
+
+    def run_client(self, *args, env=None):
+        return subprocess.run([sys.executable, "-c", LOGGING_SCRIPT, cluster.path, *args],
+                              env=dict(os.environ, **(env or {})), capture_output=True,
+                              text=True, timeout=60)
+
+    def test_quiet_but_for_warnings_by_default(self):
+        run = self.run_client(env={"BX_LOG_LEVEL": ""})
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertNotIn("connecting -> up", run.stderr)
+        self.assertIn("refused", run.stderr)
+
+    def test_info_when_asked(self):
+        for args, env in (((), {"BX_LOG_LEVEL": "info"}), (("info",), {})):
+            with self.subTest(args=args, env=env):
+                run = self.run_client(*args, env=env)
+                self.assertEqual(run.returncode, 0, run.stderr)
+                self.assertIn("connecting -> up", run.stderr)
+
+    def test_a_level_that_does_not_exist_is_refused(self):
+        run = self.run_client(env={"BX_LOG_LEVEL": "loud"})
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn('BX_LOG_LEVEL: log level must be "debug", "info", "warning" or "error", '
+                      'not "loud"', run.stderr)
+        with self.assertRaisesRegex(ValueError, "not \"verbose\""):
+            bexpress.set_log_level("verbose")
 
 
 class PsServerTest(unittest.TestCase):
