@@ -13,8 +13,8 @@ What it cannot honour it refuses, rather than do something else:
 - ids are integers (TypeError for floats and bools), on the CPU (the rows are fetched into
   CPU memory; the module cannot be moved to another device either: RuntimeError), and
   non-negative (ValueError) unless allow_negative_ids=True, which keys an id by its 64-bit two's
-  complement (-1 is key 2^64 - 1). A numpy.uint64 array passes keys up to 2^64 - 1.
-- state_dict() and load_state_dict() raise NotImplementedError, so does those of a model
+  complement (-1 is key 2^64 - 1). A numpy unsigned array (uint64) passes keys up to 2^64 - 1.
+- state_dict() and load_state_dict() raise NotImplementedError, as do those of a model
   holding a PsEmbedding: the rows are on the servers and are not checkpointed through torch
   (save the model's other submodules' state_dicts instead).
 """
@@ -121,4 +121,5 @@ class PsEmbedding(nn.Module):
 
     def extra_repr(self):
         return (f"dim={self.dim}, table={self.table!r}, "
-                f"max_pushes_in_flight={self.max_pushes_in_flight}")
+                f"max_pushes_in_flight={self.max_pushes_in_flight}"
+                + (", allow_negative_ids=True" if self.allow_negative_ids else ""))
