@@ -30,6 +30,15 @@ void Init(bool rdma, const std::string& device) {
   ThrowIfError(status);
 }
 
+// The library's messages at `name` ("debug", "info", "warning", "error") and above, on stderr.
+void SetLogLevel(const std::string& name) {
+  for (LogLevel level : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarning, LogLevel::kError}) {
+    if (LogLevelName(level) == name) return SetLogSink(StderrLogSink(level));
+  }
+  throw py::value_error("log level must be \"debug\", \"info\", \"warning\" or \"error\", not \"" +
+                        name + "\"");
+}
+
 py::list Devices() {
   Result<DeviceList> list = ListDevices();
   ThrowIfError(list.status());
@@ -66,9 +75,12 @@ PYBIND11_MODULE(_bexpress, m) {
   using namespace bx::python;
   m.doc() = "bexpress: zero-copy messaging over RDMA and a sharded parameter server";
   RegisterStatusError(m);
-  // The library's messages on stderr, as the bx command prints them (Python programs see what a
-  // `bx ps serve` log shows).
-  bx::SetLogSink(bx::StderrLogSink());
+  // Warnings and errors on stderr, as the bx command prints them; connection state changes
+  // (info) only when asked for: bexpress/__init__.py applies BX_LOG_LEVEL.
+  bx::SetLogSink(bx::StderrLogSink(bx::LogLevel::kWarning));
+  m.def("set_log_level", &SetLogLevel, py::arg("level"),
+        "Which of the library's messages reach stderr: \"debug\", \"info\", \"warning\" "
+        "(the default) or \"error\" and above.");
   m.def("init", &Init, py::arg("rdma") = true, py::arg("device") = "",
         "Sets up the process (bx::Init): rdma:// and tcp://, or tcp:// only with rdma=False.");
   m.def("is_initialized", &bx::IsInitialized);

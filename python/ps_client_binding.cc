@@ -26,6 +26,29 @@ namespace {
 
 using Keys = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
 
+// Keys as 64-bit unsigned integers: any integer array (uint64 above 2^63 too), never a float
+// (1.5 would become key 1) nor a negative number (-1 would become key 2^64 - 1).
+Keys ToKeys(const py::object& keys) {
+  py::array array = py::array::ensure(keys);
+  if (!array) throw py::error_already_set();
+  const char kind = array.dtype().kind();
+  if (array.size() == 0 || kind == 'u') return Keys::ensure(array);
+  if (kind != 'i') {
+    throw py::type_error("keys must be integers (64-bit unsigned keys), not an array of " +
+                         py::str(array.dtype()).cast<std::string>());
+  }
+  const auto signed_keys =
+      py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(array);
+  for (py::ssize_t i = 0; i < signed_keys.size(); ++i) {
+    if (signed_keys.data()[i] < 0) {
+      throw StatusError(InvalidArgument(
+          "keys must not be negative (key " + std::to_string(signed_keys.data()[i]) +
+          "); keys above 2^63 are passed as unsigned integers, e.g. numpy.uint64"));
+    }
+  }
+  return Keys::ensure(array);
+}
+
 // The rows as an (n, dim) float32 array whose base owns them: no copy.
 py::array ToArray(ps::FetchedRows rows) {
   const auto n = static_cast<py::ssize_t>(rows.rows());
@@ -97,8 +120,9 @@ class PyPsClient {
     return static_cast<uint32_t>(id);
   }
 
-  py::array Fetch(const py::object& table, const Keys& keys, double timeout) {
+  py::array Fetch(const py::object& table, const py::object& key_list, double timeout) {
     const uint32_t id = Table(table);
+    const Keys keys = ToKeys(key_list);
     const auto deadline = TimeoutFromSeconds(timeout);
     std::span<const uint64_t> span(keys.data(), static_cast<size_t>(keys.size()));
     ps::PsClient& c = client();
@@ -114,8 +138,9 @@ class PyPsClient {
     return ToArray(std::move(rows).value());
   }
 
-  py::object FetchAsync(const py::object& table, const Keys& keys, double timeout) {
+  py::object FetchAsync(const py::object& table, const py::object& key_list, double timeout) {
     const uint32_t id = Table(table);
+    const Keys keys = ToKeys(key_list);
     const auto deadline = TimeoutFromSeconds(timeout);
     py::object future = NewFuture();
     std::shared_ptr<py::object> shared = Shared(future);
@@ -140,19 +165,20 @@ class PyPsClient {
     Keys keys;
     py::array_t<float, py::array::c_style | py::array::forcecast> grads;
   };
-  PushArgs Prepare(const py::object& table, const Keys& keys, const py::object& grads,
+  PushArgs Prepare(const py::object& table, const py::object& keys, const py::object& grads,
                    double timeout) {
-    PushArgs args{Table(table), 0, TimeoutFromSeconds(timeout), keys,
+    PushArgs args{Table(table), 0, TimeoutFromSeconds(timeout), ToKeys(keys),
                   py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(grads)};
     if (!args.grads) throw py::error_already_set();
-    if (args.grads.ndim() != 2 || args.grads.shape(0) != keys.size()) {
+    if (args.grads.ndim() != 2 || args.grads.shape(0) != args.keys.size()) {
       throw StatusError(InvalidArgument("grads must be a (len(keys), dim) array"));
     }
     args.dim = static_cast<uint32_t>(args.grads.shape(1));
     return args;
   }
 
-  void Push(const py::object& table, const Keys& keys, const py::object& grads, double timeout) {
+  void Push(const py::object& table, const py::object& keys, const py::object& grads,
+            double timeout) {
     PushArgs a = Prepare(table, keys, grads, timeout);
     ps::PsClient& c = client();
     Status status;
@@ -165,7 +191,7 @@ class PyPsClient {
   }
 
   // PushAsync copies keys and grads before it returns, so the arrays need not stay alive.
-  py::object PushAsync(const py::object& table, const Keys& keys, const py::object& grads,
+  py::object PushAsync(const py::object& table, const py::object& keys, const py::object& grads,
                        double timeout) {
     PushArgs a = Prepare(table, keys, grads, timeout);
     py::object future = NewFuture();

@@ -119,11 +119,17 @@ module=$(find "$prefix" -name '_bexpress*.so' | head -1)
 [[ -n $module ]] || { echo "the bexpress Python package is not installed" >&2; exit 1; }
 # Debian's interpreter, from a directory far from the source tree; GLIBC_TUNABLES as the README says.
 (cd "$work" && PYTHONPATH=$(dirname "$(dirname "$module")") \
-  GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 /usr/bin/python3 - "$cluster" <<'PY'
+  GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 /usr/bin/python3 - "$cluster" "$prefix" <<'PY'
+import os
 import sys
 import numpy as np
 import bexpress
+import bexpress.testing
 assert "/bx-install." in bexpress.__file__, bexpress.__file__  # the installed copy
+# LocalCluster's bx, without BX_BIN: the one installed beside the package.
+os.environ.pop("BX_BIN", None)
+bx = bexpress.testing.find_bx()
+assert bx == os.path.join(sys.argv[2], "bin", "bx"), bx
 bexpress.init()
 with bexpress.PsClient(sys.argv[1], transport="rdma") as client:
     keys = np.array([987654321, 123456789], dtype=np.uint64)

@@ -11,6 +11,9 @@ step, and writes a PNG plot of loss and AUC against steps for every transport.
 
     GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 PYTHONPATH=build/python \\
         python3 examples/python/ctr_train.py --plot ctr.png      # or: make demo-python
+
+From an installed package (cmake --install), PYTHONPATH=<prefix>/lib/python3.X/dist-packages:
+the clusters run the bx installed in <prefix>/bin (bexpress.testing.find_bx).
 """
 
 import argparse

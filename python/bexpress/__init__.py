@@ -16,10 +16,15 @@ server it exists for, from Python.
 
 Errors are exceptions carrying the status code (bexpress.errors). Every blocking call releases
 the GIL. The PyTorch layer is bexpress.torch (PsEmbedding).
+
+The library's warnings and errors go to stderr; connection state changes ("bx rpc: replica ...
+connecting -> up") too with bexpress.set_log_level("info") or BX_LOG_LEVEL=info in the
+environment (levels: debug, info, warning (the default), error).
 """
 
 import asyncio
 import atexit
+import os
 
 try:
     from . import _bexpress
@@ -34,15 +39,22 @@ except ImportError as e:
         "=4096 in its environment (or with LD_PRELOAD=libjemalloc.so.2).") from e
 from ._bexpress import Cluster, FetchedRows, PsServer, devices, init, is_initialized, metrics
 from ._bexpress import Listener, ReceivedMessage, Socket, Transport, shard_of_key, version
+from ._bexpress import set_log_level
 from .errors import (Aborted, DataLoss, DeadlineExceeded, Error, FailedPrecondition, Internal,
                      InvalidArgument, NotFound, PermissionDenied, ResourceExhausted, Unavailable,
                      Unimplemented)
 
-__all__ = ["init", "is_initialized", "version", "devices", "metrics", "Transport", "Listener",
-           "Socket", "ReceivedMessage", "Cluster", "PsClient",
+__all__ = ["init", "is_initialized", "version", "devices", "metrics", "set_log_level",
+           "Transport", "Listener", "Socket", "ReceivedMessage", "Cluster", "PsClient",
            "PsServer", "FetchedRows", "shard_of_key", "Error", "InvalidArgument", "NotFound",
            "Unavailable", "ResourceExhausted", "FailedPrecondition", "DeadlineExceeded",
            "Aborted", "DataLoss", "Internal", "Unimplemented", "PermissionDenied"]
+
+if os.environ.get("BX_LOG_LEVEL"):
+    try:
+        set_log_level(os.environ["BX_LOG_LEVEL"])
+    except ValueError as e:
+        raise ValueError(f"bexpress: BX_LOG_LEVEL: {e}") from None
 
 # Pending completions are delivered, and their thread stopped, before the interpreter goes.
 atexit.register(_bexpress._shutdown)
@@ -56,6 +68,9 @@ class PsClient(_bexpress.PsClient):
     array whose memory is the received reply when every key falls on one shard (array.base is
     a FetchedRows; .copied says whether the rows had to be gathered from several shards);
     `push` applies each gradient exactly once, across replica failures, before it returns.
+    Keys are any integer array or list below 2^64 (numpy.uint64 for keys above 2^63); floats
+    raise TypeError and negative numbers InvalidArgument, rather than become other keys. No
+    keys fetch a (0, dim) array (NotFound for a table not in the cluster file).
     """
 
     def __init__(self, cluster, transport="rdma", client_id=0, connect_timeout=1.0):

@@ -7,6 +7,9 @@ killed primary is replaced without losing an acknowledged push (docs/PS.md).
         client = bexpress.PsClient(cluster.path, transport="tcp")
         ...
         cluster.kill(shard=0, replica=0)
+
+The bx binary is $BX_BIN, else the one installed beside the package, else the build tree's,
+else bx on PATH (find_bx).
 """
 
 import json
@@ -23,15 +26,26 @@ import urllib.request
 
 
 def find_bx():
-    """The bx binary: $BX_BIN, else bx next to this build tree (build/bin/bx), else on PATH."""
+    """The bx binary: $BX_BIN; else the one installed with this package (cmake --install puts the
+    package in <prefix>/lib/python3.X/dist-packages/bexpress and bx in <prefix>/bin); else the
+    build tree's (build/python/bexpress beside build/bin); else bx on PATH."""
     if os.environ.get("BX_BIN"):
+        if not os.access(os.environ["BX_BIN"], os.X_OK):
+            raise FileNotFoundError(f"BX_BIN={os.environ['BX_BIN']} is not an executable")
         return os.environ["BX_BIN"]
-    here = os.path.dirname(os.path.realpath(__file__))
-    for candidate in (os.path.join(os.path.dirname(os.path.dirname(here)), "build", "bin", "bx"),
-                      shutil.which("bx")):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    raise FileNotFoundError("no bx binary: set BX_BIN to build/bin/bx")
+    package = os.path.dirname(os.path.abspath(__file__))  # not realpath: the build tree links
+    looked = ["$BX_BIN (not set)"]
+    if os.path.basename(os.path.dirname(package)) in ("dist-packages", "site-packages"):
+        looked.append(os.path.join(package, *[os.pardir] * 4, "bin", "bx"))
+    looked.append(os.path.join(package, os.pardir, os.pardir, "bin", "bx"))
+    for candidate in looked[1:]:
+        if os.access(candidate, os.X_OK):
+            return os.path.normpath(candidate)
+    if shutil.which("bx"):
+        return shutil.which("bx")
+    places = [looked[0]] + [os.path.normpath(c) for c in looked[1:]] + ["bx on PATH"]
+    raise FileNotFoundError("no bx binary; looked at " + ", ".join(places) +
+                            ": install bexpress (cmake --install) or set BX_BIN to its bx")
 
 
 _taken = set()  # ports this process handed out (a cluster file must not name one twice)

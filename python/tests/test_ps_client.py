@@ -1,10 +1,14 @@
 """bexpress.PsClient against `bx ps serve` processes, over rdma:// (simnic) and tcp://: values,
-zero-copy fetches, exceptions with codes, the GIL, futures and asyncio, and PsServer."""
+zero-copy fetches, exceptions with codes, the GIL, futures and asyncio, and PsServer; keys (all
+of uint64, never a float or a negative number), fetches of no keys, and the module's log level."""
 
 import asyncio
 import gc
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -183,6 +187,92 @@ class PsClientTest(unittest.TestCase):
             self.assertGreaterEqual(stats["ok"], 1)
             self.assertTrue(stats["latency"], stats)  # per method, successful calls
         self.assertIsInstance(bexpress.metrics(), dict)
+
+    def test_fetching_no_keys_gives_the_tables_dim(self):
+        # Issue 52: a (0, 0) array, which PsEmbedding then took for a table of dim 0.
+        for _, client in self.each_transport():
+            for keys in ([], np.array([], np.uint64), np.array([], np.int64)):
+                rows = client.fetch("emb", keys)
+                self.assertEqual((rows.shape, rows.dtype), ((0, DIM), np.float32))
+            self.assertEqual(client.fetch("dense", []).shape, (0, 2))
+            self.assertEqual(client.fetch_async("emb", []).result(timeout=10).shape, (0, DIM))
+            with self.assertRaisesRegex(bexpress.NotFound, "no table 9 in the cluster file"):
+                client.fetch(9, [])
+
+    def test_keys_above_2_63(self):
+        for _, client in self.each_transport():
+            keys = np.array([2**63 + 11, 2**64 - 3, 11], np.uint64)
+            before = client.fetch("emb", keys)
+            client.push("emb", keys[:2], np.ones((2, DIM), np.float32))
+            client.push_async("emb", keys[:1], np.ones((1, DIM), np.float32)).result(timeout=10)
+            np.testing.assert_array_equal(client.fetch("emb", keys) - before,
+                                          [[-2] * DIM, [-1] * DIM, [0] * DIM])
+
+    def test_non_integer_and_negative_keys_are_refused(self):
+        # Issue 52: 1.5 was fetched as key 1 and -1 as key 2^64 - 1.
+        client = bexpress.PsClient(cluster.path, "tcp")
+        self.addCleanup(client.close)
+        grads = np.zeros((1, DIM), np.float32)
+        calls = {"fetch": lambda k: client.fetch("emb", k),
+                 "fetch_async": lambda k: client.fetch_async("emb", k),
+                 "push": lambda k: client.push("emb", k, grads),
+                 "push_async": lambda k: client.push_async("emb", k, grads)}
+        for name, call in calls.items():
+            with self.subTest(call=name):
+                for keys in ([1.5], np.array([2.0]), np.array([True])):
+                    with self.assertRaisesRegex(TypeError, "keys must be integers"):
+                        call(keys)
+                for keys in ([-1], np.array([-5], np.int32)):
+                    with self.assertRaisesRegex(bexpress.InvalidArgument, "must not be negative"):
+                        call(keys)
+
+
+# A client's life in a process of its own, to read what the module wrote on its stderr.
+LOGGING_SCRIPT = """
+import sys, time, bexpress
+if len(sys.argv) > 2:
+    bexpress.set_log_level(sys.argv[2])
+bexpress.init()
+with bexpress.PsClient(sys.argv[1], "tcp") as client:
+    client.fetch("emb", [1])
+# A peer refused for the wrong secret: a warning.
+listener = bexpress.Transport("tcp", auth_secret="right").listen("tcp://127.0.0.1:0")
+try:
+    bexpress.Transport("tcp", auth_secret="wrong").connect(listener.url, timeout=2).receive(1)
+except bexpress.Error:
+    pass
+time.sleep(1)  # the listener's warning may come after the refusal reached the client
+"""
+
+
+class LogLevelTest(unittest.TestCase):
+    """Issue 52: every connection printed `bx rpc: replica ... connecting -> up` on stderr."""
+
+    def run_client(self, *args, env=None):
+        return subprocess.run([sys.executable, "-c", LOGGING_SCRIPT, cluster.path, *args],
+                              env=dict(os.environ, **(env or {})), capture_output=True,
+                              text=True, timeout=60)
+
+    def test_quiet_but_for_warnings_by_default(self):
+        run = self.run_client(env={"BX_LOG_LEVEL": ""})
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertNotIn("connecting -> up", run.stderr)
+        self.assertIn("refused", run.stderr)
+
+    def test_info_when_asked(self):
+        for args, env in (((), {"BX_LOG_LEVEL": "info"}), (("info",), {})):
+            with self.subTest(args=args, env=env):
+                run = self.run_client(*args, env=env)
+                self.assertEqual(run.returncode, 0, run.stderr)
+                self.assertIn("connecting -> up", run.stderr)
+
+    def test_a_level_that_does_not_exist_is_refused(self):
+        run = self.run_client(env={"BX_LOG_LEVEL": "loud"})
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn('BX_LOG_LEVEL: log level must be "debug", "info", "warning" or "error", '
+                      'not "loud"', run.stderr)
+        with self.assertRaisesRegex(ValueError, "not \"verbose\""):
+            bexpress.set_log_level("verbose")
 
 
 class PsServerTest(unittest.TestCase):

@@ -1,6 +1,9 @@
 """bexpress.torch.PsEmbedding: forward fetches the batch's distinct ids, backward pushes their
 gradients summed per id, no_grad pushes nothing, flush waits, and the fetched rows reach torch
-without a copy."""
+without a copy; ids it cannot honour (floats, negative, on another device), a move off the CPU
+and state_dict are refused with errors that say why; an empty batch, and uint64 ids, work."""
+
+import io
 
 import unittest
 
@@ -91,6 +94,76 @@ class PsEmbeddingTest(unittest.TestCase):
                 optimizer.step()
                 losses.append(loss.item())
             self.assertLess(losses[-1], 0.2 * losses[0], losses)
+
+
+
+class PsEmbeddingRefusesWhatItCannotHonourTest(unittest.TestCase):
+    """Issue 52: each of these used to pass silently (1.5 read as row 1, -1 as key 2^64 - 1,
+    .to() a no-op, state_dict() {} saved and loaded "successfully")."""
+
+    def setUp(self):
+        self.client = bexpress.PsClient(cluster.path, "tcp")
+        self.addCleanup(self.client.close)
+        self.emb = PsEmbedding(1000, DIM, table="emb", client=self.client)
+
+    def test_non_integer_ids_raise_type_error(self):
+        for ids in (torch.tensor([1.5, 2.0]), np.array([1.5]), [1.5], torch.tensor([True])):
+            with self.subTest(ids=ids), self.assertRaisesRegex(TypeError, "must be integers"):
+                self.emb(ids)
+        self.assertEqual(self.emb.fetches, 0)
+
+    def test_negative_ids_raise_value_error_unless_allowed(self):
+        with self.assertRaisesRegex(ValueError, "negative id -1.*allow_negative_ids=True"):
+            self.emb(torch.tensor([3, -1]))
+        # Asked for: -1 is key 2^64 - 1.
+        self.client.push("emb", np.array([2**64 - 1], np.uint64), np.ones((1, DIM), np.float32))
+        signed = PsEmbedding(1000, DIM, table="emb", client=self.client,
+                             allow_negative_ids=True)
+        with torch.no_grad():
+            torch.testing.assert_close(signed(torch.tensor([-1])), torch.full((1, DIM), -0.5))
+
+    def test_ids_off_the_cpu_are_refused(self):
+        with self.assertRaisesRegex(RuntimeError, "ids are on meta.*CPU"):
+            self.emb(torch.tensor([1, 2], device="meta"))
+
+    def test_the_module_cannot_move_off_the_cpu(self):
+        model = torch.nn.Sequential(self.emb, torch.nn.Linear(DIM, 1))
+        for move in (lambda m: m.to("meta"), lambda m: m.to(torch.device("meta"))):
+            with self.assertRaisesRegex(RuntimeError, "PsEmbedding cannot move to meta"):
+                move(model)
+        model.to("cpu")  # honoured: it stays where it is
+        self.assertEqual(model(torch.tensor([7])).shape, (1, 1))
+
+    def test_state_dict_and_load_state_dict_raise(self):
+        with self.assertRaisesRegex(NotImplementedError, "parameter server"):
+            self.emb.state_dict()
+        with self.assertRaises(NotImplementedError):
+            self.emb.load_state_dict({})
+        model = torch.nn.Sequential(torch.nn.Linear(DIM, DIM), self.emb)
+        with self.assertRaisesRegex(NotImplementedError, "^1: the rows of table 'emb'"):
+            torch.save(model.state_dict(), io.BytesIO())
+        dense_only = {"0.weight": torch.zeros(DIM, DIM), "0.bias": torch.zeros(DIM)}
+        with self.assertRaises(NotImplementedError):
+            model.load_state_dict(dense_only, strict=False)
+
+    def test_an_empty_batch_gives_an_empty_output(self):
+        for shape in ((0,), (2, 0)):
+            with self.subTest(shape=shape):
+                out = self.emb(torch.zeros(shape, dtype=torch.int64))
+                self.assertEqual(out.shape, (*shape, DIM))
+                out.sum().backward()
+                self.emb.flush()
+
+    def test_uint64_ids_above_2_63(self):
+        ids = np.array([[2**63 + 7, 2**64 - 2], [2**63 + 7, 5]], np.uint64)
+        self.client.push("emb", np.array([2**63 + 7], np.uint64), np.ones((1, DIM), np.float32))
+        out = self.emb(ids)
+        self.assertEqual(out.shape, (2, 2, DIM))
+        torch.testing.assert_close(out[0, 0], torch.full((DIM,), -0.5))
+        torch.testing.assert_close(out[1, 1], torch.full((DIM,), 0.5))  # not key 2^63 + 7
+        out.sum().backward()  # key 2^63 + 7 twice: w = -0.5 - 2
+        self.emb.flush()
+        np.testing.assert_allclose(self.client.fetch("emb", ids[0]), [[-2.5] * DIM, [-0.5] * DIM])
 
 
 if __name__ == "__main__":

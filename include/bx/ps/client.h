@@ -101,6 +101,8 @@ class BX_EXPORT PsClient {
   ~PsClient();
 
   // Fetches the rows of `keys` from `table`; `done` runs once with the rows or the first error.
+  // No keys asks no shard: the rows are none, of the table's dim in the cluster file (NotFound
+  // for a table not in it).
   void FetchAsync(uint32_t table, std::span<const uint64_t> keys, std::chrono::microseconds timeout,
                   std::function<void(Result<FetchResult>)> done);
   Result<FetchResult> Fetch(uint32_t table, std::span<const uint64_t> keys,

@@ -155,6 +155,8 @@ struct PsClientCore::FetchJoin {
   std::vector<ShardBatch> batches;
   std::vector<Result<rpc::Message>> results;
   size_t total_keys = 0;
+  uint32_t table = 0;
+  std::optional<uint32_t> table_dim;  // the cluster file's: the dim of a fetch of no keys
   std::atomic<size_t> remaining{0};
   std::function<void(Result<FetchResult>)> done;       // FetchAsync
   std::function<void(Result<FetchedRows>)> done_rows;  // FetchRowsAsync
@@ -185,7 +187,11 @@ struct PsClientCore::FetchJoin {
       }
       views.push_back(view);
     }
-    if (views.empty()) return FetchedRows::Gathered({}, 0, 0);
+    if (views.empty()) {
+      // No keys, so no shard answered: the cluster file says the dim (callers shape (0, dim)).
+      if (table_dim) return FetchedRows::Gathered({}, 0, *table_dim);
+      return NotFound("fetch: no table " + std::to_string(table) + " in the cluster file");
+    }
     const uint32_t dim = views[0].dim();
     if (allow_view && CanView(views)) {
       const auto* values = reinterpret_cast<const float*>(views[0].value_bytes().data());
@@ -238,6 +244,10 @@ void PsClientCore::StartFetch(uint32_t table, std::span<const uint64_t> keys,
     join->results.emplace_back(Status(StatusCode::kInternal, "not fetched"));
   }
   join->total_keys = keys.size();
+  join->table = table;
+  if (const auto dim = table_dims_.find(table); dim != table_dims_.end()) {
+    join->table_dim = dim->second;
+  }
   join->remaining = join->batches.size();
   if (join->batches.empty()) return join->Complete();
   const rpc::Clock::time_point deadline = rpc::Clock::now() + timeout;

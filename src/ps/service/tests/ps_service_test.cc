@@ -168,6 +168,24 @@ TEST_P(PsServiceTest, PushesWithNonFiniteOrOversizedGradientsAreRefusedWhole) {
   }
 }
 
+// A fetch of no keys asks no shard: its rows have the cluster file's dim (callers shape
+// (0, dim) by it; it was 0), and a table not in the file is NotFound.
+TEST_P(PsServiceTest, AFetchOfNoKeysHasTheTablesDim) {
+  Cluster cluster;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 2, 1));
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+  Result<FetchResult> fetched = client->Fetch(kTable, {}, 5s);
+  ASSERT_TRUE(fetched.ok()) << fetched.status().ToString();
+  EXPECT_EQ(fetched->dim, kDim);
+  EXPECT_TRUE(fetched->values.empty());
+  Result<FetchedRows> rows = client->FetchRows(kTable, {}, 5s);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ(rows->rows(), 0u);
+  EXPECT_EQ(rows->dim(), kDim);
+  EXPECT_EQ(client->Fetch(kTable + 100, {}, 5s).status().code(), StatusCode::kNotFound);
+}
+
 // FetchRowsAsync leaves a one-shard answer in the reply (no copy) and gathers a several-shard
 // one in key order; both hold what Fetch returns, and outlive the client.
 TEST_P(PsServiceTest, FetchedRowsAreAViewOnOneShardsReplyAndGatheredAcrossShards) {
