@@ -44,6 +44,7 @@
 #include "bx/ps/client.h"
 #include "bx/ps/server.h"
 #include "commands.h"
+#include "demo_format.h"
 #include "ps/workload.h"
 #include "verbs/rc_count.h"
 #include "verbs/verbs.h"
@@ -651,13 +652,6 @@ Figures RunWorkload(const DemoOptions& options, const std::string& scheme, bool 
   return f;
 }
 
-// Reduction of `rdma` relative to `tcp` in percent (positive: rdma lower). For throughput the
-// caller passes the values swapped, so positive still means rdma is better.
-std::string Reduction(double rdma, double tcp) {
-  if (tcp <= 0) return "n/a";
-  return fmt::format("{:+.1f}%", 100.0 * (tcp - rdma) / tcp);
-}
-
 void PrintTable(const std::string& title, const Figures& rdma, const Figures& tcp, bool training,
                 bool open_loop = false) {
   std::printf("\n%s\n", title.c_str());
@@ -676,12 +670,9 @@ void PrintTable(const std::string& title, const Figures& rdma, const Figures& tc
   } else {
     std::printf("%-28s %12s %12s %12s\n", "push latency P99 (us)", "-", "-", "(no pushes)");
   }
-  // For requests/s more is better: the column shows the gain instead (positive: rdma better).
+  // For requests/s more is better: the column shows the gain, or the loss, instead.
   row("requests per second", rdma.requests_per_sec, tcp.requests_per_sec,
-      tcp.requests_per_sec > 0
-          ? fmt::format("{:+.1f}% (gain)", 100.0 * (rdma.requests_per_sec - tcp.requests_per_sec) /
-                                               tcp.requests_per_sec)
-          : "n/a");
+      Gain(rdma.requests_per_sec, tcp.requests_per_sec));
   if (!training) {
     // Little's law: the fan-outs a run kept in flight on average (at most rankers x outstanding).
     // Runs that kept different numbers in flight compare latencies at different loads. Open loop,
