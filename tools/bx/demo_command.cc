@@ -46,6 +46,8 @@
 #include "commands.h"
 #include "demo_format.h"
 #include "ps/workload.h"
+#include "ps_reach.h"
+#include "repeat_limiter.h"
 #include "verbs/rc_count.h"
 #include "verbs/verbs.h"
 
@@ -307,6 +309,13 @@ struct Recorder {
   std::mutex mu;
   rpc::LatencyHistogram fetch, push;
   std::atomic<uint64_t> requests{0}, errors{0};
+  // `bx ps rank/train`: why requests fail, through a RepeatLimiter (one line a second per kind).
+  RepeatLimiter* error_log = nullptr;
+  void Error(const char* what, const Status& status) {
+    errors.fetch_add(1);
+    if (error_log != nullptr)
+      error_log->Report(std::string(what) + " failed: " + status.ToString());
+  }
   void Fetch(Clock::duration latency) {
     std::lock_guard lock(mu);
     fetch.Record(latency);
@@ -391,7 +400,7 @@ void RunRankerChains(const DemoOptions& options, PsClient& client, Clock::time_p
         recorder.requests.fetch_add(1);
         if (now < end) return start_fetch();
       } else {
-        recorder.errors.fetch_add(1);
+        recorder.Error("fetch", result.status());
       }
       std::lock_guard lock(mu);
       if (!result.ok() && now < end) {
@@ -458,7 +467,7 @@ void RunInference(const DemoOptions& options, PsClient& client, double seconds,
             recorder.Fetch(Clock::now() - start);
             recorder.requests.fetch_add(1);
           } else {
-            recorder.errors.fetch_add(1);
+            recorder.Error("fetch", result.status());
           }
           std::lock_guard lock(mu);
           --in_flight;
@@ -503,7 +512,7 @@ ComputeTime RunTraining(const DemoOptions& options, PsClient& client, double sec
         auto start = Clock::now();
         Result<ps::FetchedRows> rows = client.FetchRows(kTable, batch, 2s);
         if (!rows.ok()) {
-          recorder.errors.fetch_add(1);
+          recorder.Error("fetch", rows.status());
           continue;
         }
         recorder.Fetch(Clock::now() - start);
@@ -528,7 +537,7 @@ ComputeTime RunTraining(const DemoOptions& options, PsClient& client, double sec
         start = Clock::now();
         Status pushed = client.Push(kTable, options.dim, batch, gradients, 2s);
         if (!pushed.ok()) {
-          recorder.errors.fetch_add(1);
+          recorder.Error("push", pushed);
           continue;
         }
         recorder.Push(Clock::now() - start);
@@ -861,6 +870,17 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
   std::unique_ptr<Transport> transport = std::move(created).value();
   (scheme == "rdma" ? client_options.rpc.rdma_transport : client_options.rpc.tcp_transport) =
       transport.get();
+  const char* command = training ? "bx ps train" : "bx ps rank";
+  // Without a start file, a cluster that is not there ends the run at once, in one line: not
+  // after the whole duration, every request failed. With one, the warm-up below waits for it.
+  if (start_file.empty()) {
+    if (Status s = CheckShardsReachable(spec, *transport, 3s); !s.ok()) {
+      std::fprintf(stderr, "%s: %s\n", command, s.ToString().c_str());
+      throw CLI::RuntimeError(1);
+    }
+  }
+  // The run's errors (the library's and failed requests'), each kind once a second.
+  RateLimitedStderrLog log;
   Result<std::unique_ptr<PsClient>> client = PsClient::Create(spec, client_options);
   if (!client.ok()) Fail("client", client.status());
   observe::Exports exports;  // destroyed before the client and the transport
@@ -881,8 +901,8 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
   // With a start file (many processes started together, tools/paper_cluster.sh), connections
   // first, so that set-up is not measured: one fetch with a key on every shard (a fetch stores
   // no row), retried while the cluster settles; the line below says when this process could
-  // reach all of them. Without one, a client that cannot reach the cluster (a wrong secret)
-  // runs its workload and reports the errors, as it did before.
+  // reach all of them. Without one, the check above has failed the run already when a shard
+  // could not be reached.
   if (!start_file.empty()) {
     const auto start = Clock::now();
     std::vector<uint64_t> warm;
@@ -919,6 +939,7 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
     while (!std::filesystem::exists(start_file)) std::this_thread::sleep_for(10ms);
   }
   Recorder recorder;
+  recorder.error_log = &log.limiter();
   const HostCpuMeter cpu;
   auto t0 = Clock::now();
   uint64_t compute_ns = 0;
