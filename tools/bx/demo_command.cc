@@ -44,7 +44,10 @@
 #include "bx/ps/client.h"
 #include "bx/ps/server.h"
 #include "commands.h"
+#include "demo_format.h"
 #include "ps/workload.h"
+#include "ps_reach.h"
+#include "repeat_limiter.h"
 #include "verbs/rc_count.h"
 #include "verbs/verbs.h"
 
@@ -306,6 +309,13 @@ struct Recorder {
   std::mutex mu;
   rpc::LatencyHistogram fetch, push;
   std::atomic<uint64_t> requests{0}, errors{0};
+  // `bx ps rank/train`: why requests fail, through a RepeatLimiter (one line a second per kind).
+  RepeatLimiter* error_log = nullptr;
+  void Error(const char* what, const Status& status) {
+    errors.fetch_add(1);
+    if (error_log != nullptr)
+      error_log->Report(std::string(what) + " failed: " + status.ToString());
+  }
   void Fetch(Clock::duration latency) {
     std::lock_guard lock(mu);
     fetch.Record(latency);
@@ -390,7 +400,7 @@ void RunRankerChains(const DemoOptions& options, PsClient& client, Clock::time_p
         recorder.requests.fetch_add(1);
         if (now < end) return start_fetch();
       } else {
-        recorder.errors.fetch_add(1);
+        recorder.Error("fetch", result.status());
       }
       std::lock_guard lock(mu);
       if (!result.ok() && now < end) {
@@ -457,7 +467,7 @@ void RunInference(const DemoOptions& options, PsClient& client, double seconds,
             recorder.Fetch(Clock::now() - start);
             recorder.requests.fetch_add(1);
           } else {
-            recorder.errors.fetch_add(1);
+            recorder.Error("fetch", result.status());
           }
           std::lock_guard lock(mu);
           --in_flight;
@@ -502,7 +512,7 @@ ComputeTime RunTraining(const DemoOptions& options, PsClient& client, double sec
         auto start = Clock::now();
         Result<ps::FetchedRows> rows = client.FetchRows(kTable, batch, 2s);
         if (!rows.ok()) {
-          recorder.errors.fetch_add(1);
+          recorder.Error("fetch", rows.status());
           continue;
         }
         recorder.Fetch(Clock::now() - start);
@@ -527,7 +537,7 @@ ComputeTime RunTraining(const DemoOptions& options, PsClient& client, double sec
         start = Clock::now();
         Status pushed = client.Push(kTable, options.dim, batch, gradients, 2s);
         if (!pushed.ok()) {
-          recorder.errors.fetch_add(1);
+          recorder.Error("push", pushed);
           continue;
         }
         recorder.Push(Clock::now() - start);
@@ -651,13 +661,6 @@ Figures RunWorkload(const DemoOptions& options, const std::string& scheme, bool 
   return f;
 }
 
-// Reduction of `rdma` relative to `tcp` in percent (positive: rdma lower). For throughput the
-// caller passes the values swapped, so positive still means rdma is better.
-std::string Reduction(double rdma, double tcp) {
-  if (tcp <= 0) return "n/a";
-  return fmt::format("{:+.1f}%", 100.0 * (tcp - rdma) / tcp);
-}
-
 void PrintTable(const std::string& title, const Figures& rdma, const Figures& tcp, bool training,
                 bool open_loop = false) {
   std::printf("\n%s\n", title.c_str());
@@ -676,12 +679,9 @@ void PrintTable(const std::string& title, const Figures& rdma, const Figures& tc
   } else {
     std::printf("%-28s %12s %12s %12s\n", "push latency P99 (us)", "-", "-", "(no pushes)");
   }
-  // For requests/s more is better: the column shows the gain instead (positive: rdma better).
+  // For requests/s more is better: the column shows the gain, or the loss, instead.
   row("requests per second", rdma.requests_per_sec, tcp.requests_per_sec,
-      tcp.requests_per_sec > 0
-          ? fmt::format("{:+.1f}% (gain)", 100.0 * (rdma.requests_per_sec - tcp.requests_per_sec) /
-                                               tcp.requests_per_sec)
-          : "n/a");
+      Gain(rdma.requests_per_sec, tcp.requests_per_sec));
   if (!training) {
     // Little's law: the fan-outs a run kept in flight on average (at most rankers x outstanding).
     // Runs that kept different numbers in flight compare latencies at different loads. Open loop,
@@ -870,6 +870,17 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
   std::unique_ptr<Transport> transport = std::move(created).value();
   (scheme == "rdma" ? client_options.rpc.rdma_transport : client_options.rpc.tcp_transport) =
       transport.get();
+  const char* command = training ? "bx ps train" : "bx ps rank";
+  // Without a start file, a cluster that is not there ends the run at once, in one line: not
+  // after the whole duration, every request failed. With one, the warm-up below waits for it.
+  if (start_file.empty()) {
+    if (Status s = CheckShardsReachable(spec, *transport, 3s); !s.ok()) {
+      std::fprintf(stderr, "%s: %s\n", command, s.ToString().c_str());
+      throw CLI::RuntimeError(1);
+    }
+  }
+  // The run's errors (the library's and failed requests'), each kind once a second.
+  RateLimitedStderrLog log;
   Result<std::unique_ptr<PsClient>> client = PsClient::Create(spec, client_options);
   if (!client.ok()) Fail("client", client.status());
   observe::Exports exports;  // destroyed before the client and the transport
@@ -890,8 +901,8 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
   // With a start file (many processes started together, tools/paper_cluster.sh), connections
   // first, so that set-up is not measured: one fetch with a key on every shard (a fetch stores
   // no row), retried while the cluster settles; the line below says when this process could
-  // reach all of them. Without one, a client that cannot reach the cluster (a wrong secret)
-  // runs its workload and reports the errors, as it did before.
+  // reach all of them. Without one, the check above has failed the run already when a shard
+  // could not be reached.
   if (!start_file.empty()) {
     const auto start = Clock::now();
     std::vector<uint64_t> warm;
@@ -928,6 +939,7 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
     while (!std::filesystem::exists(start_file)) std::this_thread::sleep_for(10ms);
   }
   Recorder recorder;
+  recorder.error_log = &log.limiter();
   const HostCpuMeter cpu;
   auto t0 = Clock::now();
   uint64_t compute_ns = 0;

@@ -27,6 +27,8 @@
 #include "bx/ps/client.h"
 #include "bx/ps/server.h"
 #include "commands.h"
+#include "ps_reach.h"
+#include "repeat_limiter.h"
 
 namespace bx::tools {
 
@@ -134,9 +136,17 @@ void Serve(const ServeOptions& serve) {
   const int shard = serve.shard, replica = serve.replica;
   const FailoverFlags& failover = serve.failover;
   ps::ClusterSpec spec = Load(serve.cluster);
-  if (shard < 0 || size_t(shard) >= spec.shards.size() || replica < 0 ||
-      size_t(replica) >= spec.shards[shard].replicas.size()) {
-    Fail("serve", Status(StatusCode::kInvalidArgument, "no such shard/replica in the file"));
+  if (shard < 0 || size_t(shard) >= spec.shards.size()) {
+    Fail("serve", InvalidArgument("--shard " + std::to_string(shard) + ": the cluster file has " +
+                                  std::to_string(spec.shards.size()) + " shards (--shard 0.." +
+                                  std::to_string(spec.shards.size() - 1) + ")"));
+  }
+  const size_t replicas = spec.shards[shard].replicas.size();
+  if (replica < 0 || size_t(replica) >= replicas) {
+    Fail("serve", InvalidArgument("--replica " + std::to_string(replica) + ": shard " +
+                                  std::to_string(shard) + " has " + std::to_string(replicas) +
+                                  " replicas in the cluster file (--replica 0.." +
+                                  std::to_string(replicas - 1) + ")"));
   }
   InitProcess();
 
@@ -182,7 +192,18 @@ void Serve(const ServeOptions& serve) {
   // interface has, fails here ("cannot assign requested address") rather than at the clients.
   if (!me.rdma.empty()) urls.push_back(serve.listen_any ? AnyHost(me.rdma) : me.rdma);
   if (!me.tcp.empty()) urls.push_back(serve.listen_any ? AnyHost(me.tcp) : me.tcp);
-  if (Status s = (*server)->Start(urls); !s.ok()) Fail("listen", s);
+  if (Status s = (*server)->Start(urls); !s.ok()) {
+    // An address no interface of this host has: say which flag serves the file's port anyway.
+    if (!serve.listen_any && s.message().find("assign requested address") != std::string::npos) {
+      Fail("listen",
+           Status(s.code(), s.message() + "; the cluster file gives shard " +
+                                std::to_string(shard) + " replica " + std::to_string(replica) +
+                                " an address that is not this host's: run it on that "
+                                "host, or pass --listen-any (every interface, the "
+                                "file's port; a host behind NAT)"));
+    }
+    Fail("listen", s);
+  }
   std::unique_ptr<metrics::MetricsServer> metrics_endpoint =
       StartMetricsEndpoint(serve.metrics.port, serve.metrics.address);
   observe::CollectorHandle exported;  // reset before the server stops
@@ -193,6 +214,14 @@ void Serve(const ServeOptions& serve) {
   std::fprintf(stderr, "shard %d replica %d listening on %s, min_in_sync %zu of %zu\n", shard,
                replica, (*server)->address().ToString().c_str(), options.min_in_sync,
                spec.shards[shard].replicas.size());
+  if (replicas == 1) {
+    // There is no snapshot or checkpoint to disk: a lone replica's rows live in its memory only.
+    std::fprintf(stderr,
+                 "not durable: shard %d has one replica and bx ps serve keeps no snapshot or "
+                 "checkpoint on disk, so its rows will not survive a restart of this process; "
+                 "list more replicas for it in the cluster file to keep them\n",
+                 shard);
+  }
   if (spec.insecure) {
     std::fprintf(stderr,
                  "insecure: the cluster file says \"insecure\": true; every method, replication "
@@ -289,6 +318,15 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
                           "the first table must be SGD with learning_rate 1 and zeros init"));
   }
   InitProcess();
+  // As rank and train: a cluster that is not there fails the run at once, in one line.
+  {
+    TransportOptions probe_options;
+    probe_options.auth_secret = spec.secret;
+    Result<std::unique_ptr<Transport>> probe = CreateTransport(spec.transport, probe_options);
+    if (!probe.ok()) Fail("client transport", probe.status());
+    if (Status s = CheckShardsReachable(spec, **probe, 3s); !s.ok()) Fail("train --verify", s);
+  }
+  RateLimitedStderrLog log;  // the run's errors, each kind once a second
   ps::PsClientOptions client_options;
   client_options.transport = spec.transport;
   Result<std::unique_ptr<ps::PsClient>> client = ps::PsClient::Create(spec, client_options);
@@ -299,7 +337,6 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
   for (size_t k = 0; k < n; ++k) keys[k] = flags.key_base + k;
   std::vector<std::atomic<uint64_t>> acked(n), failed(n);
   std::atomic<uint64_t> longest_stall_us{0};
-  std::atomic<int> errors_logged{0};
   const auto timeout = std::chrono::microseconds(int64_t{flags.push_timeout_ms} * 1000);
   const auto t0 = std::chrono::steady_clock::now();
   const auto end = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -324,9 +361,9 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
         latencies_us[size_t(t)].push_back(us);
         if (sent < window_to && done >= window_from) window_us[size_t(t)].push_back(us);
         (s.ok() ? acked[k] : failed[k]).fetch_add(1);
-        if (!s.ok() && errors_logged.fetch_add(1) < 5) {
-          std::fprintf(stderr, "push of key %llu failed: %s\n",
-                       static_cast<unsigned long long>(keys[k]), s.ToString().c_str());
+        if (!s.ok()) {
+          log.limiter().Report("push of key " + std::to_string(keys[k]) +
+                               " failed: " + s.ToString());
         }
         auto now = std::chrono::steady_clock::now();
         uint64_t gap =
@@ -418,6 +455,11 @@ void AddPsCommand(CLI::App* app) {
 
   auto serve = std::make_shared<ServeOptions>();
   CLI::App* s = ps->add_subcommand("serve", "Run one replica of one shard until SIGINT/SIGTERM");
+  s->footer(
+      "Persistence: rows live in the replicas' memory only; bx ps serve has no snapshot or "
+      "checkpoint directory. A shard outlives a replica through its other replicas (with --etcd, "
+      "a restarted replica catches up from the primary); a shard with one replica loses its rows "
+      "when that process stops (it says so at start).");
   s->add_option("--cluster", serve->cluster, "Cluster file (JSON)")->required();
   s->add_option("--shard", serve->shard, "Shard index")->required();
   s->add_option("--replica", serve->replica, "Replica index (0: primary)")->required();

@@ -80,7 +80,7 @@ struct PsClientCore::PushAttempt {
   // An attempt ended without a definite "not applied" (a timeout, a lost connection, a
   // primary deposed while the push waited): the push may have been applied under its id.
   bool maybe_applied = false;
-  Status last_error;  // the last attempt's failure, named when the deadline ends the push
+  Status last_error;  // the last attempt's, for the error the push ends with
   std::function<void(Result<PushAck>)> done;
 };
 
@@ -99,6 +99,22 @@ uint64_t NewSessionId(uint32_t min_generation) {
                        .count();
   const uint64_t generation = std::max<uint64_t>(static_cast<uint64_t>(now), min_generation);
   return std::min<uint64_t>(generation, UINT32_MAX) << 32 | (RandomBits() & UINT32_MAX);
+}
+
+// Where the cluster file configures no failover for `shard`, what a push that timed out
+// could not have had: a backup taking over from a stopped primary.
+std::string NoFailoverHint(const ClusterSpec& spec, size_t shard) {
+  if (spec.shards[shard].replicas.size() == 1) {
+    return "; shard " + std::to_string(shard) +
+           " has one replica, so nothing takes over while it is down (list more replicas for it "
+           "in the cluster file, and a \"config_store\" for failover)";
+  }
+  if (spec.config_store.empty()) {
+    return "; failover is not configured in the cluster file, so no backup takes over from a "
+           "stopped primary (set \"config_store\" to an etcd URL, or run every replica with "
+           "`bx ps serve --etcd URL`)";
+  }
+  return "";
 }
 
 }  // namespace
@@ -135,6 +151,7 @@ Result<std::unique_ptr<PsClientCore>> PsClientCore::Create(const ClusterSpec& sp
       shard->replicas.push_back(std::move(one));
     }
     BX_ASSIGN_OR_RETURN(shard->reads, rpc::Client::Create(addresses, options.rpc));
+    shard->no_failover_hint = NoFailoverHint(spec, i);
     shard->session.client_id = client->client_id_;
     shard->session.key = RandomBits();
     client->shards_.push_back(std::move(shard));
@@ -370,7 +387,8 @@ void PsClientCore::StartPush(uint32_t shard, PushRequest push, std::chrono::micr
                              std::optional<uint64_t> session,
                              std::function<void(Result<PushAck>)> done) {
   if (shard >= shards_.size()) {
-    return done(Status(StatusCode::kInvalidArgument, "no such shard"));
+    return done(InvalidArgument("no such shard " + std::to_string(shard) + " (the cluster has " +
+                                std::to_string(shards_.size()) + " shards)"));
   }
   auto attempt = std::make_shared<PushAttempt>();
   attempt->shard = shard;
@@ -394,11 +412,12 @@ void PsClientCore::TryPush(std::shared_ptr<PushAttempt> attempt) {
   auto remaining =
       std::chrono::duration_cast<std::chrono::microseconds>(attempt->deadline - rpc::Clock::now());
   if (remaining.count() <= 0) {
-    return attempt->done(Status(
-        StatusCode::kDeadlineExceeded,
-        "push not acknowledged in time" +
-            (attempt->last_error.ok() ? std::string()
-                                      : " (last error: " + attempt->last_error.ToString() + ")")));
+    Shard& shard = *shards_[attempt->shard];
+    std::string text =
+        "push to shard " + std::to_string(attempt->shard) + " not acknowledged in time";
+    if (!attempt->last_error.ok())
+      text += " (last attempt: " + attempt->last_error.ToString() + ")";
+    return attempt->done(Status(StatusCode::kDeadlineExceeded, text + shard.no_failover_hint));
   }
   Shard& shard = *shards_[attempt->shard];
   Result<rpc::Message> message = rpc::Message::CopyOf(attempt->bytes);
@@ -425,8 +444,8 @@ void PsClientCore::TryPush(std::shared_ptr<PushAttempt> attempt) {
           }
           return attempt->done(std::move(ack));
         }
-        StatusCode code = reply.status().code();
         attempt->last_error = reply.status();
+        StatusCode code = reply.status().code();
         if (code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ||
             code == StatusCode::kDataLoss) {
           return attempt->done(reply.status());  // the push itself is bad: retrying cannot help

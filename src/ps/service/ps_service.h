@@ -399,6 +399,9 @@ class PsClientCore {
     // the shard says it no longer knows it.
     mutable std::mutex session_mu;
     Session session;
+    // Appended to "push not acknowledged in time" when the cluster file configures no failover
+    // for this shard, saying how to turn it on (empty when it does).
+    std::string no_failover_hint;
   };
   struct PushAttempt;
   struct FetchJoin;

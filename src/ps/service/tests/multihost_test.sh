@@ -98,16 +98,21 @@ ip netns exec "${TAG}h5" "$BX" ps train --cluster "$TRAINER_CLUSTER" --verify --
 grep -q '"doubled":[1-9]' "$WORK/selfcheck.out" || fail "checker self-test: no doubled pushes reported"
 echo "checker self-test: a second trainer on the same keys is rejected (doubled pushes detected)"
 
-# A ranker with the cluster's addresses but not its secret: every call fails.
+# A ranker with the cluster's addresses but not its secret: refused at connect, it gets no
+# answer and (issue 52) stops at once with one line that says so, instead of running its
+# duration to report zero answers.
 grep -v replica_secret_file "$CLUSTER" |
   sed 's/"secret_file": "cluster.secret"/"insecure": true/' >"$WORK/stranger.json"
 ip netns exec "${TAG}h6" "$BX" ps rank --cluster "$WORK/stranger.json" --threads 1 --duration 1 \
-  --json >"$WORK/stranger.out" 2>"$WORK/stranger.log" || true
-grep -Eq '"requests": *0[^0-9.]' "$WORK/stranger.out" ||
-  fail "a client without the cluster's secret got answers: $(cat "$WORK/stranger.out")"
+  --json >"$WORK/stranger.out" 2>"$WORK/stranger.log" &&
+  fail "a client without the cluster's secret exited 0: $(cat "$WORK/stranger.out")"
+grep -q '"requests"' "$WORK/stranger.out" &&
+  fail "a client without the cluster's secret ran its workload: $(cat "$WORK/stranger.out")"
+grep -q "authentication refused" "$WORK/stranger.log" ||
+  fail "the stranger was not told it failed authentication: $(cat "$WORK/stranger.log")"
 grep -q "peer failed authentication" "$WORK/s0r1.log" "$WORK/s1r1.log" ||
   fail "the replicas did not log the stranger's refused connections"
-echo "a ranker without the cluster's secret got no answer (refused at connect)"
+echo "a ranker without the cluster's secret got no answer: $(cat "$WORK/stranger.log")"
 
 for s in 0 1; do
   grep -q "now primary of epoch 2" "$WORK/s${s}r1.log" ||
