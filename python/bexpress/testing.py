@@ -137,6 +137,11 @@ class LocalCluster:
         for s in range(shards):
             for r in range(replicas):
                 self._wait_listening(s, r)
+        # Ready means ready: each primary is primary with its backups linked (bx ps serve says
+        # so), so the first pushes need no failover.
+        for s in range(shards):
+            for r in range(replicas):
+                self._wait_log(s, r, "ready:", "ready")
 
     def _start_etcd(self):
         client, peer = free_port(), free_port()
@@ -182,15 +187,18 @@ class LocalCluster:
                 env=self.env, preexec_fn=limit)
 
     def _wait_listening(self, shard, replica):
-        def listening():
+        self._wait_log(shard, replica, "listening on", "listening")
+
+    def _wait_log(self, shard, replica, line, what):
+        def logged():
             process = self.processes[(shard, replica)]
             if process.poll() is not None:
                 log = self.log(shard, replica)
                 error = _PortTaken if "in use" in log else RuntimeError
                 raise error(f"bx ps serve shard {shard} replica {replica} exited "
                             f"{process.returncode}: {log}")
-            return "listening on" in self.log(shard, replica)
-        _wait_for(listening, 60, f"shard {shard} replica {replica} listening")
+            return line in self.log(shard, replica)
+        _wait_for(logged, 60, f"shard {shard} replica {replica} {what}")
 
     def secret(self):
         """The cluster secret, as `bx ps serve` reads it from the secret file."""

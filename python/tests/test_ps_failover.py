@@ -54,5 +54,21 @@ class PrimaryKillTest(unittest.TestCase):
                 self.assertGreater(client.stats()["push_failovers"], 0)
 
 
+class ReadyMeansReadyTest(unittest.TestCase):
+    """Issue 52: a LocalCluster returns once every primary is primary with its backups linked,
+    so the first pushes go straight to it (they failed over, up to 256 times, while the primaries
+    still waited for their backups or for the store)."""
+
+    def test_the_first_pushes_see_no_failover(self):
+        bexpress.init()
+        for etcd in (False, True):
+            with self.subTest(etcd=etcd), \
+                    LocalCluster(shards=2, replicas=2, tables=TABLES, etcd=etcd) as cluster, \
+                    bexpress.PsClient(cluster.path, transport="tcp") as client:
+                keys = np.arange(64, dtype=np.uint64)  # on both shards
+                client.push("emb", keys, np.ones((64, DIM), np.float32), timeout=30)
+                self.assertEqual(client.stats()["push_failovers"], 0)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -257,6 +257,24 @@ void Serve(const ServeOptions& serve) {
     if (Status s = (*server)->BecomePrimary(1, backups); !s.ok()) Fail("promote", s);
     std::fprintf(stderr, "primary of epoch 1 with %zu backups\n", backups.size());
   }
+  // "ready" once this replica's role is settled: a primary once it is primary with its backups
+  // linked (with a store: once its monitor promoted it, which it does only after every replica
+  // registered), a backup at once. A cluster whose every replica said it takes pushes without
+  // failing over (LocalCluster, scripts).
+  bool ready = false;
+  auto announce_ready = [&] {
+    if (ready) return;
+    if (replica != 0) {
+      ready = true;
+      std::fprintf(stderr, "shard %d replica %d ready: backup\n", shard, replica);
+      return;
+    }
+    const uint64_t epoch = (*server)->primary_epoch();
+    if (epoch == 0) return;  // the store's monitor has not made it primary yet
+    ready = true;
+    std::fprintf(stderr, "shard %d replica %d ready: primary of epoch %llu\n", shard, replica,
+                 static_cast<unsigned long long>(epoch));
+  };
   if (store.empty() && !failover.without_leases && failover.timeout_ms > 0 &&
       spec.shards[shard].replicas.size() > 1) {
     std::fprintf(stderr,
@@ -273,7 +291,11 @@ void Serve(const ServeOptions& serve) {
   }
   signal(SIGINT, [](int) { g_stop = 1; });
   signal(SIGTERM, [](int) { g_stop = 1; });
-  while (!g_stop) std::this_thread::sleep_for(100ms);
+  announce_ready();
+  while (!g_stop) {
+    std::this_thread::sleep_for(100ms);
+    announce_ready();
+  }
   monitor.reset();
   ps::PsServerCounters c = (*server)->counters();
   std::fprintf(

@@ -114,6 +114,9 @@ class BX_EXPORT PsServer {
   void Stop();
 
   PsServerCounters counters() const;
+  // The epoch this replica serves as primary now (pushes are taken here), 0 while it is not
+  // primary: a health check, or a start-up script waiting for its shard to take pushes.
+  uint64_t primary_epoch() const;
   rpc::ServerStats rpc_stats() const;
 
  private:

@@ -39,6 +39,11 @@ PsServerCounters PsServer::counters() const {
   return core_->counters();
 }
 
+uint64_t PsServer::primary_epoch() const {
+  const ShardReplica& replica = core_->replica();
+  return replica.role() == ShardReplica::Role::kPrimary ? replica.position().epoch : 0;
+}
+
 rpc::ServerStats PsServer::rpc_stats() const {
   return core_->rpc_stats();
 }

@@ -156,6 +156,7 @@ class PsServerCore {
   void Stop();
 
   ShardReplica& replica() { return replica_; }
+  const ShardReplica& replica() const { return replica_; }
   // Decides whether this replica may answer a fetch now (OK) or must refuse it (the status the
   // client gets). Empty (the default): every fetch is answered. Set by a leased failover
   // monitor, which clears it before it goes away.
