@@ -144,9 +144,11 @@ bench-cluster: build
 	  --replicas $(CLUSTER_REPLICAS) --workers $(CLUSTER_WORKERS) --seconds $(CLUSTER_SECONDS) \
 	  --stagger-ms $(CLUSTER_STAGGER_MS) --transport both
 
-# Installs headers, libbexpress.so, the CMake package, bexpress.pc, bx and the simnic.
+# Installs headers, libbexpress.so, the CMake package, bexpress.pc, bx, the simnic and the Python
+# package, building only those (the target bx_installed, cmake/install.cmake), not the tests.
 PREFIX ?= /usr/local
-install: build
+install: configure
+	cmake --build $(BUILD) -j $(JOBS) --target bx_installed
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # The PS, RPC and transport tests repeated until one fails, beside a CPU hog (a loaded CI host).

@@ -33,3 +33,12 @@ install(FILES ${PROJECT_BINARY_DIR}/bexpressConfig.cmake
 file(RELATIVE_PATH BX_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 configure_file(${CMAKE_CURRENT_LIST_DIR}/bexpress.pc.in ${PROJECT_BINARY_DIR}/bexpress.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/bexpress.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# Everything the rules above install, as one target: `make install` builds only this (the
+# library, bx, the simnic, the Python module), not the test suites or the ns-3 tool.
+add_custom_target(bx_installed)
+foreach(target bexpress bx bx_simnic _bexpress)
+  if(TARGET ${target})
+    add_dependencies(bx_installed ${target})
+  endif()
+endforeach()

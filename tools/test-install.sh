@@ -2,7 +2,8 @@
 # bexpress as a user gets it: installs a build into a temporary prefix, checks what the shared
 # library exports, builds examples/ against the installed package twice (CMake find_package and
 # pkg-config, neither seeing the source tree) and runs the echo and RPC examples over tcp:// and
-# rdma:// (the installed simnic).
+# rdma:// (the installed simnic), each in an empty environment (env -i: no LD_LIBRARY_PATH), as
+# the README's C++ program, taken from README.md.
 #
 #   tools/test-install.sh BUILD_DIR
 set -euo pipefail
@@ -25,6 +26,27 @@ libdir=$(dirname "$(find "$prefix" -name 'libbexpress.so' | head -1)")
 readelf -d "$libdir/libbexpress.so" | grep -q 'SONAME.*libbexpress.so.0' || { echo "no versioned SONAME" >&2; exit 1; }
 "$source_dir/tools/check-exports.sh" "$libdir/libbexpress.so" "$prefix/include"
 
+# A program runs as from a fresh login: PATH and, where given, BX_VERBS; nothing else.
+clean_env() {
+  env -i PATH="$PATH" ${BX_VERBS:+BX_VERBS="$BX_VERBS"} "$@"
+}
+# The same for a background process: exec, so that $! is the program's pid, which cleanup kills.
+exec_clean_env() {
+  exec env -i PATH="$PATH" ${BX_VERBS:+BX_VERBS="$BX_VERBS"} "$@"
+}
+
+if [[ -f $build/build.ninja ]]; then
+  echo "== make install builds what is installed and no test (the target bx_installed)"
+  built=$(ninja -C "$build" -t commands bx_installed)
+  for output in lib/libbexpress.so "bin/bx " lib/libbx_simnic.so python/bexpress/_bexpress; do
+    grep -qF -- "-o $output" <<<"$built" || { echo "bx_installed does not build $output" >&2; exit 1; }
+  done
+  if grep -- " -c " <<<"$built" | grep -E -- "-o [^ ]*/tests/"; then
+    echo "bx_installed compiles tests" >&2
+    exit 1
+  fi
+fi
+
 echo "== examples with find_package(bexpress)"
 # A copy of examples/ far from the source tree, so nothing can reach src/ or include/ by accident.
 cp -r "$source_dir/examples" "$work/examples"
@@ -38,7 +60,7 @@ mkdir "$work/pc-build"
 for example in echo_server echo_client; do
   # shellcheck disable=SC2046 # pkg-config's output is a list of flags
   g++ -std=c++20 -O2 -Wall -Wextra -Werror "$work/examples/$example.cc" -o "$work/pc-build/$example" \
-    $(pkg-config --cflags --libs bexpress) -Wl,-rpath,"$(pkg-config --variable=libdir bexpress)"
+    $(pkg-config --cflags --libs bexpress)
 done
 
 # Starts a server in the background and sets `started` to the url or address of its first line
@@ -47,7 +69,7 @@ done
 start_server() {
   local log=$1
   shift
-  "$@" >"$log" 2>&1 &
+  exec_clean_env "$@" >"$log" 2>&1 &
   servers+=($!)
   for _ in $(seq 1 300); do
     [[ -s $log ]] && break
@@ -64,19 +86,71 @@ for scheme in tcp rdma; do
     start_server "$work/echo-$scheme-$build_kind.log" "$work/$build_kind/echo_server" "$scheme://127.0.0.1:0"
     url=$started
     [[ $url == "$scheme://"* ]] || { cat "$work/echo-$scheme-$build_kind.log" >&2; exit 1; }
-    "$work/$build_kind/echo_client" "$url" 200 65536
+    clean_env "$work/$build_kind/echo_client" "$url" 200 65536
   done
 done
+
+echo "== the README's C++ program (README.md, \"Use it as a library\"), built with pkg-config"
+awk '/^## Use it as a library/ { section = 1 } section && /^```cpp$/ { code = 1; next }
+     code && /^```$/ { exit } code' "$source_dir/README.md" >"$work/readme.cc"
+grep -q 'int main' "$work/readme.cc" || { echo "no C++ program in README.md's library section" >&2; exit 1; }
+# shellcheck disable=SC2046 # pkg-config's output is a list of flags
+g++ -std=c++20 -O2 -Wall -Wextra -Werror "$work/readme.cc" -o "$work/pc-build/readme" \
+  $(pkg-config --cflags --libs bexpress)
+# Each failure exits 1 and prints the library's error, its code first (not a crash). $1: the
+# code, as a grep pattern.
+expect_error() {
+  local code=$1 rc=0
+  shift
+  clean_env "$work/pc-build/readme" "$@" >"$work/readme.out" 2>&1 || rc=$?
+  if [[ $rc != 1 ]] || ! grep -q "^$code: " "$work/readme.out"; then
+    echo "the README's program, $*: exit $rc, expected 1 and $code:" >&2
+    cat "$work/readme.out" >&2
+    exit 1
+  fi
+  echo "readme $*: $(head -1 "$work/readme.out")"
+}
+start_server "$work/readme-echo.log" "$work/pc-build/echo_server" "rdma://127.0.0.1:0"
+url=$started
+[[ $url == rdma://* ]] || { cat "$work/readme-echo.log" >&2; exit 1; }
+kill "${servers[-1]}"
+wait "${servers[-1]}" 2>/dev/null || true
+expect_error UNAVAILABLE "$url"  # nothing listens there any more
+# No RDMA device here (bx::Init fails); a host with one fails to connect instead.
+BX_VERBS=system expect_error "[A-Z_]*" "$url"
+start_server "$work/readme-echo.log" "$work/pc-build/echo_server" "rdma://127.0.0.1:0"
+clean_env "$work/pc-build/readme" "$started" | grep -x "4096 bytes back from rdma://.*"
+
+echo "== Result::value() on an error throws bx::BadResultAccess, naming the error"
+bad_access=$work/pc-build/bad_result_access
+for exceptions in -fexceptions -fno-exceptions; do
+  # shellcheck disable=SC2046 # pkg-config's output is a list of flags
+  g++ -std=c++20 -O2 -Wall -Wextra -Werror $exceptions -o "$bad_access$exceptions" \
+    "$source_dir/tools/tests/consumer/bad_result_access.cc" $(pkg-config --cflags --libs bexpress)
+done
+clean_env "$bad_access-fexceptions"  # catches it
+# Uncaught, the terminate handler prints the error.
+expect_terminate() {
+  local rc=0
+  clean_env "$@" >"$work/bad-access.out" 2>&1 || rc=$?
+  if [[ $rc == 0 ]] || ! grep -q "what():  NOT_FOUND: no row for key 7" "$work/bad-access.out"; then
+    echo "$*: exit $rc without the error:" >&2
+    cat "$work/bad-access.out" >&2
+    exit 1
+  fi
+}
+expect_terminate "$bad_access-fexceptions" uncaught
+expect_terminate "$bad_access-fno-exceptions"
 
 echo "== RPC over rdma:// and tcp://"
 start_server "$work/rpc.log" "$work/cmake-build/rpc_server" 127.0.0.1
 address=$started
 [[ $address == rdma://*,tcp://* ]] || { cat "$work/rpc.log" >&2; exit 1; }
-"$work/cmake-build/rpc_client" "$address" "hello, bexpress"
+clean_env "$work/cmake-build/rpc_client" "$address" "hello, bexpress"
 echo "== RPC, TCP only (no RDMA device asked for)"
 BX_VERBS=system start_server "$work/rpc-tcp.log" "$work/cmake-build/rpc_server" 127.0.0.1 tcp
 address=$started
-BX_VERBS=system "$work/cmake-build/rpc_client" "$address"
+BX_VERBS=system clean_env "$work/cmake-build/rpc_client" "$address"
 
 echo "== parameter server: two shards (the installed bx, the example server), the example client"
 # Ports for the cluster file: consecutive from a random start below the kernel's ephemeral range
@@ -101,9 +175,10 @@ cat >"$cluster" <<JSON
   {"replicas": [{"rdma": "rdma://127.0.0.1:${ports[2]}", "tcp": "tcp://127.0.0.1:${ports[3]}"}]}]}
 JSON
 # Shard 0 by the installed bx, shard 1 by the example server (bx::ps::PsServer).
-"$prefix/bin/bx" ps serve --cluster "$cluster" --shard 0 --replica 0 >"$work/ps0.log" 2>&1 &
+exec_clean_env "$prefix/bin/bx" ps serve --cluster "$cluster" --shard 0 --replica 0 \
+  >"$work/ps0.log" 2>&1 &
 servers+=($!)
-"$work/cmake-build/ps_server" "$cluster" 1 0 >"$work/ps1.log" 2>&1 &
+exec_clean_env "$work/cmake-build/ps_server" "$cluster" 1 0 >"$work/ps1.log" 2>&1 &
 servers+=($!)
 for shard in 0 1; do
   for _ in $(seq 1 300); do
@@ -112,7 +187,7 @@ for shard in 0 1; do
   done
   grep -q "primary of epoch 1\|^serving" "$work/ps$shard.log" || { cat "$work/ps$shard.log" >&2; exit 1; }
 done
-"$work/cmake-build/ps_client" "$cluster" 1
+clean_env "$work/cmake-build/ps_client" "$cluster" 1
 
 echo "== the Python package as installed, against the same cluster"
 module=$(find "$prefix" -name '_bexpress*.so' | head -1)

@@ -3,9 +3,16 @@
 // A Status is cheap when OK (one pointer, null) and otherwise carries a code and a message that
 // says what failed and why (the verbs call, errno, the peer, the QP number). Result<T> holds
 // either a value or a non-OK Status. Both are plain values: thread-compatible, not thread-safe.
+//
+// Errors are values: the library reports every failure as a Status and throws nothing of its
+// own. The one exception is a caller's bug: value() (or *, ->) on a Result that holds an error
+// throws bx::BadResultAccess, whose what() is that Status (as std::optional::value() throws
+// std::bad_optional_access). Uncaught, the terminate handler prints it, so the cause is seen
+// rather than "bad_variant_access". Check ok() first, or use BX_ASSIGN_OR_RETURN.
 #pragma once
 
 #include <cassert>
+#include <exception>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -94,6 +101,22 @@ inline Status PermissionDenied(std::string m) {
   return {StatusCode::kPermissionDenied, std::move(m)};
 }
 
+// Thrown by Result<T>::value() on an error: what() is the Status's ToString().
+class BX_EXPORT BadResultAccess : public std::exception {
+ public:
+  explicit BadResultAccess(Status status);
+  const char* what() const noexcept override;
+  const Status& status() const { return status_; }
+
+ private:
+  Status status_;
+  std::string what_;
+};
+
+// Throws BadResultAccess(status). Out of line, so that a program built with -fno-exceptions can
+// use Result too: there the exception cannot be caught and terminates with the Status printed.
+BX_EXPORT [[noreturn]] void ThrowBadResultAccess(const Status& status);
+
 template <typename T>
 class [[nodiscard]] BX_EXPORT Result {
  public:
@@ -105,14 +128,25 @@ class [[nodiscard]] BX_EXPORT Result {
     static const Status kOk;
     return ok() ? kOk : std::get<Status>(v_);
   }
-  T& value() & { return std::get<T>(v_); }
-  const T& value() const& { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
+  T& value() & {
+    if (!ok()) ThrowBadAccess();
+    return std::get<T>(v_);
+  }
+  const T& value() const& {
+    if (!ok()) ThrowBadAccess();
+    return std::get<T>(v_);
+  }
+  T&& value() && {
+    if (!ok()) ThrowBadAccess();
+    return std::get<T>(std::move(v_));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
 
  private:
+  [[noreturn]] void ThrowBadAccess() const { ThrowBadResultAccess(std::get<Status>(v_)); }
+
   std::variant<T, Status> v_;
 };
 

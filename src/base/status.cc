@@ -34,6 +34,17 @@ std::string_view StatusCodeName(StatusCode code) {
   return "UNKNOWN";
 }
 
+BadResultAccess::BadResultAccess(Status status)
+    : status_(std::move(status)), what_(status_.ToString()) {}
+
+const char* BadResultAccess::what() const noexcept {
+  return what_.c_str();
+}
+
+void ThrowBadResultAccess(const Status& status) {
+  throw BadResultAccess(status);
+}
+
 Status::Status(StatusCode code, std::string message) {
   if (code != StatusCode::kOk) state_ = std::make_shared<State>(State{code, std::move(message)});
 }
