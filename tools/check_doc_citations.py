@@ -9,8 +9,9 @@ import re
 import subprocess
 import sys
 
-# A path ending in .md that is not part of a longer word, URL or path.
-CITATION = re.compile(r"(?<![\w/.:-])((?:[\w.-]+/)*[\w-]+\.md)\b")
+# A path ending in .md that is not part of a longer word, URL, path or variable ($dir/README.md,
+# ${dir}/README.md: a script's, resolved when it runs).
+CITATION = re.compile(r"(?<![\w/.:${}-])((?:[\w.-]+/)*[\w-]+\.md)\b")
 TEXT_SUFFIXES = {".md", ".h", ".cc", ".c", ".py", ".sh", ".cmake", ".txt", ".in", ".json"}
 
 
