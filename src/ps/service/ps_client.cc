@@ -411,15 +411,14 @@ void PsClientCore::StartPush(uint32_t shard, PushRequest push, std::chrono::micr
 void PsClientCore::TryPush(std::shared_ptr<PushAttempt> attempt) {
   auto remaining =
       std::chrono::duration_cast<std::chrono::microseconds>(attempt->deadline - rpc::Clock::now());
+  Shard& shard = *shards_[attempt->shard];
   if (remaining.count() <= 0) {
-    Shard& shard = *shards_[attempt->shard];
     std::string text =
         "push to shard " + std::to_string(attempt->shard) + " not acknowledged in time";
     if (!attempt->last_error.ok())
       text += " (last attempt: " + attempt->last_error.ToString() + ")";
     return attempt->done(Status(StatusCode::kDeadlineExceeded, text + shard.no_failover_hint));
   }
-  Shard& shard = *shards_[attempt->shard];
   Result<rpc::Message> message = rpc::Message::CopyOf(attempt->bytes);
   if (!message.ok()) return attempt->done(message.status());
   // One RPC attempt per try: where to retry is this function's decision (the RPC client of one
