@@ -92,10 +92,7 @@ Fabric::ControlLock::~ControlLock() {
   fabric_.hw_mu_.unlock();
   // A doorbell rung meanwhile found the lock taken and left its QP queued for whoever held it;
   // the hardware thread or an inline poster would look again, a control verb does not.
-  std::lock_guard lock(fabric_.ready_mu_);
-  if (fabric_.ready_.empty()) return;
-  if (fabric_.sleeping_) fabric_.ready_cv_.notify_one();
-  fabric_.doorbell_seq_.fetch_add(1, std::memory_order_release);
+  fabric_.WakeForPending(/*only_if_queued=*/true);
 }
 
 void Fabric::Doorbell(SimQp* qp) {
@@ -143,8 +140,9 @@ void Fabric::ServiceInline() {
   }
 }
 
-void Fabric::WakeForPending() {
+void Fabric::WakeForPending(bool only_if_queued) {
   std::lock_guard lock(ready_mu_);
+  if (only_if_queued && ready_.empty()) return;
   if (sleeping_) ready_cv_.notify_one();
   doorbell_seq_.fetch_add(1, std::memory_order_release);
 }

@@ -96,7 +96,9 @@ class Fabric {
   // The doorbell's fast path: services the ready QPs on the calling thread if the hardware is
   // idle (else the one working does).
   void ServiceInline();
-  void WakeForPending();  // after inline work: requeued QPs or new timers need the thread
+  // After inline work (requeued QPs or new timers need the thread) or a control lock's release
+  // (`only_if_queued`: doorbells rung meanwhile left QPs on the ready list).
+  void WakeForPending(bool only_if_queued = false);
   // Services QPs taken off the ready list, each with `byte_budget` (ServiceQp).
   void ServiceBatch(const std::vector<SimQp*>& batch, uint64_t byte_budget);
 
