@@ -193,7 +193,8 @@ struct BX_EXPORT TransportOptions {
   std::vector<int> io_cpus;
   // Messages larger than this are refused (Send fails, a peer announcing one is disconnected).
   size_t max_message_bytes = size_t{1} << 30;
-  // Unsent bytes a socket may hold before Send pushes back (see Socket::Send).
+  // Unsent bytes at which Send starts pushing back (see Socket::Send): a high-water mark, so a
+  // socket holds at most this plus one message.
   size_t max_queued_bytes = size_t{256} << 20;
   // Device for rdma:// (empty: BX_DEVICE or the first device).
   std::string device;

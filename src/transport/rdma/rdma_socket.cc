@@ -63,9 +63,11 @@ void RdmaSocket::Submit(Buffer message, std::optional<engine::RemoteBuffer> targ
                            std::to_string(max_message_bytes_)));
     return;
   }
-  // Back-pressure: one message of any size is accepted into an empty queue.
+  // Back-pressure is a high-water mark: a message is taken while the queue holds less than the
+  // budget, whatever its own size, so a large reply is not refused for a heartbeat queued ahead
+  // of it. The queue is bounded by max_queued_bytes + max_message_bytes.
   size_t queued = queued_bytes_.load(std::memory_order_acquire);
-  if (queued > 0 && queued + size > max_queued_bytes_) {
+  if (queued >= max_queued_bytes_) {
     if (done)
       done(ResourceExhausted("send queue of " + peer_ + " holds " + std::to_string(queued) +
                              " bytes, the limit is " + std::to_string(max_queued_bytes_)));

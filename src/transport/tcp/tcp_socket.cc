@@ -90,9 +90,9 @@ void TcpSocket::Send(Buffer message, SendCallback done) {
       lock.unlock();
       return refuse(status);
     }
-    // A message larger than the whole budget is still taken when nothing is queued; otherwise
-    // messages between max_queued_bytes and max_message_bytes could never be sent.
-    if (!send_queue_.empty() && queued_bytes_ + size > max_queued_bytes_) {
+    // A high-water mark, as over rdma: a message of any size is taken while the queue holds less
+    // than the budget (else a large reply would be refused for a heartbeat queued ahead of it).
+    if (queued_bytes_ >= max_queued_bytes_) {
       size_t queued = queued_bytes_;
       lock.unlock();
       counters_.sends_refused_queue_full.fetch_add(1, std::memory_order_relaxed);

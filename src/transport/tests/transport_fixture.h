@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -145,9 +146,10 @@ class SendLog {
       });
     };
   }
-  bool WaitAll() {
-    return state_->waiter.WaitFor(
-        [&] { return state_->ok + state_->failed >= state_->calls.size(); });
+  bool WaitAll() { return WaitFirst(state_->calls.size()); }
+  // Waits for the callbacks of the first `sent` messages.
+  bool WaitFirst(size_t sent, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    return state_->waiter.WaitFor([&] { return state_->ok + state_->failed >= sent; }, timeout);
   }
   size_t ok() { return Read(&State::ok); }
   size_t failed() { return Read(&State::failed); }

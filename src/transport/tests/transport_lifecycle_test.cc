@@ -128,6 +128,46 @@ TEST_P(TransportTest, FullSendQueuePushesBackWithResourceExhausted) {
   EXPECT_EQ(sends.repeated(), 0u);
 }
 
+// The budget is a high-water mark: a message larger than the whole budget is taken while a small
+// one is queued below it, and the next is refused. The old rule (refuse what would overflow a
+// non-empty queue) refused a 512 MiB reply for a few bytes queued ahead of it, at random under load.
+TEST_P(TransportTest, AMessageBeyondTheBudgetIsTakenWhileTheQueueIsBelowIt) {
+  TransportOptions options;
+  options.max_queued_bytes = kMiB;
+  CreateTransports(options);
+  auto listener = ListenStalled();
+  CloseLog closes;
+  auto socket = Connect(*listener, closes.Handlers());
+  ASSERT_TRUE(socket);
+  // Small sends until one stays queued: the stalled peer stops taking them (tcp: the kernel's
+  // buffers fill; rdma: its receive credits run out). A send that is merely slow to finish on a
+  // loaded machine only ends the loop early, with a queue still below the budget.
+  constexpr size_t kSmall = 16 << 10;
+  constexpr size_t kMaxSmall = 4096;  // 64 MiB: more than loopback's socket buffers
+  SendLog small(kMaxSmall);
+  size_t sent = 0;
+  while (sent < kMaxSmall) {
+    socket->Send(PatternMessage(kSmall, sent), small.For(sent));
+    ++sent;
+    if (!small.WaitFirst(sent, std::chrono::milliseconds(200))) break;
+  }
+  ASSERT_EQ(small.failed(), 0u) << small.last_error().ToString();
+  ASSERT_LT(sent, kMaxSmall) << "no send ever stayed queued";
+  SendLog big(2);
+  socket->Send(PatternMessage(2 * kMiB, 1), big.For(0));
+  EXPECT_EQ(big.refused(), 0u) << big.last_error().ToString();
+  socket->Send(PatternMessage(kSmall, 2), big.For(1));
+  EXPECT_EQ(big.refused(), 1u) << "the queue, now above its budget, takes nothing more";
+  gate_.Open();
+  ASSERT_TRUE(small.WaitFirst(sent));
+  ASSERT_TRUE(big.WaitAll());
+  EXPECT_EQ(small.ok(), sent);
+  EXPECT_EQ(big.ok(), 1u) << big.last_error().ToString();
+  socket->Close();
+  client_.reset();
+  server_.reset();
+}
+
 TEST_P(TransportTest, OversizedSendIsRefused) {
   TransportOptions options;
   options.max_message_bytes = 4096;
