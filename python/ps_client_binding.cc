@@ -106,14 +106,12 @@ class PyPsClient {
     return *client_;
   }
 
-  // A table id, or a table name of the cluster file.
-  uint32_t Table(const py::object& table) const {
+  // A table id, or a table name of the cluster file (PsClient::TableId).
+  uint32_t Table(const py::object& table) {
     if (py::isinstance<py::str>(table)) {
-      const std::string name = table.cast<std::string>();
-      for (const ps::TableConfig& config : spec_.tables) {
-        if (config.name == name) return config.id;
-      }
-      throw StatusError(NotFound("no table named \"" + name + "\" in the cluster file"));
+      Result<uint32_t> id = client().TableId(table.cast<std::string>());
+      ThrowIfError(id.status());
+      return *id;
     }
     const int64_t id = table.cast<int64_t>();
     if (id < 0 || id > UINT32_MAX) throw StatusError(InvalidArgument("table id out of range"));

@@ -3,7 +3,8 @@
 # library exports, builds examples/ against the installed package twice (CMake find_package and
 # pkg-config, neither seeing the source tree) and runs the echo and RPC examples over tcp:// and
 # rdma:// (the installed simnic), each in an empty environment (env -i: no LD_LIBRARY_PATH), as
-# the README's C++ program, taken from README.md.
+# the README's C++ program, taken from README.md, and the consumers of tools/tests/consumer/ (one
+# against the parameter-server cluster it starts).
 #
 #   tools/test-install.sh BUILD_DIR
 set -euo pipefail
@@ -188,6 +189,12 @@ for shard in 0 1; do
   grep -q "primary of epoch 1\|^serving" "$work/ps$shard.log" || { cat "$work/ps$shard.log" >&2; exit 1; }
 done
 clean_env "$work/cmake-build/ps_client" "$cluster" 1
+
+echo "== tables by name from C++ (PsClient::TableId and the name overloads), built with pkg-config"
+# shellcheck disable=SC2046 # pkg-config's output is a list of flags
+g++ -std=c++20 -O2 -Wall -Wextra -Werror -o "$work/pc-build/table_names" \
+  "$source_dir/tools/tests/consumer/table_names.cc" $(pkg-config --cflags --libs bexpress)
+clean_env "$work/pc-build/table_names" "$cluster"
 
 echo "== the Python package as installed, against the same cluster"
 module=$(find "$prefix" -name '_bexpress*.so' | head -1)

@@ -198,6 +198,10 @@ class PsClientTest(unittest.TestCase):
             self.assertEqual(client.fetch_async("emb", []).result(timeout=10).shape, (0, DIM))
             with self.assertRaisesRegex(bexpress.NotFound, "no table 9 in the cluster file"):
                 client.fetch(9, [])
+            # A name the file lacks is NotFound naming those it has (PsClient::TableId).
+            with self.assertRaisesRegex(bexpress.NotFound, 'its tables: "emb", "dense"'):
+                client.fetch("embedding", [1])
+            self.assertEqual(client.table_id("dense"), 2)
 
     def test_keys_above_2_63(self):
         for _, client in self.each_transport():

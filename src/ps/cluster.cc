@@ -327,11 +327,15 @@ Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
   if (auto it = root.find("tables"); it != root.end()) {
     if (!it->is_array()) return Bad("tables", "expected an array");
     std::set<uint32_t> ids;
+    std::set<std::string> names;  // a name must mean one table (PsClient::TableId)
     for (size_t i = 0; i < it->size(); ++i) {
       const std::string path = "tables[" + std::to_string(i) + "]";
       TableConfig t;
       BX_RETURN_IF_ERROR(ParseTable((*it)[i], path, &t));
       if (!ids.insert(t.id).second) return Bad(path + ".id", "duplicate table id");
+      if (!t.name.empty() && !names.insert(t.name).second) {
+        return Bad(path + ".name", "duplicate table name \"" + t.name + "\"");
+      }
       spec.tables.push_back(std::move(t));
     }
   }

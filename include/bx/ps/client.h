@@ -3,8 +3,11 @@
 //
 //   auto spec = bx::ps::LoadClusterFile("cluster.json");
 //   auto client = bx::ps::PsClient::Create(*spec);
-//   auto rows = (*client)->Fetch(/*table=*/0, keys, std::chrono::milliseconds(50));
-//   bx::Status s = (*client)->Push(/*table=*/0, dim, keys, gradients, std::chrono::seconds(1));
+//   auto rows = (*client)->Fetch("user", keys, std::chrono::milliseconds(50));
+//   bx::Status s = (*client)->Push("user", dim, keys, gradients, std::chrono::seconds(1));
+//
+// A table is named by its id or by its name in the cluster file; the name overloads resolve the
+// name (TableId) and call the id ones, so a loop can resolve once and use the id.
 //
 // Keys are spread over shards by ShardOfKey; a fetch or push touching several shards makes one
 // call per shard, all under the one deadline. Reads go to any replica of a shard. A push is
@@ -21,6 +24,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bx/export.h"
@@ -100,12 +104,20 @@ class BX_EXPORT PsClient {
   // Fails outstanding calls with Aborted (their callbacks run) and closes connections.
   ~PsClient();
 
+  // The id of the table the cluster file names `name`: NotFound (listing the names it has) for a
+  // name it lacks, InvalidArgument for "". No I/O.
+  Result<uint32_t> TableId(std::string_view name) const;
+
   // Fetches the rows of `keys` from `table`; `done` runs once with the rows or the first error.
   // No keys asks no shard: the rows are none, of the table's dim in the cluster file (NotFound
   // for a table not in it).
   void FetchAsync(uint32_t table, std::span<const uint64_t> keys, std::chrono::microseconds timeout,
                   std::function<void(Result<FetchResult>)> done);
   Result<FetchResult> Fetch(uint32_t table, std::span<const uint64_t> keys,
+                            std::chrono::microseconds timeout);
+  // By name: TableId's error, or Fetch of its id. Fetch(0, ...) is table id 0 (an integer
+  // argument is a better match for uint32_t than a null pointer for string_view).
+  Result<FetchResult> Fetch(std::string_view table, std::span<const uint64_t> keys,
                             std::chrono::microseconds timeout);
   // As FetchAsync, the rows left in the reply where they can be (FetchedRows): for callers that
   // hand the memory on (the Python module's NumPy arrays) rather than copy it.
@@ -114,6 +126,8 @@ class BX_EXPORT PsClient {
                       std::function<void(Result<FetchedRows>)> done);
   Result<FetchedRows> FetchRows(uint32_t table, std::span<const uint64_t> keys,
                                 std::chrono::microseconds timeout);
+  Result<FetchedRows> FetchRows(std::string_view table, std::span<const uint64_t> keys,
+                                std::chrono::microseconds timeout);
 
   // Pushes `gradients` (keys.size() * dim floats, row i for key i) into `table`; `done` gets OK
   // once every shard acknowledged its part, or the error that stopped one by `timeout`.
@@ -121,6 +135,8 @@ class BX_EXPORT PsClient {
                  std::span<const float> gradients, std::chrono::microseconds timeout,
                  std::function<void(Status)> done);
   Status Push(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
+              std::span<const float> gradients, std::chrono::microseconds timeout);
+  Status Push(std::string_view table, uint32_t dim, std::span<const uint64_t> keys,
               std::span<const float> gradients, std::chrono::microseconds timeout);
 
   uint64_t client_id() const;

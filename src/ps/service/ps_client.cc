@@ -131,7 +131,10 @@ Result<std::unique_ptr<PsClientCore>> PsClientCore::Create(const ClusterSpec& sp
   std::unique_ptr<PsClientCore> client(new PsClientCore());
   client->client_id_ = options.client_id;
   client->slowest_bytes_per_second_ = options.rpc.slowest_transfer_bytes_per_second;
-  for (const TableConfig& t : spec.tables) client->table_dims_[t.id] = t.dim;
+  for (const TableConfig& t : spec.tables) {
+    client->table_dims_[t.id] = t.dim;
+    if (!t.name.empty()) client->table_names_.emplace_back(t.name, t.id);
+  }
   if (client->client_id_ == 0) client->client_id_ = NewSessionId(0);
   const bool rdma = options.transport == "rdma";
   for (size_t i = 0; i < spec.shards.size(); ++i) {

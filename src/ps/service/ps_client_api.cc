@@ -18,6 +18,17 @@ Result<std::unique_ptr<PsClient>> PsClient::Create(const ClusterSpec& spec,
   return std::unique_ptr<PsClient>(new PsClient(std::move(core)));
 }
 
+Result<uint32_t> PsClient::TableId(std::string_view name) const {
+  if (name.empty()) return InvalidArgument("a table name must not be empty");
+  std::string known;
+  for (const auto& [table_name, id] : core_->table_names()) {
+    if (table_name == name) return id;  // the first: a cluster file's names are unique
+    known += (known.empty() ? "\"" : ", \"") + table_name + "\"";
+  }
+  return NotFound("no table named \"" + std::string(name) + "\" in the cluster file (" +
+                  (known.empty() ? "it names no tables" : "its tables: " + known) + ")");
+}
+
 void PsClient::FetchAsync(uint32_t table, std::span<const uint64_t> keys,
                           std::chrono::microseconds timeout,
                           std::function<void(Result<FetchResult>)> done) {
@@ -27,6 +38,12 @@ void PsClient::FetchAsync(uint32_t table, std::span<const uint64_t> keys,
 Result<FetchResult> PsClient::Fetch(uint32_t table, std::span<const uint64_t> keys,
                                     std::chrono::microseconds timeout) {
   return core_->Fetch(table, keys, timeout);
+}
+
+Result<FetchResult> PsClient::Fetch(std::string_view table, std::span<const uint64_t> keys,
+                                    std::chrono::microseconds timeout) {
+  BX_ASSIGN_OR_RETURN(const uint32_t id, TableId(table));
+  return Fetch(id, keys, timeout);
 }
 
 void PsClient::FetchRowsAsync(uint32_t table, std::span<const uint64_t> keys,
@@ -43,6 +60,12 @@ Result<FetchedRows> PsClient::FetchRows(uint32_t table, std::span<const uint64_t
     promise.set_value(std::move(rows));
   });
   return future.get();
+}
+
+Result<FetchedRows> PsClient::FetchRows(std::string_view table, std::span<const uint64_t> keys,
+                                        std::chrono::microseconds timeout) {
+  BX_ASSIGN_OR_RETURN(const uint32_t id, TableId(table));
+  return FetchRows(id, keys, timeout);
 }
 
 FetchedRows FetchedRows::View(rpc::Message reply, const float* values, size_t rows, uint32_t dim) {
@@ -77,6 +100,12 @@ void PsClient::PushAsync(uint32_t table, uint32_t dim, std::span<const uint64_t>
 Status PsClient::Push(uint32_t table, uint32_t dim, std::span<const uint64_t> keys,
                       std::span<const float> gradients, std::chrono::microseconds timeout) {
   return core_->Push(table, dim, keys, gradients, timeout);
+}
+
+Status PsClient::Push(std::string_view table, uint32_t dim, std::span<const uint64_t> keys,
+                      std::span<const float> gradients, std::chrono::microseconds timeout) {
+  BX_ASSIGN_OR_RETURN(const uint32_t id, TableId(table));
+  return Push(id, dim, keys, gradients, timeout);
 }
 
 uint64_t PsClient::client_id() const {

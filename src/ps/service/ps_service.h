@@ -377,6 +377,9 @@ class PsClientCore {
   void PushToShard(uint32_t shard, PushRequest push, std::chrono::microseconds timeout,
                    std::function<void(Result<PushAck>)> done);
 
+  // The cluster file's named tables (name, id), in its order (PsClient::TableId).
+  const std::vector<std::pair<std::string, uint32_t>>& table_names() const { return table_names_; }
+
   // The id of the first session with every shard (PsClientOptions::client_id, or drawn).
   uint64_t client_id() const { return client_id_; }
   uint32_t shard_count() const { return static_cast<uint32_t>(shards_.size()); }
@@ -429,6 +432,7 @@ class PsClientCore {
   // client how large its reply will be, so a connection awaiting hundreds of MiB is not taken
   // for dead (rpc::CallOptions::expected_response_bytes).
   std::map<uint32_t, uint32_t> table_dims_;
+  std::vector<std::pair<std::string, uint32_t>> table_names_;  // named tables, in file order
   std::vector<std::unique_ptr<Shard>> shards_;
   std::unique_ptr<Timer> timer_;
   std::atomic<uint64_t> push_failovers_{0};

@@ -350,6 +350,8 @@ TEST(ClusterSpec, ErrorsNameWhatIsWrong) {
        "tables[0].rows"},
       {R"({"version": 1, "tables": [{"id": 1, "dim": 4}, {"id": 1, "dim": 4}], "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
        "duplicate table id"},
+      {R"({"version": 1, "tables": [{"id": 1, "name": "user", "dim": 4}, {"id": 2, "name": "user", "dim": 4}], "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
+       "tables[1].name: duplicate table name \"user\""},
       {R"({"version": 1, "tables": [{"id": 1, "dim": 4, "init": {"kind": "gauss"}}], "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
        "tables[0].init.kind"},
       {R"({"version": 1, "tables": [{"id": 1, "dim": 4, "optimizer": {"learning_rate": 0}}], "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",

@@ -186,6 +186,57 @@ TEST_P(PsServiceTest, AFetchOfNoKeysHasTheTablesDim) {
   EXPECT_EQ(client->Fetch(kTable + 100, {}, 5s).status().code(), StatusCode::kNotFound);
 }
 
+// The C++ client takes the cluster file's table names as the Python one does: a name reaches
+// its own table (not table 0), an unknown one is NotFound naming the tables there are, and a
+// literal 0 still means table id 0.
+TEST_P(PsServiceTest, TablesAreNamedByTheClusterFile) {
+  Cluster cluster;
+  cluster.tables = {testing::Table(),
+                    testing::WideTable(2 * kDim, kTable + 1)};  // "emb" and "wide2"
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 2, 1));
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+  Result<uint32_t> emb = client->TableId("emb");
+  Result<uint32_t> wide2 = client->TableId(std::string("wide2"));
+  ASSERT_TRUE(emb.ok() && wide2.ok()) << emb.status().ToString() << wide2.status().ToString();
+  EXPECT_EQ(*emb, kTable);
+  EXPECT_EQ(*wide2, kTable + 1);
+
+  const std::vector<uint64_t> keys = testing::SequentialKeys(16, 100);
+  std::vector<float> gradients(keys.size() * kDim);
+  for (size_t i = 0; i < gradients.size(); ++i) gradients[i] = float(i % 3) + 1.0f;
+  Status pushed = client->Push("emb", kDim, keys, gradients, 5s);
+  ASSERT_TRUE(pushed.ok()) << pushed.ToString();
+  Result<FetchResult> fetched = client->Fetch("emb", keys, 5s);
+  ASSERT_TRUE(fetched.ok()) << fetched.status().ToString();
+  ASSERT_EQ(fetched->dim, kDim);
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    ASSERT_EQ(fetched->values[i], -gradients[i]) << "value " << i;  // learning rate 1
+  }
+  Result<FetchedRows> wide = client->FetchRows("wide2", keys, 5s);
+  ASSERT_TRUE(wide.ok()) << wide.status().ToString();
+  EXPECT_EQ(wide->dim(), 2 * kDim);
+  EXPECT_EQ(wide->rows(), keys.size());
+
+  Result<uint32_t> unknown = client->TableId("users");
+  ASSERT_EQ(unknown.status().code(), StatusCode::kNotFound);
+  const std::string message = unknown.status().message();
+  EXPECT_NE(message.find("\"users\""), std::string::npos) << message;
+  EXPECT_NE(message.find("\"emb\""), std::string::npos) << message;
+  EXPECT_NE(message.find("\"wide2\""), std::string::npos) << message;
+  EXPECT_EQ(client->Fetch("users", keys, 5s).status().message(), message);
+  EXPECT_EQ(client->FetchRows("users", keys, 5s).status().message(), message);
+  EXPECT_EQ(client->Push("users", kDim, keys, gradients, 5s).message(), message);
+  EXPECT_EQ(client->TableId("").status().code(), StatusCode::kInvalidArgument);
+
+  // 0 is table id 0 (not in this cluster file), not a null name.
+  Result<FetchResult> zero = client->Fetch(0, {}, 5s);
+  EXPECT_EQ(zero.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(zero.status().message().find("no table 0"), std::string::npos)
+      << zero.status().ToString();
+  EXPECT_EQ(client->FetchRows(/*table=*/0, {}, 5s).status().code(), StatusCode::kNotFound);
+}
+
 // FetchRowsAsync leaves a one-shard answer in the reply (no copy) and gathers a several-shard
 // one in key order; both hold what Fetch returns, and outlive the client.
 TEST_P(PsServiceTest, FetchedRowsAreAViewOnOneShardsReplyAndGatheredAcrossShards) {
