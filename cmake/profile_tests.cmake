@@ -1,12 +1,14 @@
 # The rdma suites again on each simnic device profile other than the default (issue 15): the
 # transport, RPC and PS tests over rdma://, and the engine, on a RoCE v2 NIC, on a dual-port one
 # cabled on port 2 only, and on an InfiniBand HCA (src/simnic/device_profile.h). ctest -L profile runs only these.
+# The PS suite leaves out its 64 MiB pushes and 1 GiB fetch (ps_large_transfers, 33 of its 43 s
+# a profile): the transport suite's echoes up to 64 MiB already cross each profile's MTU.
 foreach(profile roce roce2 ib)
   set(suites
     "engine|bx_engine_test|*"
     "transport|bx_transport_test|*/rdma:Rdma*"
     "rpc|bx_rpc_test|*/rdma:RpcProcess*"
-    "ps_service|bx_ps_service_test|*/rdma")
+    "ps_service|bx_ps_service_test|*/rdma:-*LargePushes*:*LargeFetch*")
   foreach(suite IN LISTS suites)
     string(REPLACE "|" ";" parts "${suite}")
     list(GET parts 0 name)
