@@ -130,7 +130,8 @@ TEST_P(TransportTest, FullSendQueuePushesBackWithResourceExhausted) {
 
 // The budget is a high-water mark: a message larger than the whole budget is taken while a small
 // one is queued below it, and the next is refused. The old rule (refuse what would overflow a
-// non-empty queue) refused a 512 MiB reply for a few bytes queued ahead of it, at random under load.
+// non-empty queue) refused a 512 MiB reply for a few bytes queued ahead of it, at random under
+// load.
 TEST_P(TransportTest, AMessageBeyondTheBudgetIsTakenWhileTheQueueIsBelowIt) {
   TransportOptions options;
   options.max_queued_bytes = kMiB;
