@@ -13,7 +13,10 @@ TEST_F(EngineTest, EagerAndRendezvousKeepOrderAndIntegrityBothWays) {
   config.fragment_bytes = 256 << 10;
   Build(config);
   std::mt19937_64 rng(1);
-  std::vector<size_t> sizes = {1, 0, 4096, 4097, 64u << 20, 100, 1 << 20, 3};
+  // 8 MiB, not 64: its 32 fragments interleave with the eager messages both ways, and any of
+  // them out of order or corrupt fails the check as one of 64 MiB's 256 would.
+  constexpr size_t kLargest = 8u << 20;
+  std::vector<size_t> sizes = {1, 0, 4096, 4097, kLargest, 100, 1 << 20, 3};
   for (int i = 0; i < 40; ++i) sizes.push_back(1 + rng() % (i % 4 == 0 ? (2u << 20) : 8192u));
   for (size_t i = 0; i < sizes.size(); ++i) {
     a_.Send(MakeMessage(sizes[i], i));
@@ -30,7 +33,7 @@ TEST_F(EngineTest, EagerAndRendezvousKeepOrderAndIntegrityBothWays) {
   for (size_t s : sizes) large += s > config.eager_limit ? 1 : 0;
   EXPECT_EQ(ca.rendezvous_sent, large) << "rendezvous above the eager limit";
   EXPECT_EQ(ca.eager_sent, sizes.size() - large) << "eager at or below it";
-  EXPECT_GE(ca.fragments, (64u << 20) / config.fragment_bytes);
+  EXPECT_GE(ca.fragments, kLargest / config.fragment_bytes);
   EXPECT_FALSE(a_.failure.has_value());
   EXPECT_FALSE(b_.failure.has_value());
 }
