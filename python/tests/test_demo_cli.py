@@ -22,6 +22,7 @@ class DemoLoadTest(unittest.TestCase):
         run = subprocess.run([BX, "demo", "--duration", str(duration), "--json", *args],
                              capture_output=True, text=True, timeout=170)
         self.assertEqual(run.returncode, 0, run.stderr)
+        self.stderr = run.stderr  # why requests failed, for the assertions' messages
         return json.loads(run.stdout)["inference"]
 
     def test_both_transports_serve_the_same_offered_load(self):
@@ -31,7 +32,7 @@ class DemoLoadTest(unittest.TestCase):
         expected = rate * duration / 4
         for scheme in ("rdma", "tcp"):
             figures = inference[scheme]
-            self.assertEqual(figures["errors"], 0, scheme)
+            self.assertEqual(figures["errors"], 0, f"{scheme}: {self.stderr}")
             # Every fetch due before the end is sent and waited for: a Poisson count, mean 200
             # (a closed loop would do thousands); five standard deviations either side.
             self.assertLess(abs(figures["requests"] - expected), 5 * math.sqrt(expected),
@@ -47,7 +48,7 @@ class DemoLoadTest(unittest.TestCase):
         inference = self.run_demo(duration, *EXTRA_ARGS)
         for scheme in ("rdma", "tcp"):
             figures = inference[scheme]
-            self.assertEqual(figures["errors"], 0, scheme)
+            self.assertEqual(figures["errors"], 0, f"{scheme}: {self.stderr}")
             in_flight = figures["requests_per_sec"] * figures["fetch_mean_us"] / 1e6
             self.assertGreater(in_flight, 0.9 * 16, f"{scheme}: {in_flight:.2f} of 16 in flight")
 

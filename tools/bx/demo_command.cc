@@ -634,7 +634,10 @@ Figures RunWorkload(const DemoOptions& options, const std::string& scheme, bool 
     if (!r.ok()) Fail(scheme + " warm-up fetch", r.status());
   }
   const DrawnRequests drawn = training ? DrawnRequests{} : DrawInferenceRequests(options);
+  // Why requests fail, on stderr once a second per kind (a count of errors alone says nothing).
+  RateLimitedStderrLog error_log;
   Recorder recorder;
+  recorder.error_log = &error_log.limiter();
   ps::PsClientStats before = cluster.client().stats();
   std::map<std::string, uint64_t> engine_before = cluster.EngineCounters();
   const HostCpuMeter cpu(busy_host);
