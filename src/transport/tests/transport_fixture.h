@@ -112,6 +112,15 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
   bool WaitServerStalled() {
     return stalled_.WaitFor([&] { return server_stalled_; });
   }
+  // Transports whose sockets hold `max_queued_bytes` of unsent messages, and a socket to a
+  // listener that stalls on its first message (ListenStalled; it lives as long as the test).
+  std::shared_ptr<Socket> ConnectToStalledPeer(size_t max_queued_bytes, CloseLog& closes) {
+    TransportOptions options;
+    options.max_queued_bytes = max_queued_bytes;
+    CreateTransports(options);
+    stalled_listener_ = ListenStalled();
+    return Connect(*stalled_listener_, closes.Handlers());
+  }
 
   std::shared_ptr<Socket> Connect(const Listener& listener, SocketHandlers handlers) {
     auto socket = client_->Connect(listener.url(), std::move(handlers), kConnectTimeout);
@@ -120,6 +129,7 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
   }
 
   std::unique_ptr<Transport> server_;
+  std::unique_ptr<Listener> stalled_listener_;  // destroyed before server_
   std::unique_ptr<Transport> client_;
   ServerLog log_;
   Gate gate_;

@@ -103,12 +103,8 @@ TEST_P(TransportTest, ServerTransportGoneEndsClientSocket) {
 }
 
 TEST_P(TransportTest, FullSendQueuePushesBackWithResourceExhausted) {
-  TransportOptions options;
-  options.max_queued_bytes = kMiB;
-  CreateTransports(options);
-  auto listener = ListenStalled();
   CloseLog closes;
-  auto socket = Connect(*listener, closes.Handlers());
+  auto socket = ConnectToStalledPeer(kMiB, closes);
   ASSERT_TRUE(socket);
   constexpr size_t kMessages = 200;  // 50 MiB of 256 KiB messages against a 1 MiB queue
   SendLog sends(kMessages);
@@ -133,12 +129,8 @@ TEST_P(TransportTest, FullSendQueuePushesBackWithResourceExhausted) {
 // non-empty queue) refused a 512 MiB reply for a few bytes queued ahead of it, at random under
 // load.
 TEST_P(TransportTest, AMessageBeyondTheBudgetIsTakenWhileTheQueueIsBelowIt) {
-  TransportOptions options;
-  options.max_queued_bytes = kMiB;
-  CreateTransports(options);
-  auto listener = ListenStalled();
   CloseLog closes;
-  auto socket = Connect(*listener, closes.Handlers());
+  auto socket = ConnectToStalledPeer(kMiB, closes);
   ASSERT_TRUE(socket);
   // Small sends until one stays queued: the stalled peer stops taking them (tcp: the kernel's
   // buffers fill; rdma: its receive credits run out). A send that is merely slow to finish on a
