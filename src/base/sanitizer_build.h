@@ -1,33 +1,31 @@
-// Whether this is an ASan or TSan build, for tests that size their work to it (GCC and Clang
-// predefine __SANITIZE_*; Clang also has __has_feature).
+// Whether this is an ASan or TSan build, for tests that size their work to it.
 #pragma once
 
 namespace bx {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool kSanitizerBuild = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-inline constexpr bool kSanitizerBuild = true;
+// __has_feature is Clang's (GCC 12 lacks it; GCC predefines __SANITIZE_* instead, Clang 14 only
+// __SANITIZE_ADDRESS__).
+#if defined(__has_feature)
+#define BX_HAS_FEATURE(feature) __has_feature(feature)
 #else
-inline constexpr bool kSanitizerBuild = false;
-#endif
-#else
-inline constexpr bool kSanitizerBuild = false;
+#define BX_HAS_FEATURE(feature) 0
 #endif
 
-// TSan alone, whose checked memcpy and memcmp cost several times ASan's. Clang 14 does not
-// define __SANITIZE_THREAD__.
-#if defined(__SANITIZE_THREAD__)
-inline constexpr bool kThreadSanitizerBuild = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
+#if defined(__SANITIZE_ADDRESS__) || BX_HAS_FEATURE(address_sanitizer)
+inline constexpr bool kAddressSanitizerBuild = true;
+#else
+inline constexpr bool kAddressSanitizerBuild = false;
+#endif
+
+// TSan alone, whose checked memcpy and memcmp cost several times ASan's.
+#if defined(__SANITIZE_THREAD__) || BX_HAS_FEATURE(thread_sanitizer)
 inline constexpr bool kThreadSanitizerBuild = true;
 #else
 inline constexpr bool kThreadSanitizerBuild = false;
 #endif
-#else
-inline constexpr bool kThreadSanitizerBuild = false;
-#endif
+
+#undef BX_HAS_FEATURE
+
+inline constexpr bool kSanitizerBuild = kAddressSanitizerBuild || kThreadSanitizerBuild;
 
 }  // namespace bx
