@@ -863,16 +863,12 @@ void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool 
   if (heartbeat_timeout_ms > 0) {
     client_options.rpc.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms);
   }
-  // One transport for every shard's and replica's RPC client, as they share a NIC: left to
-  // themselves, the PsClient's (shards x (replicas + 1)) rpc::Clients would each start one, with
-  // an I/O thread each (48 threads for 16 shards of 2). Ours, its engines can also be exported.
-  TransportOptions transport_options;
-  transport_options.auth_secret = spec.secret;
-  Result<std::unique_ptr<Transport>> created = CreateTransport(scheme, transport_options);
+  // One transport for every RPC client (48 I/O threads for 16 shards of 2 otherwise); ours, its
+  // engines can also be exported.
+  Result<std::unique_ptr<Transport>> created =
+      CreateSharedClientTransport(spec, scheme, &client_options);
   if (!created.ok()) Fail("client transport", created.status());
   std::unique_ptr<Transport> transport = std::move(created).value();
-  (scheme == "rdma" ? client_options.rpc.rdma_transport : client_options.rpc.tcp_transport) =
-      transport.get();
   const char* command = training ? "bx ps train" : "bx ps rank";
   // Without a start file, a cluster that is not there ends the run at once, in one line: not
   // after the whole duration, every request failed. With one, the warm-up below waits for it.

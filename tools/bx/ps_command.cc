@@ -342,16 +342,13 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
   InitProcess();
   // As rank and train: one transport for the reachability check and every RPC client, and a
   // cluster that is not there fails the run at once, in one line.
-  TransportOptions transport_options;
-  transport_options.auth_secret = spec.secret;
-  Result<std::unique_ptr<Transport>> transport = CreateTransport(spec.transport, transport_options);
+  ps::PsClientOptions client_options;
+  client_options.transport = spec.transport;
+  Result<std::unique_ptr<Transport>> transport =
+      CreateSharedClientTransport(spec, spec.transport, &client_options);
   if (!transport.ok()) Fail("client transport", transport.status());
   if (Status s = CheckShardsReachable(spec, **transport, 3s); !s.ok()) Fail("train --verify", s);
   RateLimitedStderrLog log;  // the run's errors, each kind once a second
-  ps::PsClientOptions client_options;
-  client_options.transport = spec.transport;
-  (spec.transport == "rdma" ? client_options.rpc.rdma_transport
-                            : client_options.rpc.tcp_transport) = transport->get();
   Result<std::unique_ptr<ps::PsClient>> client = ps::PsClient::Create(spec, client_options);
   if (!client.ok()) Fail("client", client.status());
 

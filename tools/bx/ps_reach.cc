@@ -23,6 +23,17 @@ std::string ConnectFailureCause(const Status& status, std::chrono::milliseconds 
   return status.ToString();
 }
 
+Result<std::unique_ptr<Transport>> CreateSharedClientTransport(const ps::ClusterSpec& spec,
+                                                               const std::string& scheme,
+                                                               ps::PsClientOptions* options) {
+  TransportOptions transport_options;
+  transport_options.auth_secret = spec.secret;
+  BX_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
+                      CreateTransport(scheme, transport_options));
+  (scheme == "rdma" ? options->rpc.rdma_transport : options->rpc.tcp_transport) = transport.get();
+  return transport;
+}
+
 Status CheckShardsReachable(const ps::ClusterSpec& spec, Transport& transport,
                             std::chrono::milliseconds timeout) {
   const bool rdma = transport.scheme() == "rdma";
