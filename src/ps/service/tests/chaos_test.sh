@@ -308,9 +308,12 @@ case $MODE in
 esac
 
 # The control: the same pause without leases must lose acknowledged pushes. It is the old
-# cluster in full, so it acknowledges on the primary alone too (min_in_sync 1).
-MIN_IN_SYNC=1 scenario tcp off pause1.5
-((LOST > 0)) || fail "control: the lease-less cluster lost nothing under a pause; the check may be blind"
-echo "control: without leases a paused primary lost $LOST acknowledged pushes (expected)"
+# cluster in full, so it acknowledges on the primary alone too (min_in_sync 1). CHAOS_CONTROL=0
+# leaves it out where another run in the same CI pass has shown it (.ci/run: ps_chaos_quick).
+if [[ ${CHAOS_CONTROL:-1} != 0 ]]; then
+  MIN_IN_SYNC=1 scenario tcp off pause1.5
+  ((LOST > 0)) || fail "control: the lease-less cluster lost nothing under a pause; the check may be blind"
+  echo "control: without leases a paused primary lost $LOST acknowledged pushes (expected)"
+fi
 echo "PASS: chaos ($MODE)"
 cat "$REPORT"
