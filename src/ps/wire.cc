@@ -186,19 +186,35 @@ Status EncodeFetchRequest(const FetchRequest& request, std::span<std::byte> out)
   return Status::Ok();
 }
 
-Result<FetchRequest> DecodeFetchRequest(std::span<const std::byte> bytes) {
-  WireReader r(bytes);
+namespace {
+
+// Reads and checks a fetch request up to its keys, leaving `r` at the first key.
+Result<FetchRequestShape> ReadFetchRequestShape(WireReader& r) {
   BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kFetchRequest));
-  FetchRequest request;
+  FetchRequestShape shape;
   uint32_t reserved;
-  uint64_t key_count;
-  if (!r.GetU32(&request.table_id) || !r.GetU32(&reserved) || !r.GetU64(&key_count)) {
+  if (!r.GetU32(&shape.table_id) || !r.GetU32(&reserved) || !r.GetU64(&shape.key_count)) {
     return DataLoss("fetch request: truncated");
   }
   if (reserved != 0) return DataLoss("fetch request: reserved field set");
-  BX_RETURN_IF_ERROR(CheckCounts(key_count, 0, "fetch request"));
-  BX_RETURN_IF_ERROR(CheckExactRemaining(r, key_count * sizeof(uint64_t), "fetch request"));
-  request.keys.resize(key_count);
+  BX_RETURN_IF_ERROR(CheckCounts(shape.key_count, 0, "fetch request"));
+  BX_RETURN_IF_ERROR(CheckExactRemaining(r, shape.key_count * sizeof(uint64_t), "fetch request"));
+  return shape;
+}
+
+}  // namespace
+
+Result<FetchRequestShape> DecodeFetchRequestShape(std::span<const std::byte> bytes) {
+  WireReader r(bytes);
+  return ReadFetchRequestShape(r);
+}
+
+Result<FetchRequest> DecodeFetchRequest(std::span<const std::byte> bytes) {
+  WireReader r(bytes);
+  BX_ASSIGN_OR_RETURN(FetchRequestShape shape, ReadFetchRequestShape(r));
+  FetchRequest request;
+  request.table_id = shape.table_id;
+  request.keys.resize(shape.key_count);
   r.GetU64s(request.keys);
   return request;
 }

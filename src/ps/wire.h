@@ -61,6 +61,13 @@ struct FetchRequest {
 size_t FetchRequestSize(size_t key_count);
 Status EncodeFetchRequest(const FetchRequest& request, std::span<std::byte> out);
 Result<FetchRequest> DecodeFetchRequest(std::span<const std::byte> bytes);
+// The table and key count of a well-formed fetch request, without copying its keys: a server
+// checks the reply's bounds before it spends memory on the request.
+struct FetchRequestShape {
+  uint32_t table_id = 0;
+  uint64_t key_count = 0;
+};
+Result<FetchRequestShape> DecodeFetchRequestShape(std::span<const std::byte> bytes);
 
 // Response: header, table id, dim, key count, then key_count * dim floats, row i at
 // [i*dim, (i+1)*dim), in request key order. The values start 8-byte aligned.

@@ -268,6 +268,17 @@ void PsClientCore::StartFetch(uint32_t table, std::span<const uint64_t> keys,
   if (const auto dim = table_dims_.find(table); dim != table_dims_.end()) {
     join->table_dim = dim->second;
   }
+  // A part whose reply would pass the message bound is refused here, as its shard would refuse
+  // it, before any request is encoded or sent (an 8 Mi-key fetch of a wide table sent 64 MiB
+  // of keys only to be refused after seconds).
+  if (join->table_dim) {
+    for (const ShardBatch& batch : join->batches) {
+      Status s = CheckFetchResponseBounds(batch.keys.size(), *join->table_dim);
+      if (s.ok()) continue;
+      for (Result<rpc::Message>& result : join->results) result = s;
+      return join->Complete();
+    }
+  }
   join->remaining = join->batches.size();
   if (join->batches.empty()) return join->Complete();
   const rpc::Clock::time_point deadline = rpc::Clock::now() + timeout;

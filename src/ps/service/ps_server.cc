@@ -191,15 +191,16 @@ void PsServerCore::OnFetch(rpc::ServerCall call) {
   if (auto gate = read_gate_.Load()) {
     if (Status s = (*gate)(); !s.ok()) return call.Fail(s);
   }
+  // The reply's bounds are checked before anything is allocated, the request's copy of its keys
+  // included: one request of 2^24 keys on a wide table would otherwise take gigabytes here only
+  // to be refused by the encoder.
+  Result<FetchRequestShape> shape = DecodeFetchRequestShape(Bytes(call.request()));
+  if (!shape.ok()) return call.Fail(shape.status());
+  Result<uint32_t> dim = replica_.TableDim(shape->table_id);
+  if (!dim.ok()) return call.Fail(dim.status());
+  if (Status s = CheckFetchResponseBounds(shape->key_count, *dim); !s.ok()) return call.Fail(s);
   Result<FetchRequest> request = DecodeFetchRequest(Bytes(call.request()));
   if (!request.ok()) return call.Fail(request.status());
-  Result<uint32_t> dim = replica_.TableDim(request->table_id);
-  if (!dim.ok()) return call.Fail(dim.status());
-  // Before the reply is allocated: one request of 2^24 keys on a wide table would otherwise
-  // take gigabytes here only to be refused by the encoder.
-  if (Status s = CheckFetchResponseBounds(request->keys.size(), *dim); !s.ok()) {
-    return call.Fail(s);
-  }
   Result<rpc::Message> response =
       rpc::Message::Allocate(FetchResponseSize(request->keys.size(), *dim));
   if (!response.ok()) return call.Fail(response.status());

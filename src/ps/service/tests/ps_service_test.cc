@@ -81,22 +81,38 @@ long PeakRssKiB() {
 // A fetch whose reply would be beyond the message bounds (2^20 keys of a dim-512 table: 2^29
 // floats, 2 GiB) is refused before the server allocates the reply: the process's peak RSS grows
 // by the request's 8 MiB of keys in a few copies and registered regions (72 MiB measured), not by
-// the reply's 2 GiB (which the server allocated before this check).
+// the reply's 2 GiB (which the server allocated before this check). The client, which knows the
+// dim from the cluster file, refuses it before sending anything; a client whose file says dim 1
+// (or one that is not ours) sends it, and the server refuses it from the request's header.
 TEST_P(PsServiceTest, AFetchBeyondTheValueBoundIsRefusedBeforeItsReplyIsAllocated) {
   Cluster cluster;
   cluster.tables = {testing::WideTable(512)};
   ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 1));
   auto client = MakeClient(cluster);
   ASSERT_TRUE(client);
+  ClusterSpec misinformed = cluster.spec;  // the client's view of the table
+  misinformed.tables[0].dim = 1;
+  PsClientOptions options;
+  options.transport = misinformed.transport;
+  options.rpc.log = [](std::string_view) {};
+  Result<std::unique_ptr<PsClient>> created = PsClient::Create(misinformed, options);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  const std::unique_ptr<PsClient> sender = std::move(created).value();
   const std::vector<uint64_t> keys = testing::SequentialKeys(size_t{1} << 20);
-  const long peak_before = PeakRssKiB();
-  Result<FetchResult> fetched = client->Fetch(kTable, keys, 30s);
-  const long growth_mib = (PeakRssKiB() - peak_before) / 1024;
-  ASSERT_FALSE(fetched.ok());
-  EXPECT_EQ(fetched.status().code(), StatusCode::kInvalidArgument) << fetched.status().ToString();
-  EXPECT_NE(fetched.status().message().find("too many values"), std::string::npos)
-      << fetched.status().ToString();
-  EXPECT_LT(growth_mib, 256) << "peak RSS grew by " << growth_mib << " MiB for a refused fetch";
+  for (PsClient* c : {client.get(), sender.get()}) {
+    SCOPED_TRACE(c == client.get() ? "refused by the client" : "refused by the server");
+    const uint64_t requests_before = cluster.servers[0][0]->counters().fetches;
+    const long peak_before = PeakRssKiB();
+    Result<FetchResult> fetched = c->Fetch(kTable, keys, 30s);
+    const long growth_mib = (PeakRssKiB() - peak_before) / 1024;
+    ASSERT_FALSE(fetched.ok());
+    EXPECT_EQ(fetched.status().code(), StatusCode::kInvalidArgument) << fetched.status().ToString();
+    EXPECT_NE(fetched.status().message().find("too many values"), std::string::npos)
+        << fetched.status().ToString();
+    EXPECT_LT(growth_mib, 256) << "peak RSS grew by " << growth_mib << " MiB for a refused fetch";
+    EXPECT_EQ(cluster.servers[0][0]->counters().fetches - requests_before,
+              c == client.get() ? 0u : 1u);
+  }
   // The server still answers an ordinary fetch.
   Result<FetchResult> small = client->Fetch(kTable, {keys.data(), 4}, 10s);
   EXPECT_TRUE(small.ok()) << small.status().ToString();
