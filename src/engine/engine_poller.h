@@ -33,7 +33,8 @@ class EnginePoller final : public Poller {
   static Result<std::shared_ptr<IoThread>> StartThread(verbs::Library& lib, ibv_context* context,
                                                        ibv_pd* pd, const IoThreadOptions& options,
                                                        int cq_entries = kDefaultCqEntries);
-  // The poller of `thread`, which StartThread started.
+  // The poller of `thread`, which StartThread must have started (a plain cast: a thread started
+  // otherwise has another poller or none).
   static EnginePoller& Of(IoThread& thread) { return static_cast<EnginePoller&>(*thread.poller()); }
 
   ~EnginePoller() override;
