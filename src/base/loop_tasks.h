@@ -1,5 +1,5 @@
 // LoopTasks: the work other threads hand to one event-loop thread, and the rules every I/O thread
-// of the library keeps (engine::IoThread polls a CQ, tcp::IoThread waits in epoll; both hold one):
+// of the library keeps (base/io_thread.h: one per I/O thread, whether it polls or blocks in epoll):
 //   - Post, from any thread, runs the task on the loop thread, in the order posted. Once the loop
 //     has finished, it runs the task at once on the caller's thread (one at a time): work handed
 //     over is never lost, and a task that only finds its object ended can still say so.

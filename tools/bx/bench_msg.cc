@@ -107,8 +107,8 @@ struct Pair {
 };
 
 // The I/O-thread loop counters of both ends of an rdma:// pair.
-engine::IoThreadCounters LoopCounters(Pair& pair) {
-  engine::IoThreadCounters sum;
+IoThreadCounters LoopCounters(Pair& pair) {
+  IoThreadCounters sum;
   for (Transport* t : {pair.server.get(), pair.client.get()}) {
     if (auto info = rdma::GetRdmaTransportInfo(*t); info.ok()) sum += info->io_loop;
   }
@@ -116,7 +116,7 @@ engine::IoThreadCounters LoopCounters(Pair& pair) {
 }
 
 // Adds what the loops did per message between `before` and `after` to `counters`.
-void AddLoopCounters(const engine::IoThreadCounters& before, const engine::IoThreadCounters& after,
+void AddLoopCounters(const IoThreadCounters& before, const IoThreadCounters& after,
                      uint64_t messages, std::map<std::string, uint64_t>& counters) {
   const auto b = before.ToMap();
   for (const auto& [key, value] : after.ToMap()) counters[key] = value - b.at(key);
@@ -227,7 +227,7 @@ Status MeasureThroughput(const std::string& scheme, size_t size, const BenchMsgO
     changed.notify_all();
   };
 
-  const engine::IoThreadCounters loop_before = LoopCounters(*pair);
+  const IoThreadCounters loop_before = LoopCounters(*pair);
   uint64_t cpu_before = ProcessCpuNs();
   uint64_t hardware_before = HardwareCpuNs();
   Clock::time_point start = Clock::now();

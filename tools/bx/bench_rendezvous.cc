@@ -28,7 +28,7 @@
 #include "bench_common.h"
 #include "commands.h"
 #include "engine/engine.h"
-#include "engine/io_thread.h"
+#include "engine/engine_poller.h"
 #include "verbs/rc_connect.h"
 
 namespace bx::tools {
@@ -38,7 +38,8 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 struct End {
-  std::shared_ptr<engine::IoThread> io;
+  std::shared_ptr<IoThread> io;
+  engine::EnginePoller& poller() { return engine::EnginePoller::Of(*io); }
   std::optional<verbs::RcQueuePair> qp;
   std::unique_ptr<engine::Engine> engine;
   std::mutex mu;
@@ -53,15 +54,15 @@ class EnginePair {
   Status Build(verbs::Device& device, const engine::EngineConfig& config) {
     verbs::Library& lib = device.lib();
     for (End* e : {&a_, &b_}) {
-      BX_ASSIGN_OR_RETURN(e->io, engine::IoThread::Create(lib, device.context(), nullptr,
-                                                          engine::IoThreadOptions{}));
+      BX_ASSIGN_OR_RETURN(e->io, engine::EnginePoller::StartThread(lib, device.context(), nullptr,
+                                                                   IoThreadOptions{}));
       verbs::QueuePairAttrs attrs;
       attrs.max_send_wr = config.send_queue_depth;
       attrs.max_recv_wr = config.recv_queue_depth;
       attrs.max_inline_data = 64;
       BX_ASSIGN_OR_RETURN(
           verbs::RcQueuePair qp,
-          verbs::CreateRcQueuePair(lib, device.context(), device.pd(), attrs, e->io->cq()));
+          verbs::CreateRcQueuePair(lib, device.context(), device.pd(), attrs, e->poller().cq()));
       e->qp.emplace(std::move(qp));
       BX_RETURN_IF_ERROR(verbs::MoveRcToInit(lib, e->qp->qp(), 1, verbs::RcOptions{}));
       engine::Engine::Callbacks cb;
@@ -84,14 +85,14 @@ class EnginePair {
     ibv_gid gid = device.gid();
     BX_RETURN_IF_ERROR(verbs::MoveRcToRts(lib, a_.qp->qp(), 1, b_.qp->qp_num(), gid, rc));
     BX_RETURN_IF_ERROR(verbs::MoveRcToRts(lib, b_.qp->qp(), 1, a_.qp->qp_num(), gid, rc));
-    for (End* e : {&a_, &b_}) e->io->RunAndWait([e] { e->io->AddEngine(e->engine.get()); });
+    for (End* e : {&a_, &b_}) e->io->RunAndWait([e] { e->poller().AddEngine(e->engine.get()); });
     Status opened;
     a_.io->RunAndWait([&] { opened = a_.engine->OpenChannel(0); });
     BX_RETURN_IF_ERROR(opened);
     for (End* e : {&a_, &b_}) {
       e->io->RunAndWait([e] {
         e->engine->Start();
-        e->io->MarkDirty(e->engine.get());
+        e->poller().MarkDirty(e->engine.get());
       });
     }
     b_.io->RunAndWait([&] { scoped_ = b_.engine->scoped_remote_writes(); });
@@ -103,7 +104,7 @@ class EnginePair {
       if (!e->io) continue;
       if (e->engine) {
         e->io->RunAndWait([e] {
-          e->io->RemoveEngine(e->engine.get());
+          e->poller().RemoveEngine(e->engine.get());
           e->engine->Fail(Aborted("benchmark over"), /*notify=*/false);
         });
       }
@@ -119,7 +120,7 @@ class EnginePair {
     a_.io->Post([this, raw] {
       std::unique_ptr<std::vector<Buffer>> owned(raw);
       for (Buffer& m : *owned) a_.engine->Enqueue(0, engine::OutgoingMessage{std::move(m), {}});
-      a_.io->MarkDirty(a_.engine.get());
+      a_.poller().MarkDirty(a_.engine.get());
     });
   }
 

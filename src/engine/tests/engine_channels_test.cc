@@ -16,14 +16,14 @@ void SendOn(Side& s, ChannelId channel, Buffer message) {
                                                  if (!st.ok()) s.send_errors.fetch_add(1);
                                                  s.sends_done.fetch_add(1);
                                                }});
-    s.io->MarkDirty(s.engine.get());
+    s.poller().MarkDirty(s.engine.get());
   });
 }
 
 void Open(Side& s, ChannelId channel) {
   s.io->RunAndWait([&] {
     ASSERT_TRUE(s.engine->OpenChannel(channel).ok());
-    s.io->MarkDirty(s.engine.get());
+    s.poller().MarkDirty(s.engine.get());
   });
 }
 
@@ -47,7 +47,7 @@ TEST_F(EngineChannelsTest, SmallMessageWaitsBehindAtMostOneFragmentOfALargeOne) 
       a_.io->Post([this] {
         a_.tracing = true;
         a_.engine->Enqueue(kSmall, OutgoingMessage{MakeMessage(64, 2), {}});
-        a_.io->MarkDirty(a_.engine.get());
+        a_.poller().MarkDirty(a_.engine.get());
       });
     };
   });
@@ -123,7 +123,7 @@ TEST_F(EngineChannelsTest, ClosingAChannelEndsOnlyThatChannel) {
                                                     if (s.code() == StatusCode::kAborted) ++aborted;
                                                   }});
     a_.engine->CloseChannel(kDoomed, Aborted("closed by the test"));
-    a_.io->MarkDirty(a_.engine.get());
+    a_.poller().MarkDirty(a_.engine.get());
   });
   EXPECT_EQ(aborted.load(), 5) << "nothing had started: every queued message fails";
   {

@@ -16,7 +16,7 @@
 #include "alloc/testing/test_memory.h"
 #include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
-#include "engine/io_thread.h"
+#include "engine/engine_poller.h"
 #include "verbs/port_address.h"
 #include "verbs/rc_connect.h"
 
@@ -48,6 +48,7 @@ inline bool SameAs(const Buffer& b, size_t size, uint64_t seed) {
 struct Side {
   ChannelId channel = 0;  // the channel this side opens and sends on
   std::shared_ptr<IoThread> io;
+  EnginePoller& poller() { return EnginePoller::Of(*io); }  // io's, for the engine
   std::optional<verbs::RcQueuePair> qp;
   std::unique_ptr<Engine> engine;
   std::mutex mu;
@@ -84,7 +85,7 @@ struct Side {
                                                  if (!s.ok()) send_errors.fetch_add(1);
                                                  sends_done.fetch_add(1);
                                                }});
-      io->MarkDirty(engine.get());
+      poller().MarkDirty(engine.get());
     });
   }
   // Waits until `n` messages arrived; false on timeout.
@@ -119,7 +120,7 @@ class EngineTest : public ::testing::Test {
       if (std::shared_ptr<IoThread> given = s == &a ? io_a : io_b) {
         s->io = std::move(given);
       } else {
-        auto io = IoThread::Create(lib, g_device->context(), nullptr, io_options_);
+        auto io = EnginePoller::StartThread(lib, g_device->context(), nullptr, io_options_);
         ASSERT_TRUE(io.ok()) << io.status().ToString();
         s->io = std::move(io).value();
       }
@@ -127,8 +128,8 @@ class EngineTest : public ::testing::Test {
       attrs.max_send_wr = config.send_queue_depth;
       attrs.max_recv_wr = config.recv_queue_depth;
       attrs.max_inline_data = 64;
-      auto qp =
-          verbs::CreateRcQueuePair(lib, g_device->context(), g_device->pd(), attrs, s->io->cq());
+      auto qp = verbs::CreateRcQueuePair(lib, g_device->context(), g_device->pd(), attrs,
+                                         s->poller().cq());
       ASSERT_TRUE(qp.ok()) << qp.status().ToString();
       s->qp.emplace(std::move(qp).value());
       verbs::RcOptions rc;
@@ -184,12 +185,12 @@ class EngineTest : public ::testing::Test {
     ASSERT_TRUE(verbs::MoveRcToRts(lib, b.qp->qp(), *port, a.qp->qp_num(), gid, rc).ok());
     b.channel = 1;
     // Both engines take completions before either sends (an unregistered QP's are dropped).
-    for (Side* s : {&a, &b}) s->io->RunAndWait([s] { s->io->AddEngine(s->engine.get()); });
+    for (Side* s : {&a, &b}) s->io->RunAndWait([s] { s->poller().AddEngine(s->engine.get()); });
     for (Side* s : {&a, &b}) {
       s->io->RunAndWait([s] {
         ASSERT_TRUE(s->engine->OpenChannel(s->channel).ok());
         s->engine->Start();
-        s->io->MarkDirty(s->engine.get());
+        s->poller().MarkDirty(s->engine.get());
       });
     }
   }
@@ -202,7 +203,7 @@ class EngineTest : public ::testing::Test {
     Side* s = &side;
     if (!s->io) return;
     s->io->RunAndWait([s] {
-      s->io->RemoveEngine(s->engine.get());
+      s->poller().RemoveEngine(s->engine.get());
       s->engine->Fail(Aborted("test over"), /*notify=*/false);
     });
     s->qp.reset();  // before the engine, which holds what the NIC may still touch

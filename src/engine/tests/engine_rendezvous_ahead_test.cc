@@ -29,7 +29,7 @@ void SendAllAtOnce(Side& a, std::vector<Buffer> messages) {
                                                      a.sends_done.fetch_add(1);
                                                    }});
     }
-    a.io->MarkDirty(a.engine.get());
+    a.poller().MarkDirty(a.engine.get());
   });
 }
 

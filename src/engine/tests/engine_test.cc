@@ -82,7 +82,7 @@ TEST_F(EngineTest, MillionMessagesBothWaysWithoutRnr) {
                                                                s->send_errors.fetch_add(1);
                                                              s->sends_done.fetch_add(1);
                                                            }});
-          s->io->MarkDirty(s->engine.get());
+          s->poller().MarkDirty(s->engine.get());
         });
       }
     });
@@ -135,7 +135,7 @@ TEST_F(EngineTest, WritesIntoAKnownRemoteBufferSkipTheExchange) {
   Buffer update = MakeMessage(1 << 20, 77);
   a_.io->RunAndWait([&] {
     a_.engine->EnqueueWrite(a_.channel, OutgoingMessage{std::move(update), {}}, target, 42);
-    a_.io->MarkDirty(a_.engine.get());
+    a_.poller().MarkDirty(a_.engine.get());
   });
   ASSERT_TRUE(b_.WaitFor(1));
   ASSERT_EQ(b_.remote_write_tags.size(), 1u);

@@ -21,7 +21,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 std::shared_ptr<IoThread> MakeIoThread(const IoThreadOptions& options) {
-  auto io = IoThread::Create(g_device->lib(), g_device->context(), nullptr, options);
+  auto io = EnginePoller::StartThread(g_device->lib(), g_device->context(), nullptr, options);
   EXPECT_TRUE(io.ok()) << io.status().ToString();
   return io.ok() ? std::move(io).value() : nullptr;
 }
@@ -32,7 +32,7 @@ void SendNow(Side& s, size_t size, uint64_t seed) {
                                                  if (!st.ok()) s.send_errors.fetch_add(1);
                                                  s.sends_done.fetch_add(1);
                                                }});
-  s.io->MarkDirty(s.engine.get());
+  s.poller().MarkDirty(s.engine.get());
 }
 
 class IoThreadTest : public EngineTest {};

@@ -13,13 +13,13 @@ namespace bx::rdma {
 namespace {
 
 // Transports share threads only when they would have made the same ones.
-using SharedKey = std::tuple<ibv_context*, int, bool, int, int, bool, std::vector<int>>;
+using SharedKey = std::tuple<ibv_context*, int, bool, int, bool, std::vector<int>>;
 
 }  // namespace
 
 struct IoThreadSet::SharedEntry {
   SharedKey key;
-  std::vector<std::shared_ptr<engine::IoThread>> threads;
+  std::vector<std::shared_ptr<IoThread>> threads;
   int users = 0;
 };
 
@@ -37,14 +37,13 @@ SharedThreads& Shared() {
 }
 
 // Thread `index` of a set: its name gets the number, and it runs on the set's CPUs round robin.
-Result<std::shared_ptr<engine::IoThread>> CreateThread(verbs::Device& device,
-                                                       engine::IoThreadOptions options,
-                                                       const std::string& name, size_t index) {
+Result<std::shared_ptr<IoThread>> CreateThread(verbs::Device& device, IoThreadOptions options,
+                                               const std::string& name, size_t index) {
   options.name = name + std::to_string(index);
   if (!options.cpus.empty()) options.cpu = options.cpus[index % options.cpus.size()];
-  auto io = engine::IoThread::Create(device.lib(), device.context(), device.pd(), options);
+  auto io = engine::EnginePoller::StartThread(device.lib(), device.context(), device.pd(), options);
   if (!io.ok()) return io.status().WithContext("rdma transport");
-  if (!(*io)->has_own_domain()) {
+  if (!engine::EnginePoller::Of(**io).has_own_domain()) {
     // Works without (the provider locks instead); said once per process, not per thread.
     static std::once_flag said;
     std::call_once(said, [&] {
@@ -58,9 +57,8 @@ Result<std::shared_ptr<engine::IoThread>> CreateThread(verbs::Device& device,
 
 }  // namespace
 
-Result<IoThreadSet> IoThreadSet::Acquire(verbs::Device& device,
-                                         const engine::IoThreadOptions& options, int count,
-                                         bool shared) {
+Result<IoThreadSet> IoThreadSet::Acquire(verbs::Device& device, const IoThreadOptions& options,
+                                         int count, bool shared) {
   count = std::max(1, count);
   IoThreadSet set;
   if (!shared) {
@@ -72,9 +70,8 @@ Result<IoThreadSet> IoThreadSet::Acquire(verbs::Device& device,
   }
   SharedThreads& all = Shared();
   std::lock_guard lock(all.mu);
-  const SharedKey key{device.context(),      options.busy_poll_us, options.adaptive_polling,
-                      options.spin_limit_us, options.cq_entries,   options.detect_contention,
-                      options.cpus};
+  const SharedKey key{device.context(),      options.busy_poll_us,      options.adaptive_polling,
+                      options.spin_limit_us, options.detect_contention, options.cpus};
   SharedEntry& entry = all.entries[key];
   entry.key = key;
   while (int(entry.threads.size()) < count) {
@@ -107,7 +104,7 @@ IoThreadSet& IoThreadSet::operator=(IoThreadSet&& other) noexcept {
 }
 
 void IoThreadSet::Release() {
-  std::vector<std::shared_ptr<engine::IoThread>> to_stop;
+  std::vector<std::shared_ptr<IoThread>> to_stop;
   if (shared_ == nullptr) {
     to_stop = std::move(threads_);
   } else {

@@ -1,4 +1,5 @@
-// IoThreadSet: the I/O threads an rdma transport posts its connections to (issue 22).
+// IoThreadSet: the I/O threads an rdma transport posts its connections to (issue 22), each
+// polling an engine::EnginePoller.
 //
 // Owned threads belong to one transport and stop with it. Shared threads come from one set per
 // process, device and polling settings: every transport that asks for them (RPC servers,
@@ -16,7 +17,7 @@
 #include <vector>
 
 #include "bx/status.h"
-#include "engine/io_thread.h"
+#include "engine/engine_poller.h"
 #include "verbs/verbs.h"
 
 namespace bx::rdma {
@@ -25,21 +26,21 @@ class IoThreadSet {
  public:
   // `count` threads on `device`, each created with `options` (its name gets a number); from the
   // process-wide set when `shared`.
-  static Result<IoThreadSet> Acquire(verbs::Device& device, const engine::IoThreadOptions& options,
+  static Result<IoThreadSet> Acquire(verbs::Device& device, const IoThreadOptions& options,
                                      int count, bool shared);
   IoThreadSet() = default;
   IoThreadSet(IoThreadSet&& other) noexcept;
   IoThreadSet& operator=(IoThreadSet&& other) noexcept;
   ~IoThreadSet() { Release(); }
 
-  const std::vector<std::shared_ptr<engine::IoThread>>& threads() const { return threads_; }
+  const std::vector<std::shared_ptr<IoThread>>& threads() const { return threads_; }
   // Stops what this set alone used (every thread when owned); idempotent.
   void Release();
 
   struct SharedEntry;  // one process-wide set of threads and its users (io_thread_set.cc)
 
  private:
-  std::vector<std::shared_ptr<engine::IoThread>> threads_;
+  std::vector<std::shared_ptr<IoThread>> threads_;
   SharedEntry* shared_ = nullptr;  // the entry this set counts in as a user, if shared
 };
 

@@ -10,10 +10,11 @@
 
 namespace bx::rdma {
 
-RdmaConnection::RdmaConnection(RdmaTransportImpl& transport, std::shared_ptr<engine::IoThread> io,
+RdmaConnection::RdmaConnection(RdmaTransportImpl& transport, std::shared_ptr<IoThread> io,
                                std::string peer, std::shared_ptr<AcceptState> accept)
     : transport_(transport),
       io_(std::move(io)),
+      poller_(engine::EnginePoller::Of(*io_)),
       peer_(std::move(peer)),
       accept_(std::move(accept)) {
   if (initiator()) ids_in_use_.assign(engine::kMaxChannels, false);
@@ -59,15 +60,18 @@ engine::Engine::Callbacks RdmaConnection::EngineCallbacks() {
 }
 
 void RdmaConnection::Register() {
-  io_->AddEngine(engine_.get());
+  poller_.AddEngine(engine_.get());
   registered_ = true;
 }
 
 void RdmaConnection::Activate() {
   if (torn_down_) return;
   engine_->Start();
-  io_->MarkDirty(engine_.get());
-  io_->Watch(bootstrap_fd_, [this] { OnBootstrapReadable(); });
+  poller_.MarkDirty(engine_.get());
+  // Refused only once the thread has stopped: then nothing would ever read the connection.
+  if (Status s = io_->Watch(bootstrap_fd_, [this] { OnBootstrapReadable(); }); !s.ok()) {
+    Teardown(s);
+  }
 }
 
 Status RdmaConnection::OpenSocket(const std::shared_ptr<RdmaSocket>& socket,
@@ -82,7 +86,7 @@ Status RdmaConnection::OpenSocket(const std::shared_ptr<RdmaSocket>& socket,
     ids_in_use_[id] = true;
     socket->Bind(id, std::move(handlers), /*accepted=*/false);
     sockets_[id] = socket;
-    io_->MarkDirty(engine_.get());
+    poller_.MarkDirty(engine_.get());
     return Status::Ok();
   }
   return ResourceExhausted("all " + std::to_string(engine::kMaxChannels) +
@@ -93,7 +97,7 @@ void RdmaConnection::CloseSocket(engine::ChannelId channel) {
   sockets_.erase(channel);
   if (torn_down_) return;
   engine_->CloseChannel(channel, Aborted("socket closed"));
-  io_->MarkDirty(engine_.get());
+  poller_.MarkDirty(engine_.get());
 }
 
 RdmaSocket* RdmaConnection::Find(engine::ChannelId channel) {
@@ -174,7 +178,7 @@ void RdmaConnection::Teardown(const Status& why) {
 void RdmaConnection::Release(const Status& why) {
   if (engine_) {
     final_counters_ = Counters();
-    if (registered_) io_->RemoveEngine(engine_.get());
+    if (registered_) poller_.RemoveEngine(engine_.get());
     engine_->Fail(why, /*notify=*/false);  // pending sends complete with the reason first
   }
   auto sockets = std::move(sockets_);

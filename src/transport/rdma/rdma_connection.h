@@ -20,7 +20,7 @@
 
 #include "bx/transport.h"
 #include "engine/engine.h"
-#include "engine/io_thread.h"
+#include "engine/engine_poller.h"
 #include "transport/peer_limit.h"
 #include "verbs/rc_connect.h"
 
@@ -38,8 +38,8 @@ struct AcceptState {
 
 class RdmaConnection : public std::enable_shared_from_this<RdmaConnection> {
  public:
-  RdmaConnection(RdmaTransportImpl& transport, std::shared_ptr<engine::IoThread> io,
-                 std::string peer, std::shared_ptr<AcceptState> accept);
+  RdmaConnection(RdmaTransportImpl& transport, std::shared_ptr<IoThread> io, std::string peer,
+                 std::shared_ptr<AcceptState> accept);
   ~RdmaConnection();
   RdmaConnection(const RdmaConnection&) = delete;
   RdmaConnection& operator=(const RdmaConnection&) = delete;
@@ -52,8 +52,9 @@ class RdmaConnection : public std::enable_shared_from_this<RdmaConnection> {
   void MarkPrivilegedPeer() { privileged_peer_ = true; }
   engine::Engine::Callbacks EngineCallbacks();
   engine::Engine& engine() { return *engine_; }
-  engine::IoThread& io() { return *io_; }
-  const std::shared_ptr<engine::IoThread>& io_thread() const { return io_; }
+  IoThread& io() { return *io_; }
+  const std::shared_ptr<IoThread>& io_thread() const { return io_; }
+  engine::EnginePoller& poller() { return poller_; }  // the I/O thread's, for engines
   ibv_qp* qp() { return qp_->qp(); }
   const std::string& peer() const { return peer_; }
   bool initiator() const { return accept_ == nullptr; }
@@ -91,7 +92,8 @@ class RdmaConnection : public std::enable_shared_from_this<RdmaConnection> {
   void Release(const Status& why);
 
   RdmaTransportImpl& transport_;  // used until Teardown only: the connection may outlive it
-  const std::shared_ptr<engine::IoThread> io_;
+  const std::shared_ptr<IoThread> io_;
+  engine::EnginePoller& poller_;  // io_'s
   const std::string peer_;
   std::shared_ptr<AcceptState> accept_;  // null on the connecting side
   bool privileged_peer_ = false;         // set before the handshake ends

@@ -92,7 +92,7 @@ void RdmaSocket::Submit(Buffer message, std::optional<engine::RemoteBuffer> targ
     } else {
       engine.Enqueue(self->channel_, std::move(*m));
     }
-    self->io_->MarkDirty(&engine);
+    self->connection_->poller().MarkDirty(&engine);
   });
 }
 

@@ -60,7 +60,7 @@ class RdmaSocket : public Socket, public std::enable_shared_from_this<RdmaSocket
               SendCallback done);
 
   const std::shared_ptr<RdmaConnection> connection_;
-  const std::shared_ptr<engine::IoThread> io_;  // held: the socket may outlive its transport
+  const std::shared_ptr<IoThread> io_;  // held: the socket may outlive its transport
   const std::string peer_;
   const size_t max_message_bytes_;
   const size_t max_queued_bytes_;

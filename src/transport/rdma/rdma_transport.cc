@@ -339,7 +339,7 @@ Result<std::unique_ptr<RdmaTransportImpl>> RdmaTransportImpl::Create(
   auto address = verbs::ResolvePortAddress(*t->device_, t->port_, nullptr, t->rdma_.gid_index);
   if (!address.ok()) return address.status().WithContext("rdma transport");
   t->default_address_ = *address;
-  engine::IoThreadOptions io_options;
+  IoThreadOptions io_options;
   io_options.busy_poll_us = t->rdma_.busy_poll_us;
   io_options.adaptive_polling = t->rdma_.adaptive_polling;
   io_options.spin_limit_us = t->rdma_.spin_limit_us;
@@ -488,8 +488,9 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
   verbs::Library& lib = device_->lib();
   const auto& threads = io_.threads();
   size_t index = next_io_.fetch_add(1, std::memory_order_relaxed) % threads.size();
-  const std::shared_ptr<engine::IoThread>& io_thread = threads[index];
-  engine::IoThread& io = *io_thread;
+  const std::shared_ptr<IoThread>& io_thread = threads[index];
+  IoThread& io = *io_thread;
+  engine::EnginePoller& poller = engine::EnginePoller::Of(io);
   // From here on the connection owns fd and closes it however set-up ends.
   auto connection = std::make_shared<RdmaConnection>(*this, io_thread, peer, std::move(accept));
   connection->HoldPeerSlot(std::move(slot));
@@ -502,7 +503,7 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
   attrs.max_send_wr = config.send_queue_depth;
   attrs.max_recv_wr = config.recv_queue_depth;
   attrs.max_inline_data = kInlineBytes;
-  auto qp = verbs::CreateRcQueuePair(lib, device_->context(), io.pd(), attrs, io.cq());
+  auto qp = verbs::CreateRcQueuePair(lib, device_->context(), poller.pd(), attrs, poller.cq());
   if (!qp.ok()) {
     ::close(fd);
     return qp.status();
@@ -606,10 +607,13 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
 RdmaTransportInfo RdmaTransportImpl::Info() {
   RdmaTransportInfo info;
   info.io_threads = int(io_.threads().size());
-  for (auto& io : io_.threads()) info.thread_domains += io->td() != nullptr ? 1 : 0;
   info.parent_domains = 0;
-  for (auto& io : io_.threads()) info.parent_domains += io->has_own_domain() ? 1 : 0;
-  for (auto& io : io_.threads()) info.io_loop += io->counters();
+  for (auto& io : io_.threads()) {
+    const engine::EnginePoller& poller = engine::EnginePoller::Of(*io);
+    info.thread_domains += poller.td() != nullptr ? 1 : 0;
+    info.parent_domains += poller.has_own_domain() ? 1 : 0;
+    info.io_loop += io->counters();
+  }
   info.port = port_;
   info.link_layer = LinkLayerName(default_address_.link_layer);
   info.gid_index = int(default_address_.gid_index);
@@ -632,7 +636,7 @@ RdmaTransportInfo RdmaTransportImpl::Info() {
       e.initiator = c->initiator();
       e.sockets = c->sockets();
       e.in_thread_domain = false;
-      e.in_thread_domain = c->io().has_own_domain() && c->qp()->pd == c->io().pd();
+      e.in_thread_domain = c->poller().has_own_domain() && c->qp()->pd == c->poller().pd();
       e.counters = c->Counters();
       ibv_qp_attr attr{};
       ibv_qp_init_attr init{};

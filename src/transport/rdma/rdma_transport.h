@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "base/io_thread.h"
 #include "bx/transport.h"
 #include "engine/engine.h"
-#include "engine/io_thread.h"
 
 namespace bx::rdma {
 
@@ -64,7 +64,7 @@ struct RdmaTransportInfo {
   // authentication, max_connections_per_peer).
   uint64_t peers_refused = 0;
   // The I/O threads' loops, summed: how often they polled, yielded and slept.
-  engine::IoThreadCounters io_loop;
+  IoThreadCounters io_loop;
   std::vector<RdmaEngineInfo> engines;
 };
 // `transport` must be an rdma:// transport (InvalidArgument otherwise). Visits every I/O

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "bx/transport.h"
-#include "engine/io_thread.h"
+#include "engine/engine_poller.h"
 #include "transport/peer_limit.h"
 #include "transport/rdma/bootstrap.h"
 #include "transport/rdma/bootstrap_auth.h"

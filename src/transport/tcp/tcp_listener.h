@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "base/io_thread.h"
 #include "bx/transport.h"
 #include "transport/peer_limit.h"
-#include "transport/tcp/io_thread.h"
 
 namespace bx::tcp {
 

@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "base/io_thread.h"
 #include "bx/transport.h"
 #include "transport/message_queue.h"
 #include "transport/peer_limit.h"
 #include "transport/tcp/frame.h"
-#include "transport/tcp/io_thread.h"
 
 namespace bx::tcp {
 

@@ -11,10 +11,10 @@
 #include <fmt/core.h>
 
 #include "base/cpu_list.h"
+#include "base/io_thread.h"
 #include "transport/peer_limit.h"
 #include "transport/socket_util.h"
 #include "transport/tcp/handshake.h"
-#include "transport/tcp/io_thread.h"
 #include "transport/tcp/tcp_listener.h"
 #include "transport/tcp/tcp_socket.h"
 #include "transport/transport_registry.h"
@@ -99,9 +99,10 @@ Result<std::unique_ptr<Transport>> CreateTcpTransport(const TransportOptions& op
   if (!cpus.ok()) return cpus.status().WithContext("tcp transport");
   std::vector<std::shared_ptr<IoThread>> io_threads;
   for (int i = 0; i < options.io_threads; ++i) {
-    BX_ASSIGN_OR_RETURN(std::shared_ptr<IoThread> io_thread,
-                        IoThread::Start(fmt::format("bx-tcp-io{}", i),
-                                        cpus->empty() ? -1 : (*cpus)[size_t(i) % cpus->size()]));
+    IoThreadOptions thread_options;
+    thread_options.name = fmt::format("bx-tcp-io{}", i);
+    thread_options.cpu = cpus->empty() ? -1 : (*cpus)[size_t(i) % cpus->size()];
+    BX_ASSIGN_OR_RETURN(std::shared_ptr<IoThread> io_thread, IoThread::Start(thread_options));
     io_threads.push_back(std::move(io_thread));
   }
   return std::unique_ptr<Transport>(new TcpTransport(options, std::move(io_threads)));

@@ -17,14 +17,14 @@ namespace {
 
 using namespace std::chrono_literals;
 
-engine::IoThreadOptions Options() {
-  engine::IoThreadOptions o;
+IoThreadOptions Options() {
+  IoThreadOptions o;
   o.name = "bx-test-io";
   return o;
 }
 
 // Whether `io` still runs its loop: a task posted to a stopped thread runs on the poster.
-bool Running(engine::IoThread& io) {
+bool Running(IoThread& io) {
   bool on_thread = false;
   io.RunAndWait([&] { on_thread = io.IsCurrent(); });
   return on_thread;
@@ -44,7 +44,7 @@ TEST(IoThreadSetTest, SharedSetsHandOutTheSameThreadsOwnedOnesTheirOwn) {
   EXPECT_NE(own->threads()[0], a->threads()[0]);
 
   // Different polling settings make different threads: a transport gets what it asked for.
-  engine::IoThreadOptions fixed = Options();
+  IoThreadOptions fixed = Options();
   fixed.adaptive_polling = false;
   auto c = IoThreadSet::Acquire(*device, fixed, 1, /*shared=*/true);
   ASSERT_TRUE(c.ok());
@@ -57,7 +57,7 @@ TEST(IoThreadSetTest, ASharedThreadStopsWithItsLastUser) {
   auto a = IoThreadSet::Acquire(*device, Options(), 1, true);
   auto b = IoThreadSet::Acquire(*device, Options(), 1, true);
   ASSERT_TRUE(a.ok() && b.ok());
-  std::shared_ptr<engine::IoThread> thread = a->threads()[0];
+  std::shared_ptr<IoThread> thread = a->threads()[0];
   ASSERT_TRUE(Running(*thread));
   a->Release();
   EXPECT_TRUE(Running(*thread)) << "b still uses it";

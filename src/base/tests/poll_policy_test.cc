@@ -1,10 +1,10 @@
-#include "engine/poll_policy.h"
+#include "base/poll_policy.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-namespace bx::engine {
+namespace bx {
 namespace {
 
 constexpr uint64_t kUs = 1000;
@@ -280,4 +280,4 @@ TEST(PollPolicyTest, ContentionThatLastsLengthensTheStretches) {
 }
 
 }  // namespace
-}  // namespace bx::engine
+}  // namespace bx

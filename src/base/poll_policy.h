@@ -46,7 +46,7 @@
 
 #include "base/single_writer_counter.h"
 
-namespace bx::engine {
+namespace bx {
 
 struct PollPolicyOptions {
   bool adaptive = true;
@@ -64,7 +64,7 @@ struct PollPolicyOptions {
   // A window's mean wait per turn on a CPU at or above this means busy threads share the core.
   uint64_t oversubscribed_wait_ns = 250'000;
   // Off: neither slow passes nor waits for a CPU start a contended stretch (the policy before
-  // issue 47, kept to show what it costs beside busy threads: io_thread_hog_test).
+  // issue 47, kept to show what it costs beside busy threads: engine/tests/io_thread_test.cc).
   bool detect_contention = true;
 };
 
@@ -128,4 +128,4 @@ class PollPolicy {
       oversubscribed_windows_, contended_stretches_;
 };
 
-}  // namespace bx::engine
+}  // namespace bx

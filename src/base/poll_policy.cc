@@ -1,8 +1,8 @@
-#include "engine/poll_policy.h"
+#include "base/poll_policy.h"
 
 #include <algorithm>
 
-namespace bx::engine {
+namespace bx {
 namespace {
 
 // The prediction is an exponentially weighted mean of the gaps (weight 1/4 for the newest), so
@@ -114,4 +114,4 @@ void PollPolicy::Contended(uint64_t now_ns) {
   unmeasured_ = true;
 }
 
-}  // namespace bx::engine
+}  // namespace bx
