@@ -252,6 +252,11 @@ class DemoCluster {
     PsClientOptions client_options;
     client_options.transport = scheme;
     client_options.rpc.log = quiet;
+    // The demo measures load, not failure detection, and its one process holds every server,
+    // client and (--busy) compute thread: on a loaded 2-core host (CI) a live in-process server
+    // sent nothing for 501 ms, the client's default 500 ms declared it dead, and 47 fetches
+    // failed as "no replica is reachable". A margin a loaded host does not cross by accident.
+    client_options.rpc.heartbeat_timeout = std::chrono::seconds(3);
     (scheme == "rdma" ? client_options.rpc.rdma_transport : client_options.rpc.tcp_transport) =
         transport_.get();
     Result<std::unique_ptr<PsClient>> client = PsClient::Create(spec_, client_options);
