@@ -525,9 +525,11 @@ TEST_P(PsServiceTest, ASecretClusterServesOnlyThoseWhoKnowTheSecret) {
   stranger_options.rpc.log = [](std::string_view) {};
   auto stranger = PsClient::Create(stranger_spec, stranger_options);
   ASSERT_TRUE(stranger.ok());
-  Status pushed = (*stranger)->Push(kTable, kDim, {&key, 1}, ones, 1s);
+  // 3 s: under CI's load an rdma connect refused for its secret took over 1 s to say so, and
+  // the push then ended "deadline passed before it was sent", which names no reason.
+  Status pushed = (*stranger)->Push(kTable, kDim, {&key, 1}, ones, 3s);
   EXPECT_FALSE(pushed.ok());
-  Result<FetchResult> fetched = (*stranger)->Fetch(kTable, {&key, 1}, 1s);
+  Result<FetchResult> fetched = (*stranger)->Fetch(kTable, {&key, 1}, 3s);
   EXPECT_FALSE(fetched.ok());
   // Issue 52: the caller learns why, not only that no replica is reachable.
   for (const Status& refused : {pushed, fetched.status()}) {
