@@ -92,12 +92,8 @@ TEST_P(PsServiceTest, AFetchBeyondTheValueBoundIsRefusedBeforeItsReplyIsAllocate
   ASSERT_TRUE(client);
   ClusterSpec misinformed = cluster.spec;  // the client's view of the table
   misinformed.tables[0].dim = 1;
-  PsClientOptions options;
-  options.transport = misinformed.transport;
-  options.rpc.log = [](std::string_view) {};
-  Result<std::unique_ptr<PsClient>> created = PsClient::Create(misinformed, options);
-  ASSERT_TRUE(created.ok()) << created.status().ToString();
-  const std::unique_ptr<PsClient> sender = std::move(created).value();
+  auto sender = MakeClient(misinformed);
+  ASSERT_TRUE(sender);
   const std::vector<uint64_t> keys = testing::SequentialKeys(size_t{1} << 20);
   for (PsClient* c : {client.get(), sender.get()}) {
     SCOPED_TRACE(c == client.get() ? "refused by the client" : "refused by the server");
@@ -520,16 +516,13 @@ TEST_P(PsServiceTest, ASecretClusterServesOnlyThoseWhoKnowTheSecret) {
   // A client with the cluster's addresses but not its secret.
   ClusterSpec stranger_spec = cluster.spec;
   stranger_spec.secret.clear();
-  PsClientOptions stranger_options;
-  stranger_options.transport = GetParam();
-  stranger_options.rpc.log = [](std::string_view) {};
-  auto stranger = PsClient::Create(stranger_spec, stranger_options);
-  ASSERT_TRUE(stranger.ok());
+  auto stranger = MakeClient(stranger_spec);
+  ASSERT_TRUE(stranger);
   // 3 s: under CI's load an rdma connect refused for its secret took over 1 s to say so, and
   // the push then ended "deadline passed before it was sent", which names no reason.
-  Status pushed = (*stranger)->Push(kTable, kDim, {&key, 1}, ones, 3s);
+  Status pushed = stranger->Push(kTable, kDim, {&key, 1}, ones, 3s);
   EXPECT_FALSE(pushed.ok());
-  Result<FetchResult> fetched = (*stranger)->Fetch(kTable, {&key, 1}, 3s);
+  Result<FetchResult> fetched = stranger->Fetch(kTable, {&key, 1}, 3s);
   EXPECT_FALSE(fetched.ok());
   // Issue 52: the caller learns why, not only that no replica is reachable.
   for (const Status& refused : {pushed, fetched.status()}) {

@@ -118,13 +118,16 @@ struct Cluster {
   }
 };
 
-inline std::unique_ptr<PsClient> MakeClient(const Cluster& cluster) {
+inline std::unique_ptr<PsClient> MakeClient(const ClusterSpec& spec) {
   PsClientOptions options;
-  options.transport = cluster.spec.transport;
+  options.transport = spec.transport;
   options.rpc.log = [](std::string_view) {};
-  Result<std::unique_ptr<PsClient>> client = PsClient::Create(cluster.spec, options);
+  Result<std::unique_ptr<PsClient>> client = PsClient::Create(spec, options);
   EXPECT_TRUE(client.ok()) << client.status().ToString();
   return client.ok() ? std::move(client).value() : nullptr;
+}
+inline std::unique_ptr<PsClient> MakeClient(const Cluster& cluster) {
+  return MakeClient(cluster.spec);
 }
 
 // The first float of `key`'s row as `server`'s replica holds it (NaN when the fetch fails).
