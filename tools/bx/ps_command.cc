@@ -43,7 +43,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-volatile sig_atomic_t g_stop = 0;
+// Set by SIGINT/SIGTERM, read by every thread of a run (a lock-free atomic: safe in a signal
+// handler, and not a data race between the threads as a volatile would be).
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
 
 [[noreturn]] void Fail(const std::string& what, const Status& status) {
   std::fprintf(stderr, "bx ps: %s: %s\n", what.c_str(), status.ToString().c_str());
@@ -289,8 +292,8 @@ void Serve(const ServeOptions& serve) {
     fo.unsafe_without_leases = true;  // --unsafe-failover-without-leases
     monitor = StartMonitor(server->get(), std::move(fo));
   }
-  signal(SIGINT, [](int) { g_stop = 1; });
-  signal(SIGTERM, [](int) { g_stop = 1; });
+  signal(SIGINT, [](int) { g_stop = true; });
+  signal(SIGTERM, [](int) { g_stop = true; });
   announce_ready();
   while (!g_stop) {
     std::this_thread::sleep_for(100ms);
@@ -332,6 +335,11 @@ struct VerifyFlags {
 // failed per key, the final fetch must show acked <= applied <= acked + failed for every key:
 // fewer means an acknowledged push was lost, more means a push was applied twice.
 void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const VerifyFlags& flags) {
+  // SIGINT/SIGTERM end the pushes early, as a scheduler ends a job: each thread finishes the
+  // push in flight, and the final read and the check run as at the end of --duration. (Set
+  // first: a signal during the connects must not kill the run before it reports.)
+  signal(SIGINT, [](int) { g_stop = true; });
+  signal(SIGTERM, [](int) { g_stop = true; });
   if (spec.tables.empty()) Fail("verify", Status(StatusCode::kInvalidArgument, "no tables"));
   const ps::TableConfig& table = spec.tables[0];
   if (table.optimizer.kind != ps::OptimizerKind::kSgd || table.optimizer.learning_rate != 1.0f ||
@@ -372,7 +380,7 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
     workers.emplace_back([&, t] {
       std::vector<float> ones(table.dim, 1.0f);
       auto last = std::chrono::steady_clock::now();
-      for (uint64_t i = 0; std::chrono::steady_clock::now() < end; ++i) {
+      for (uint64_t i = 0; !g_stop && std::chrono::steady_clock::now() < end; ++i) {
         size_t k = (size_t(t) + i) % n;
         const auto sent = std::chrono::steady_clock::now();
         Status s = (*client)->Push(table.id, table.dim, std::span(&keys[k], 1), ones, timeout);
@@ -460,6 +468,7 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
     out["window_max_ms"] = percentile_ms(window, 1.0);
   }
   out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out["stopped_by_signal"] = g_stop.load();
   out["mismatches"] = mismatches;
   out["ok"] = ok;
   std::printf("%s\n", out.dump().c_str());
@@ -563,7 +572,8 @@ void AddPsCommand(CLI::App* app) {
       w->add_flag(
           "--verify", options->verify.enabled,
           "Deterministic checked pushes (unit gradients on a fixed key set), then fetch and "
-          "check exactly-once; prints JSON, exits 1 on a lost or doubled push");
+          "check exactly-once; prints JSON, exits 1 on a lost or doubled push. SIGINT or "
+          "SIGTERM ends the pushes before --duration; the check follows as at its end");
       w->add_option("--verify-keys", options->verify.keys, "Keys pushed in --verify mode")
           ->check(CLI::Range(1, 1 << 20));
       w->add_option("--key-base", options->verify.key_base,

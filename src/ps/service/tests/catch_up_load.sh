@@ -6,6 +6,9 @@
 #
 #   catch_up_load.sh BX [--mib 200] [--transport tcp|rdma] [--seconds 40] [--json]
 #
+# --seconds bounds the trainers' run; they stop (SIGTERM, each still checks every acknowledged
+# push) 3 s after the replica joined, once pushes have also gone through the grown set.
+#
 # Prints the catch-up time (restart -> "joined the set"), the snapshots the primary took for
 # the joiner, the snapshot's bytes and throughput, and the trainers' lost/doubled pushes.
 # Exits 1 when the replica did not join, a push was lost or doubled, or the primary took more
@@ -89,6 +92,10 @@ snapshots=$(after_restart | grep -c "snapshot for replica 2" || true)
 bytes=$(after_restart | grep -o "snapshot for replica 2 .*(\([0-9]*\) bytes)" | tail -1 |
   grep -o "([0-9]* bytes)" | tr -dc '0-9')
 drops=$(grep -c "dropped unreachable replica" "$WORK/r0.log" || true)
+if ((joined)); then
+  sleep 3  # pushes forwarded to the joined replica too, then the rest of --seconds adds nothing
+  loopback_stop_trainers
+fi
 loopback_wait_trainers
 read -r lost doubled acked p99 stall < <(loopback_trainer_results)
 mbps=$(python3 -c "print(round(${bytes:-0} / 1e6 / max($catch_up_ms, 1) * 1000, 1))")

@@ -103,6 +103,12 @@ loopback_start_trainers() {  # seconds
   done
 }
 
+# Ends the trainers' pushes before their --duration (SIGTERM: each finishes the push in flight,
+# then fetches and checks as at the end of its run); loopback_wait_trainers still waits for them.
+loopback_stop_trainers() {
+  kill -TERM "${TRAINERS[@]}" 2>/dev/null || true
+}
+
 # Waits for the trainers (in this shell: they are its children).
 loopback_wait_trainers() {
   for t in "${TRAINERS[@]}"; do wait "$t" || true; done
