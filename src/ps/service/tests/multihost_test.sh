@@ -133,11 +133,13 @@ for t in 0 1; do
   out="$WORK/train$t.log"
   grep -q '^{' "$out" || fail "trainer $t printed no result"
   echo "trainer $t: $(grep -m1 '^{' "$out")"
-  [[ $(field "$out" ok) == true ]] || fail "trainer $t: a push was lost or applied twice"
-  [[ $(field "$out" failed) == 0 ]] || fail "trainer $t: pushes failed (workload did not continue)"
-  [[ $(field "$out" lost) == 0 && $(field "$out" doubled) == 0 ]] || fail "trainer $t: lost/doubled"
-  [[ $(field "$out" acked) -gt 0 ]] || fail "trainer $t: nothing acknowledged"
-  [[ $(field "$out" push_failovers) -gt 0 ]] || fail "trainer $t: never failed over"
+  read -r ok failed lost doubled acked failovers \
+    <<<"$(fields_over "max:ok max:failed max:lost max:doubled max:acked max:push_failovers" "$out")"
+  [[ $ok == True ]] || fail "trainer $t: a push was lost or applied twice"
+  [[ $failed == 0 ]] || fail "trainer $t: pushes failed (workload did not continue)"
+  [[ $lost == 0 && $doubled == 0 ]] || fail "trainer $t: lost/doubled"
+  [[ $acked -gt 0 ]] || fail "trainer $t: nothing acknowledged"
+  [[ $failovers -gt 0 ]] || fail "trainer $t: never failed over"
 done
 check_sanitizer_reports "$WORK/*.log"
 ((status == 0)) || fail "a trainer exited with status $status"
