@@ -54,12 +54,8 @@ class BX_EXPORT Message {
   // Changes the payload size within the allocated capacity (false when it does not fit).
   bool Resize(size_t size);
 
-  // For the RPC layer: wraps a received frame (header + payload) / gives the frame up.
-  static Message FromFrame(Buffer frame) { return Message(std::move(frame)); }
-  Buffer& frame() { return buffer_; }
-  Buffer TakeFrame() { return std::move(buffer_); }
-
  private:
+  friend class MessageFrame;  // the RPC layer's access to the header in front (src/rpc/frame.h)
   explicit Message(Buffer frame) : buffer_(std::move(frame)) {}
   Buffer buffer_;
 };

@@ -1,8 +1,10 @@
 // Status and Result<T>: the one error type of bexpress.
 //
-// A Status is cheap when OK (one pointer, null) and otherwise carries a code and a message that
-// says what failed and why (the verbs call, errno, the peer, the QP number). Result<T> holds
-// either a value or a non-OK Status. Both are plain values: thread-compatible, not thread-safe.
+// A Status is cheap when OK (an empty shared pointer: nothing allocated, copies touch no
+// counter) and otherwise carries a code and a message that says what failed and why (the verbs
+// call, errno, the peer, the QP number). Result<T> holds either a value or a non-OK Status; one
+// built from an OK Status, a caller's bug, holds an INTERNAL error saying so (as Abseil's
+// StatusOr does), in every build. Both are plain values: thread-compatible, not thread-safe.
 //
 // Errors are values: the library reports every failure as a Status and throws nothing of its
 // own. The one exception is a caller's bug: value() (or *, ->) on a Result that holds an error
@@ -11,7 +13,6 @@
 // rather than "bad_variant_access". Check ok() first, or use BX_ASSIGN_OR_RETURN.
 #pragma once
 
-#include <cassert>
 #include <exception>
 #include <memory>
 #include <string>
@@ -121,7 +122,13 @@ template <typename T>
 class [[nodiscard]] BX_EXPORT Result {
  public:
   Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
-  Result(Status status) : v_(std::move(status)) { assert(!std::get<Status>(v_).ok()); }  // NOLINT
+  Result(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
+    // Without this, ok() would be false while status().ok() is true: a caller checking either
+    // would go on with no value and no error.
+    if (std::get<Status>(v_).ok()) {
+      v_ = Status(StatusCode::kInternal, "Result built from an OK Status: it holds no value");
+    }
+  }
 
   bool ok() const { return std::holds_alternative<T>(v_); }
   const Status& status() const {

@@ -6,6 +6,7 @@
 
 #include "bx/log.h"
 #include "rpc/client_core.h"
+#include "rpc/frame.h"
 #include "transport/transport_registry.h"
 
 namespace bx::rpc {
@@ -255,7 +256,7 @@ void Client::Core::DispatchLocked(CallState* call, Clock::time_point now, Action
   const bool may_resend = call->options.idempotent && call->attempts + 1 < call->max_attempts;
   Buffer frame;
   if (may_resend) {
-    Result<Buffer> copy = Buffer::Allocate(call->request.frame().size());
+    Result<Buffer> copy = Buffer::Allocate(MessageFrame::Of(call->request).size());
     if (!copy.ok()) {
       FinishLocked(call, copy.status(), actions);
       return;
@@ -263,7 +264,7 @@ void Client::Core::DispatchLocked(CallState* call, Clock::time_point now, Action
     std::memcpy(copy->data() + kFrameHeaderBytes, call->request.data(), call->request.size());
     frame = std::move(copy).value();
   } else {
-    frame = call->request.TakeFrame();
+    frame = MessageFrame::Take(call->request);
   }
   FrameHeader header;
   header.kind = FrameKind::kRequest;

@@ -12,6 +12,7 @@
 
 #include "base/transfer_time.h"
 #include "rpc/client_core.h"
+#include "rpc/frame.h"
 
 namespace bx::rpc {
 
@@ -187,7 +188,7 @@ void Client::Core::OnMessage(const std::shared_ptr<Connection>& connection, Buff
           --replicas[connection->replica].outstanding;
           call->connection.reset();
           auto code = static_cast<StatusCode>(header->status);
-          Message response = Message::FromFrame(std::move(frame));
+          Message response = MessageFrame::Wrap(std::move(frame));
           if (code == StatusCode::kOk) {
             FinishLocked(call, std::move(response), actions);
           } else {

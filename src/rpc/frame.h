@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include "bx/buffer.h"
+#include "bx/rpc.h"
 #include "bx/status.h"
 
 namespace bx::rpc {
@@ -62,6 +63,15 @@ Result<FrameHeader> DecodeHeader(const Buffer& frame);
 
 // A frame of `kind` with `payload` copied after the header.
 Result<Buffer> MakeFrame(const FrameHeader& header, std::string_view payload);
+
+// A Message's whole frame, header and payload, which its public interface keeps out of a user's
+// reach (include/bx/rpc.h): a received frame wrapped, or a message's frame lent or given up.
+class MessageFrame {
+ public:
+  static Message Wrap(Buffer frame) { return Message(std::move(frame)); }
+  static Buffer& Of(Message& message) { return message.buffer_; }
+  static Buffer Take(Message& message) { return std::move(message.buffer_); }
+};
 
 // Method table text, as HelloAck carries it.
 std::string EncodeMethodTable(const std::unordered_map<std::string, uint32_t>& methods);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "bx/log.h"
+#include "rpc/frame.h"
 #include "rpc/server_impl.h"
 #include "transport/transport_registry.h"
 
@@ -101,7 +102,7 @@ void ServerConnection::OnMessage(Buffer frame) {
     return;
   }
   ServerCall call(shared_from_this(), header->call_id, header->method_id - 1, deadline,
-                  (header->flags & kFlagIdempotent) != 0, Message::FromFrame(std::move(frame)));
+                  (header->flags & kFlagIdempotent) != 0, MessageFrame::Wrap(std::move(frame)));
   if (impl->options.worker_threads > 0) {
     impl->Enqueue(std::move(call));
   } else {

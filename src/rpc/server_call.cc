@@ -1,4 +1,5 @@
 // ServerCall: one request on the server, answered exactly once.
+#include "rpc/frame.h"
 #include "rpc/server_impl.h"
 
 namespace bx::rpc {
@@ -76,7 +77,7 @@ void ServerCall::Finish(const Status& status, Message response) {
   header.kind = FrameKind::kResponse;
   header.call_id = call_id_;
   header.status = static_cast<uint32_t>(status.code());
-  Buffer frame = response.TakeFrame();
+  Buffer frame = MessageFrame::Take(response);
   EncodeHeader(header, frame);
   connection_->SendResponse(std::move(frame), call_id_);
 }

@@ -30,6 +30,17 @@ TEST(ResultValueTest, EveryAccessorOnAnErrorThrows) {
   EXPECT_THROW((void)std::move(missing).value(), BadResultAccess);
 }
 
+// A Result from an OK Status has no value to give: it must not look like a success either way
+// it is asked (before: an assert in Debug builds only; in Release ok() was false while status()
+// was OK, so BX_ASSIGN_OR_RETURN returned OK from a function that produced nothing).
+TEST(ResultValueTest, ResultFromAnOkStatusIsAnInternalError) {
+  Result<int> nothing = Status::Ok();
+  EXPECT_FALSE(nothing.ok());
+  EXPECT_EQ(nothing.status().code(), StatusCode::kInternal);
+  EXPECT_NE(nothing.status().message().find("OK Status"), std::string::npos);
+  EXPECT_THROW((void)nothing.value(), BadResultAccess);
+}
+
 TEST(ResultValueTest, ValueOnSuccessReturnsIt) {
   Result<std::string> found = std::string("row");
   EXPECT_EQ(found.value(), "row");

@@ -26,7 +26,7 @@ TEST(RpcFrameTest, HeaderRoundTrips) {
   EXPECT_EQ(decoded->method_id, 7u);
   EXPECT_EQ(decoded->status, header.status);
   EXPECT_EQ(decoded->budget_us, 123456u);
-  Message message = Message::FromFrame(std::move(frame).value());
+  Message message = MessageFrame::Wrap(std::move(frame).value());
   EXPECT_EQ(message.view(), "payload");
 }
 
