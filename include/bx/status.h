@@ -121,7 +121,7 @@ BX_EXPORT [[noreturn]] void ThrowBadResultAccess(const Status& status);
 template <typename T>
 class [[nodiscard]] BX_EXPORT Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
     // Without this, ok() would be false while status().ok() is true: a caller checking either
     // would go on with no value and no error.
