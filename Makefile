@@ -70,7 +70,7 @@ SANITIZER_CTEST_ARGS = $(if $(CTEST_ARGS),$(CTEST_ARGS),-LE "profile|once")
 # Neither builds the Python module: its tests are `once`, and the interpreter is not built with
 # the sanitizer runtime. The ASan tree also builds the libFuzzer targets (fuzz/, make fuzz).
 # Debug info is line tables only: a sanitizer's report needs file:line per frame, not variables,
-# and full -g made the ASan tree's programs 605 MB to link and cache (175 MB so).
+# and full -g made the ASan tree's programs 605 MB to link and cache (477 MB so).
 SANITIZER_CMAKE = $(CLANG) -DBX_BUILD_PYTHON=OFF -DCMAKE_UNITY_BUILD=ON \
   -DCMAKE_CXX_FLAGS_DEBUG=-gline-tables-only -DCMAKE_C_FLAGS_DEBUG=-gline-tables-only
 ASAN_BUILD = BUILD=build-asan SANITIZE=address BUILD_TYPE=Debug CMAKE_ARGS='$(SANITIZER_CMAKE) -DBX_BUILD_FUZZ=ON'
