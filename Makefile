@@ -29,10 +29,15 @@ export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := true
 LAUNCHER = $$(command -v ccache >/dev/null && echo -DCMAKE_C_COMPILER_LAUNCHER=ccache \
   -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# Our builds link with lld (tools/install-deps.sh installs it): a clean clone's build is mostly
+# links once ccache has the objects, and GNU ld took 1.3 s for a test program lld links in 0.5 s.
+# Only here: a user's build of the installed package links as the user's toolchain does.
+LINKER = $$(command -v ld.lld >/dev/null && echo -DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld \
+  -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=lld -DCMAKE_MODULE_LINKER_FLAGS=-fuse-ld=lld)
 
 $(BUILD)/build.ninja:
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DBX_SANITIZE=$(SANITIZE) -DBX_WERROR=ON -DBX_UNITY_TESTS=ON \
-	  $(LAUNCHER) $(if $(filter Release,$(BUILD_TYPE)),-DCMAKE_CXX_FLAGS_RELEASE='$(OPT_FLAGS)' \
+	  $(LAUNCHER) $(LINKER) $(if $(filter Release,$(BUILD_TYPE)),-DCMAKE_CXX_FLAGS_RELEASE='$(OPT_FLAGS)' \
 	  -DCMAKE_C_FLAGS_RELEASE='$(OPT_FLAGS)') $(CMAKE_ARGS)
 
 configure: deps $(BUILD)/build.ninja

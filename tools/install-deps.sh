@@ -4,6 +4,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git ccache   # ccache: every build (Makefile)
+  lld                                # the linker of the Makefile's builds
   libibverbs-dev ibverbs-utils       # verbs.h for the loader and the ABI test; real libibverbs
   perftest                           # ib_*_lat/bw over the simnic (tools/perftest.sh)
   libjemalloc-dev                    # bemalloc's base allocator
