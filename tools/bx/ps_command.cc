@@ -48,6 +48,12 @@ using namespace std::chrono_literals;
 std::atomic<bool> g_stop{false};
 static_assert(std::atomic<bool>::is_always_lock_free);
 
+// From now on SIGINT and SIGTERM set g_stop instead of ending the process.
+void StopOnSigintOrSigterm() {
+  signal(SIGINT, [](int) { g_stop = true; });
+  signal(SIGTERM, [](int) { g_stop = true; });
+}
+
 [[noreturn]] void Fail(const std::string& what, const Status& status) {
   std::fprintf(stderr, "bx ps: %s: %s\n", what.c_str(), status.ToString().c_str());
   throw CLI::RuntimeError(1);
@@ -292,8 +298,7 @@ void Serve(const ServeOptions& serve) {
     fo.unsafe_without_leases = true;  // --unsafe-failover-without-leases
     monitor = StartMonitor(server->get(), std::move(fo));
   }
-  signal(SIGINT, [](int) { g_stop = true; });
-  signal(SIGTERM, [](int) { g_stop = true; });
+  StopOnSigintOrSigterm();
   announce_ready();
   while (!g_stop) {
     std::this_thread::sleep_for(100ms);
@@ -338,8 +343,7 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
   // SIGINT/SIGTERM end the pushes early, as a scheduler ends a job: each thread finishes the
   // push in flight, and the final read and the check run as at the end of --duration. (Set
   // first: a signal during the connects must not kill the run before it reports.)
-  signal(SIGINT, [](int) { g_stop = true; });
-  signal(SIGTERM, [](int) { g_stop = true; });
+  StopOnSigintOrSigterm();
   if (spec.tables.empty()) Fail("verify", Status(StatusCode::kInvalidArgument, "no tables"));
   const ps::TableConfig& table = spec.tables[0];
   if (table.optimizer.kind != ps::OptimizerKind::kSgd || table.optimizer.learning_rate != 1.0f ||
