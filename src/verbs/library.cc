@@ -7,9 +7,11 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "verbs/device_list.h"
+#include "verbs/simnic_paths.h"
 #include "verbs/verbs.h"
 
 namespace bx::verbs {
@@ -44,12 +46,7 @@ std::vector<std::string> SimLibraryCandidates() {
                     self.dli_fname != nullptr) {
     candidates.push_back(std::filesystem::path(self.dli_fname).parent_path() / kSimLibrary);
   }
-#ifdef BX_SIMNIC_BUILD_PATH
-  candidates.push_back(BX_SIMNIC_BUILD_PATH);
-#endif
-#ifdef BX_SIMNIC_INSTALL_PATH
-  candidates.push_back(BX_SIMNIC_INSTALL_PATH);
-#endif
+  for (std::string& path : BuiltInSimnicPaths()) candidates.push_back(std::move(path));
   candidates.push_back(kSimLibrary);
   return candidates;
 }

@@ -34,16 +34,10 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.h"
+#include "build_tree.h"
 #include "bx/init.h"
 #include "bx/rpc.h"
 #include "commands.h"
-
-#ifndef BX_SOURCE_DIR
-#define BX_SOURCE_DIR ""
-#endif
-#ifndef BX_BINARY_DIR
-#define BX_BINARY_DIR ""
-#endif
 
 namespace bx::tools {
 namespace {
@@ -254,7 +248,7 @@ Status RunBx(const std::string& scheme, const std::string& label, const BenchRpc
 // --- gRPC ---
 
 std::string GrpcDir() {
-  return std::string(BX_BINARY_DIR) + "/grpc_echo";
+  return BinaryDir() + "/grpc_echo";
 }
 
 Status EnsureGrpcBuilt() {
@@ -263,7 +257,7 @@ Status EnsureGrpcBuilt() {
       std::filesystem::exists(dir + "/grpc_echo_server")) {
     return Status::Ok();
   }
-  const std::string script = std::string(BX_SOURCE_DIR) + "/tools/grpc_echo/build.sh";
+  const std::string script = SourceDir() + "/tools/grpc_echo/build.sh";
   std::fprintf(stderr, "bench rpc: building the gRPC echo peer (%s), once...\n", script.c_str());
   const std::string command = "'" + script + "' '" + dir + "'";
   if (std::system(command.c_str()) != 0) {

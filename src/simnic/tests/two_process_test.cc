@@ -1,7 +1,9 @@
 // Two processes bring up an RC connection over the simnic's inter-process fabric, exchanging QP
 // number and GID out of band as on RoCE, and move 4 MB with RDMA WRITE + WRITE_WITH_IMM. Both
 // run rc_peer, a C program built against the system verbs.h and linked with -libverbs, with the
-// simnic preloaded (BX_RC_PEER and BX_SIMNIC_SO are set by CMake).
+// simnic preloaded. Both are found from this program's own path (bin/ and lib/ of its build
+// tree), not compiled in: a path in the flags would give every build tree its own object, which
+// a compiler cache shared between clones could never hit.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -27,6 +29,18 @@ extern char** environ;
 
 namespace {
 
+// `relative` from the folder this test program is in (its build tree's bin/).
+std::string BesideThisProgram(const std::string& relative) {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) return relative;
+  std::string path(exe, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/') + 1) + relative;
+}
+
+const std::string kRcPeer = BesideThisProgram("rc_peer");
+const std::string kSimnic = BesideThisProgram("../lib/libbx_simnic.so");
+
 pid_t Spawn(const std::vector<std::string>& args, int keep_fd, const std::string& stderr_path = {},
             const std::string& extra_env = {}) {
   std::vector<char*> argv;
@@ -36,7 +50,7 @@ pid_t Spawn(const std::vector<std::string>& args, int keep_fd, const std::string
   for (char** e = environ; *e != nullptr; ++e)
     if (std::strncmp(*e, "LD_PRELOAD=", 11) != 0 && std::strncmp(*e, "ASAN_OPTIONS=", 13) != 0)
       env_storage.emplace_back(*e);
-  env_storage.push_back(std::string("LD_PRELOAD=") + BX_SIMNIC_SO);
+  env_storage.push_back("LD_PRELOAD=" + kSimnic);
   // In a sanitizer build the preloaded simnic comes before libasan, which ASan would refuse;
   // the order is harmless here (the simnic allocates through the same interposed malloc).
   env_storage.push_back("ASAN_OPTIONS=verify_asan_link_order=0");
@@ -75,8 +89,8 @@ int WaitExit(pid_t pid, std::chrono::seconds timeout) {
 TEST(TwoProcessTest, RcWriteWithImmAcrossProcesses) {
   int fds[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-  pid_t server = Spawn({BX_RC_PEER, "server", std::to_string(fds[0])}, fds[0]);
-  pid_t client = Spawn({BX_RC_PEER, "client", std::to_string(fds[1])}, fds[1]);
+  pid_t server = Spawn({kRcPeer, "server", std::to_string(fds[0])}, fds[0]);
+  pid_t client = Spawn({kRcPeer, "client", std::to_string(fds[1])}, fds[1]);
   close(fds[0]);
   close(fds[1]);
   EXPECT_EQ(WaitExit(client, std::chrono::seconds(60)), 0);
@@ -88,7 +102,7 @@ TEST(TwoProcessTest, RcWriteWithImmAcrossProcesses) {
 void TransferBesideAnIntruder(int intruder_uid) {
   int fds[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-  pid_t server = Spawn({BX_RC_PEER, "server", std::to_string(fds[0])}, fds[0]);
+  pid_t server = Spawn({kRcPeer, "server", std::to_string(fds[0])}, fds[0]);
   pid_t intruder = -1;
   struct KillAtExit {  // a failed assertion must not leave the server or the intruder behind
     const pid_t& server;
@@ -132,7 +146,7 @@ void TransferBesideAnIntruder(int intruder_uid) {
   char c = 0;
   ASSERT_EQ(read(ready[0], &c, 1), 1) << "the intruder could not reach the server's fabric";
   close(ready[0]);
-  pid_t client = Spawn({BX_RC_PEER, "client", std::to_string(fds[1])}, fds[1]);
+  pid_t client = Spawn({kRcPeer, "client", std::to_string(fds[1])}, fds[1]);
   close(fds[0]);
   close(fds[1]);
   EXPECT_EQ(WaitExit(client, std::chrono::seconds(60)), 0);
@@ -162,9 +176,9 @@ TEST(TwoProcessTest, OnlyProcessesWithTheFabricCookieShareIt) {
   auto run = [](const std::string& client_cookie, bool expect_success) {
     int fds[2];
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-    pid_t server = Spawn({BX_RC_PEER, "server", std::to_string(fds[0])}, fds[0], {},
-                         "BX_SIM_FABRIC_COOKIE=tea");
-    pid_t client = Spawn({BX_RC_PEER, "client", std::to_string(fds[1])}, fds[1], "/dev/null",
+    pid_t server =
+        Spawn({kRcPeer, "server", std::to_string(fds[0])}, fds[0], {}, "BX_SIM_FABRIC_COOKIE=tea");
+    pid_t client = Spawn({kRcPeer, "client", std::to_string(fds[1])}, fds[1], "/dev/null",
                          "BX_SIM_FABRIC_COOKIE=" + client_cookie);
     close(fds[0]);
     close(fds[1]);
@@ -212,8 +226,8 @@ TEST(TwoProcessTest, APartitionFileCutsTheFabricBetweenTwoProcesses) {
   int to_server[2], to_client[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, to_server), 0);
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, to_client), 0);
-  pid_t server = Spawn({BX_RC_PEER, "server", std::to_string(to_server[0])}, to_server[0]);
-  pid_t client = Spawn({BX_RC_PEER, "client", std::to_string(to_client[0])}, to_client[0], err);
+  pid_t server = Spawn({kRcPeer, "server", std::to_string(to_server[0])}, to_server[0]);
+  pid_t client = Spawn({kRcPeer, "client", std::to_string(to_client[0])}, to_client[0], err);
   unsetenv("BX_SIM_PARTITIONS");
   close(to_server[0]);
   close(to_client[0]);
@@ -247,7 +261,7 @@ TEST(TwoProcessTest, SysfsDirectoriesGoWithTheirProcesses) {
     std::ofstream(d + "/left") << "x\n";
   }
   ASSERT_EQ(setenv("BX_SIM_SYSFS_DIR", dir, 1), 0);
-  pid_t both = Spawn({BX_RC_PEER, "both"}, -1);
+  pid_t both = Spawn({kRcPeer, "both"}, -1);
   unsetenv("BX_SIM_SYSFS_DIR");
   EXPECT_EQ(WaitExit(both, std::chrono::seconds(60)), 0);
   struct stat st {};
@@ -261,7 +275,7 @@ TEST(TwoProcessTest, SysfsDirectoriesGoWithTheirProcesses) {
 }
 
 TEST(AbiTest, SystemLinkedProgramRunsOverThePreloadedSimnic) {
-  pid_t both = Spawn({BX_RC_PEER, "both"}, -1);
+  pid_t both = Spawn({kRcPeer, "both"}, -1);
   EXPECT_EQ(WaitExit(both, std::chrono::seconds(60)), 0);
 }
 
