@@ -163,19 +163,24 @@ install: configure
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # The PS, RPC and transport tests repeated until one fails, beside a CPU hog (a loaded CI host).
+# STRESS_LOAD='command' makes that command the hog (tools/stress-tests.sh): CI runs the fuzz
+# smoke there, `fuzz/run.sh build-asan 10`, so the two share one minute.
 STRESS_BUILD ?= build-asan
 STRESS_REPEATS ?= 20
 STRESS_TESTS ?=
 STRESS_EXCLUDE ?=
+STRESS_LOAD ?=
 test-stress:
 	@if [ "$(STRESS_BUILD)" = build-tsan ]; then $(MAKE) build $(TSAN_BUILD); \
 	elif [ "$(STRESS_BUILD)" = build-asan ]; then $(MAKE) build $(ASAN_BUILD); \
 	else $(MAKE) build BUILD=$(STRESS_BUILD); fi
-	tools/stress-tests.sh $(STRESS_BUILD) $(STRESS_REPEATS) '$(STRESS_TESTS)' '$(STRESS_EXCLUDE)'
+	STRESS_LOAD='$(STRESS_LOAD)' tools/stress-tests.sh $(STRESS_BUILD) $(STRESS_REPEATS) \
+	  '$(STRESS_TESTS)' '$(STRESS_EXCLUDE)'
 
 # libFuzzer targets (fuzz/, docs/HARDENING.md), built in the clang ASan tree of test-asan.
 # `make fuzz` runs each target FUZZ_SECONDS, as many at once as there are cores;
-# `make fuzz-smoke` 5 s each (CI's time; its coverage matched 10 s runs for 7 of 9 targets).
+# `make fuzz-smoke` 5 s each (its coverage matched 10 s runs for 7 of 9 targets). CI runs them
+# 12 s each as the load beside its stress slice (.ci/run), where each gets about half a core.
 FUZZ_BUILD = build-asan
 FUZZ_SECONDS ?= 60
 
