@@ -459,14 +459,18 @@ class ClusterUnderAttack(unittest.TestCase):
         _, before = legitimate_requests(self.cluster, scheme)
         peak = PeakResident(self.pid)
         resident_before = peak.peak
-        with attack:
-            if during:
-                during()
-            results, until = [], time.monotonic() + hold
-            while len(results) < 3 or time.monotonic() < until:
-                results.append(legitimate_requests(self.cluster, scheme))
-            firsts, medians = zip(*results)
-        grown = peak.stop() - resident_before
+        try:
+            with attack:
+                if during:
+                    during()
+                results, until = [], time.monotonic() + hold
+                while len(results) < 3 or time.monotonic() < until:
+                    results.append(legitimate_requests(self.cluster, scheme))
+                firsts, medians = zip(*results)
+        finally:
+            # Also when a request failed: a sampler left running outlives the server and fails
+            # on its missing /proc entry, hiding the real error.
+            grown = peak.stop() - resident_before
         print(f"{name} over {scheme}: server RSS +{grown / MiB:.1f} MiB (bound "
               f"{rss_bound / MiB:.0f}); legitimate first answer max {max(firsts) * 1e3:.1f} ms, "
               f"median {before * 1e3:.2f} ms before, {max(medians) * 1e3:.2f} ms during",

@@ -2,6 +2,7 @@
 // or parked until one is ready; an attempt that fails is retried when the call is idempotent or
 // its request provably never left, the retry budget allows it and the backoff fits before the
 // deadline. Every call ends by its deadline: the timer thread holds a deadline event for each.
+#include <algorithm>
 #include <cstring>
 
 #include "bx/log.h"
@@ -225,8 +226,19 @@ void Client::Core::DispatchLocked(CallState* call, Clock::time_point now, Action
   }
   int index = PickReplicaLocked();
   if (index < 0) {
+    // A down replica whose probe is due is reconnected now, for this call, rather than on the
+    // timer thread's next turn; the call waits for the outcome.
     bool any_connecting = false;
-    for (const Replica& replica : replicas) {
+    Clock::time_point next_probe = Clock::time_point::max();
+    for (size_t i = 0; i < replicas.size(); ++i) {
+      Replica& replica = replicas[i];
+      if (replica.state == ReplicaState::kDown && !replica.active && !replica.connecting) {
+        if (now >= replica.next_probe) {
+          QueueConnectLocked(i, {"rdma", "tcp"}, false);
+        } else {
+          next_probe = std::min(next_probe, replica.next_probe);
+        }
+      }
       any_connecting |= replica.connecting ||
                         (replica.active && replica.active->state != Connection::State::kReady);
     }
@@ -236,10 +248,12 @@ void Client::Core::DispatchLocked(CallState* call, Clock::time_point now, Action
       return;
     }
     ++call->attempts;  // an attempt that found no connection still counts towards max_attempts
+    // Its retry waits for the next probe: retried sooner it would find the same down replicas
+    // (a client evicted once by a connection flood ran out of attempts in 6 ms so).
     AttemptFailedLocked(
         call,
         Unavailable("rpc " + call->method + ": no replica is reachable" + WhyUnreachableLocked()),
-        /*never_left=*/true, now, actions);
+        /*never_left=*/true, now, actions, next_probe);
     return;
   }
   Replica& replica = replicas[index];
@@ -288,7 +302,8 @@ void Client::Core::DispatchLocked(CallState* call, Clock::time_point now, Action
 }
 
 void Client::Core::AttemptFailedLocked(CallState* call, const Status& status, bool never_left,
-                                       Clock::time_point now, Actions& actions) {
+                                       Clock::time_point now, Actions& actions,
+                                       Clock::time_point not_before) {
   call->last_error = status;
   call->connection.reset();
   if (!never_left && !call->options.idempotent) {
@@ -306,14 +321,15 @@ void Client::Core::AttemptFailedLocked(CallState* call, const Status& status, bo
     FinishLocked(call, status.WithContext("retry budget exhausted"), actions);
     return;
   }
-  const std::chrono::microseconds delay = Backoff(options.retry, call->attempts, rng);
-  if (now + delay >= call->deadline) {
+  Clock::time_point retry_at = now + Backoff(options.retry, call->attempts, rng);
+  if (not_before != Clock::time_point::max()) retry_at = std::max(retry_at, not_before);
+  if (retry_at >= call->deadline) {
     FinishLocked(call, status, actions);
     return;
   }
   ++stats.retries;
   call->phase = CallState::Phase::kBackoff;
-  call->retry_at = now + delay;
+  call->retry_at = retry_at;
   PushTimerLocked({call->retry_at, call->id, true});
 }
 

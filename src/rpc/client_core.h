@@ -137,8 +137,10 @@ struct BX_HIDDEN Client::Core : std::enable_shared_from_this<Client::Core> {
   void StartCall(std::string method, Message request, const CallOptions& call_options,
                  Callback done);
   void DispatchLocked(CallState* call, Clock::time_point now, Actions& actions);
+  // The retry, if any, goes no sooner than `not_before` (max: no such bound).
   void AttemptFailedLocked(CallState* call, const Status& status, bool never_left,
-                           Clock::time_point now, Actions& actions);
+                           Clock::time_point now, Actions& actions,
+                           Clock::time_point not_before = Clock::time_point::max());
   void FinishLocked(CallState* call, Result<Message> result, Actions& actions);
   void RedispatchWaitingLocked(Clock::time_point now, Actions& actions);
   void OnSendFailed(const std::weak_ptr<Connection>& connection, uint64_t wire_id,
