@@ -9,6 +9,7 @@
 #include <cerrno>
 
 #include "base/cpu_list.h"
+#include "base/dcheck.h"
 #include "bx/log.h"
 
 namespace bx {
@@ -116,6 +117,7 @@ Status IoThread::Modify(int fd, uint32_t events, Handler* handler) {
 }
 
 void IoThread::Remove(int fd, Handler* handler) {
+  BX_DCHECK(OnLoopOrEnded());
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = handlers_.find(handler);
@@ -126,6 +128,7 @@ void IoThread::Remove(int fd, Handler* handler) {
 }
 
 Status IoThread::Watch(int fd, std::function<void()> on_readable) {
+  BX_DCHECK(OnLoopOrEnded());
   auto handler = std::make_shared<ReadableHandler>(std::move(on_readable));
   Handler* raw = handler.get();
   BX_RETURN_IF_ERROR(Add(fd, EPOLLIN | EPOLLRDHUP, std::move(handler)));
@@ -135,6 +138,7 @@ Status IoThread::Watch(int fd, std::function<void()> on_readable) {
 }
 
 void IoThread::Unwatch(int fd) {
+  BX_DCHECK(OnLoopOrEnded());
   Handler* handler = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -15,7 +15,8 @@
 // destroyed after the loop has ended.
 //
 // Threads: Add, Modify, Post, RunAndWait, IsCurrent, Stop, CpuNs and counters from any thread;
-// Remove, Watch and Unwatch on the I/O thread (inside a handler or a posted task).
+// Remove, Watch and Unwatch on the I/O thread (inside a handler or a posted task), or once the
+// loop has ended; Debug and sanitizer builds check it (BX_DCHECK, base/dcheck.h).
 #pragma once
 
 #include <sys/epoll.h>
@@ -143,6 +144,9 @@ class IoThread : public std::enable_shared_from_this<IoThread> {
   // Runs `task` on the I/O thread and waits for it; runs it inline on the I/O thread itself.
   void RunAndWait(const std::function<void()>& task) { tasks_.RunAndWait(task); }
   bool IsCurrent() const { return tasks_.IsCurrent(); }
+  // The caller is this thread, or the loop has ended (base/loop_tasks.h): what BX_DCHECKs of
+  // I/O-thread-only methods ask.
+  bool OnLoopOrEnded() const { return tasks_.OnLoopOrEnded(); }
   // Whether the caller is the thread of any I/O thread (where blocking on another one could
   // deadlock).
   static bool OnAnyIoThread() { return LoopTasks::OnAnyLoop(); }

@@ -5,8 +5,10 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 
+#include "base/dcheck.h"
 #include "base/log_internal.h"
 
 namespace bx {
@@ -79,6 +81,15 @@ void FatalError(std::string_view message) {
   std::fprintf(stderr, "%.*s\n", static_cast<int>(message.size()), message.data());
   std::abort();
 }
+
+namespace internal {
+
+void DcheckFailed(const char* condition, const char* file, int line) {
+  FatalError(std::string("check failed: ") + condition + " (" + file + ":" + std::to_string(line) +
+             ")");
+}
+
+}  // namespace internal
 
 void LogRequested(LogLevel level, std::string_view message) {
   bool has_sink;

@@ -50,6 +50,16 @@ bool LoopTasks::OnAnyLoop() {
   return g_current_loop != nullptr;
 }
 
+const LoopTasks* LoopTasks::Current() {
+  return g_current_loop;
+}
+
+bool LoopTasks::OnLoopOrEnded() const {
+  if (IsCurrent()) return true;
+  std::lock_guard lock(mu_);
+  return finished_;
+}
+
 bool LoopTasks::HasPending() const {
   std::lock_guard lock(mu_);
   return !tasks_.empty();

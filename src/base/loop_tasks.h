@@ -8,8 +8,8 @@
 //   - IsCurrent says whether the caller is this loop's thread; OnAnyLoop whether it is any loop's
 //     (a thread that must not block on another loop, which may be waiting for it).
 //
-// Threads: Post, RunAndWait, IsCurrent and HasPending from any thread; EnterLoop, RunPending and
-// Finish on the loop thread.
+// Threads: Post, RunAndWait, IsCurrent, OnLoopOrEnded and HasPending from any thread; EnterLoop,
+// RunPending and Finish on the loop thread.
 #pragma once
 
 #include <functional>
@@ -30,6 +30,12 @@ class LoopTasks {
   void RunAndWait(const std::function<void()>& task);
   bool IsCurrent() const;
   static bool OnAnyLoop();
+  // The loop whose thread the caller is (null off every loop).
+  static const LoopTasks* Current();
+  // Whether the caller may do this loop's work: it is the loop's thread, or the loop has ended
+  // (posted work then runs on the posters' threads, one at a time). What the BX_DCHECKs of
+  // methods documented "I/O thread only" ask (base/dcheck.h).
+  bool OnLoopOrEnded() const;
   bool HasPending() const;
 
   // Loop thread: the calling thread is this loop's from now on.

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "base/dcheck.h"
 #include "engine/engine_internal.h"
 
 namespace bx::engine {
@@ -66,10 +67,11 @@ void Engine::SetPeer(const PeerLimits& peer) {
 
 void Engine::Start() {
   started_ = true;
-  dirty = true;
+  dirty_ = true;
 }
 
 void Engine::OnCompletion(const ibv_wc& wc) {
+  BX_DCHECK(OnHomeThread());
   if (failed_) return;
   if (wc.status != IBV_WC_SUCCESS) {
     // With rnr_retry = 0 a receiver-not-ready surfaces as this status: count it, then fail.

@@ -39,6 +39,8 @@
 // per-engine pool and are reused. Without window support the reply carries the region's rkey.
 //
 // Threads: constructed anywhere; from Start() on, every method runs on the owning I/O thread.
+// Once the engine is on a thread (EnginePoller::AddEngine), the channel, send and completion
+// methods check that in Debug and sanitizer builds (BX_DCHECK, base/dcheck.h).
 #pragma once
 
 #include <array>
@@ -52,6 +54,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/loop_tasks.h"
 #include "bx/buffer.h"
 #include "bx/status.h"
 #include "engine/window_pool.h"
@@ -224,12 +227,10 @@ class Engine {
     return !failed_ && (chain_.in_flight() > 0 || !rendezvous_.empty() || !incoming_.empty());
   }
 
-  // Marks whether Pump is needed (the I/O thread keeps a list of engines to pump).
-  bool dirty = false;
-  // The I/O thread's last reading of ExpectsCompletion (it counts the engines expecting one).
-  bool counted_expecting = false;
-
  private:
+  // The I/O thread's bookkeeping (EnginePoller): which engines to pump, which expect a
+  // completion, and the loop the engine was added on.
+  friend class EnginePoller;
   // The engine's code is split by concern, one file each:
   //   engine.cc           construction, completions (to the send or receive side), counters
   //   engine_send.cc      the send path: queueing, the pump, control messages, retiring
@@ -360,6 +361,14 @@ class Engine {
 
   bool started_ = false;
   bool failed_ = false;
+  // EnginePoller's: Pump is needed (the thread keeps a list of engines to pump); its last
+  // reading of ExpectsCompletion (it counts the engines expecting one); the loop of the thread
+  // the engine was added on (null before: no thread to check calls against).
+  bool dirty_ = false;
+  bool counted_expecting_ = false;
+  const LoopTasks* home_ = nullptr;
+  // Whether the caller may drive the engine: its thread, or any once that thread's loop ended.
+  bool OnHomeThread() const { return home_ == nullptr || home_->OnLoopOrEnded(); }
   Status failure_;
   EngineCounters counters_;
 };

@@ -3,6 +3,7 @@
 // and received the close (wire.h).
 #include <string>
 
+#include "base/dcheck.h"
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
 
@@ -19,6 +20,7 @@ bool Engine::ChannelOpen(ChannelId channel) const {
 }
 
 Status Engine::OpenChannel(ChannelId channel) {
+  BX_DCHECK(OnHomeThread());
   if (failed_) return failure_;
   if (channel >= kMaxChannels) return InvalidArgument("channel id out of range");
   if (!channels_.try_emplace(channel).second)
@@ -26,14 +28,15 @@ Status Engine::OpenChannel(ChannelId channel) {
                               std::to_string(qp_->qp_num));
   ++counters_.channels_opened;
   control_.push_back({Kind::kChannelOpen, channel, {}});
-  dirty = true;
+  dirty_ = true;
   return Status::Ok();
 }
 
 void Engine::AcceptChannel(ChannelId channel) {
+  BX_DCHECK(OnHomeThread());
   if (ChannelOpen(channel)) {
     control_.push_back({Kind::kChannelAccept, channel, {}});
-    dirty = true;
+    dirty_ = true;
   }
 }
 
@@ -41,10 +44,11 @@ void Engine::QueueClose(ChannelId id, Channel& channel) {
   if (channel.close_queued) return;
   channel.close_queued = true;
   control_.push_back({Kind::kChannelClose, id, {}});
-  dirty = true;
+  dirty_ = true;
 }
 
 void Engine::CloseChannel(ChannelId id, const Status& why) {
+  BX_DCHECK(OnHomeThread());
   Channel* channel = Find(id);
   if (channel == nullptr || channel->closing) return;
   channel->closing = true;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "base/dcheck.h"
+
 namespace bx::engine {
 namespace {
 
@@ -54,19 +56,21 @@ EnginePoller::~EnginePoller() {
 }
 
 void EnginePoller::AddEngine(Engine* engine) {
+  BX_DCHECK(LoopTasks::Current() != nullptr);  // on the I/O thread that polls this
+  engine->home_ = LoopTasks::Current();
   engines_[engine->qp_num()] = engine;
 }
 
 void EnginePoller::Recount(Engine* engine) {
   const bool expecting = engine->ExpectsCompletion();
-  if (expecting == engine->counted_expecting) return;
-  engine->counted_expecting = expecting;
+  if (expecting == engine->counted_expecting_) return;
+  engine->counted_expecting_ = expecting;
   expecting_ += expecting ? 1 : -1;
 }
 
 void EnginePoller::RemoveEngine(Engine* engine) {
-  if (engine->counted_expecting) {
-    engine->counted_expecting = false;
+  if (engine->counted_expecting_) {
+    engine->counted_expecting_ = false;
     --expecting_;
   }
   engines_.erase(engine->qp_num());
@@ -74,7 +78,7 @@ void EnginePoller::RemoveEngine(Engine* engine) {
 }
 
 void EnginePoller::MarkDirty(Engine* engine) {
-  engine->dirty = true;
+  engine->dirty_ = true;
   if (std::find(dirty_.begin(), dirty_.end(), engine) == dirty_.end()) dirty_.push_back(engine);
 }
 
@@ -88,7 +92,7 @@ bool EnginePoller::Poll() {
       if (it == engines_.end()) continue;  // a completion of an engine already removed
       Engine* engine = it->second;
       engine->OnCompletion(wc[i]);
-      if (engine->dirty) MarkDirty(engine);
+      if (engine->dirty_) MarkDirty(engine);
       Recount(engine);
     }
     found |= n > 0;

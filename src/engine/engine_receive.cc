@@ -84,7 +84,7 @@ void Engine::OnReceive(const ibv_wc& wc) {
     }
     returner_.OnReposted(batch);
   }
-  dirty = true;
+  dirty_ = true;
 }
 
 bool Engine::Dispatch(const Imm& imm, uint32_t slot, uint32_t byte_len) {

@@ -7,12 +7,14 @@
 #include <cstring>
 #include <string>
 
+#include "base/dcheck.h"
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
 
 namespace bx::engine {
 
 void Engine::Enqueue(ChannelId channel, OutgoingMessage message) {
+  BX_DCHECK(OnHomeThread());
   if (failed_) {
     if (message.done) message.done(failure_);
     return;
@@ -36,6 +38,7 @@ void Engine::Enqueue(ChannelId channel, OutgoingMessage message) {
 
 void Engine::EnqueueWrite(ChannelId channel, OutgoingMessage message, RemoteBuffer target,
                           uint16_t tag) {
+  BX_DCHECK(OnHomeThread());
   if (failed_ || !ChannelOpen(channel)) {
     if (message.done)
       message.done(failed_
@@ -57,7 +60,7 @@ void Engine::EnqueueWrite(ChannelId channel, OutgoingMessage message, RemoteBuff
 void Engine::Push(ChannelId channel, std::unique_ptr<Outgoing> out) {
   channels_.at(channel).Append(std::move(out));
   scheduler_.Activate(channel);
-  dirty = true;
+  dirty_ = true;
 }
 
 // Control payloads go inline: the NIC copies them at post time, so no buffer has to be kept.
@@ -98,7 +101,8 @@ void Engine::PrepareControl() {
 }
 
 void Engine::Pump() {
-  dirty = false;
+  BX_DCHECK(OnHomeThread());
+  dirty_ = false;
   if (failed_ || !started_) return;
   // Invalidates first, in a batch of their own: a received message waits on them, and as the
   // last request of its batch an invalidate is signalled, so its completion does not wait for
@@ -326,7 +330,7 @@ void Engine::OnSendCompletion(const ibv_wc& wc) {
   chain_.RetireThrough(wc.wr_id, [this](WorkRequestChain::Slot& slot) { Retire(slot, Status()); });
   for (size_t i = 0; i < invalidated_.size() && !failed_; ++i) OnInvalidated(invalidated_[i]);
   invalidated_.clear();
-  dirty = true;
+  dirty_ = true;
 }
 
 void Engine::Retire(WorkRequestChain::Slot& slot, const Status& status) {

@@ -147,6 +147,20 @@ TEST_F(EngineTest, WritesIntoAKnownRemoteBufferSkipTheExchange) {
   EXPECT_EQ(ca.fragments, 16u);
 }
 
+#ifndef NDEBUG
+// The engine's thread rule (engine.h) is checked once it is on an I/O thread: a send queued
+// from the application's thread instead of through the thread's task queue aborts in Debug and
+// sanitizer builds, where it would otherwise race the I/O thread on the channel's queue.
+TEST_F(EngineTest, ASendFromAnotherThreadThanTheEnginesAbortsInDebugBuilds) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Build();
+  EXPECT_DEATH(a_.engine->Enqueue(a_.channel, OutgoingMessage{MakeMessage(64, 1), {}}),
+               "check failed: OnHomeThread");
+  a_.Send(MakeMessage(64, 1));  // the same send through the thread arrives
+  ASSERT_TRUE(b_.WaitFor(1));
+}
+#endif
+
 TEST_F(EngineTest, QpErrorFailsQueuedSendsOnceAndReportsIt) {
   Build();
   verbs::Library& lib = g_device->lib();

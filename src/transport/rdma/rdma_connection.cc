@@ -5,6 +5,7 @@
 
 #include <cerrno>
 
+#include "base/dcheck.h"
 #include "transport/rdma/rdma_socket.h"
 #include "transport/rdma/rdma_transport_impl.h"
 
@@ -60,11 +61,13 @@ engine::Engine::Callbacks RdmaConnection::EngineCallbacks() {
 }
 
 void RdmaConnection::Register() {
+  BX_DCHECK(io_->OnLoopOrEnded());
   poller_.AddEngine(engine_.get());
   registered_ = true;
 }
 
 void RdmaConnection::Activate() {
+  BX_DCHECK(io_->OnLoopOrEnded());
   if (torn_down_) return;
   engine_->Start();
   poller_.MarkDirty(engine_.get());
@@ -76,6 +79,7 @@ void RdmaConnection::Activate() {
 
 Status RdmaConnection::OpenSocket(const std::shared_ptr<RdmaSocket>& socket,
                                   SocketHandlers handlers) {
+  BX_DCHECK(io_->OnLoopOrEnded());
   if (torn_down_) return Unavailable("the connection to " + peer_ + " has ended");
   // Next free id after the last one handed out, so a just-closed id rests as long as possible.
   for (uint32_t tries = 0; tries < engine::kMaxChannels; ++tries) {
@@ -94,6 +98,7 @@ Status RdmaConnection::OpenSocket(const std::shared_ptr<RdmaSocket>& socket,
 }
 
 void RdmaConnection::CloseSocket(engine::ChannelId channel) {
+  BX_DCHECK(io_->OnLoopOrEnded());
   sockets_.erase(channel);
   if (torn_down_) return;
   engine_->CloseChannel(channel, Aborted("socket closed"));
@@ -114,6 +119,7 @@ void RdmaConnection::OnRemoteWrite(engine::ChannelId channel, uint16_t tag) {
 }
 
 void RdmaConnection::OnChannelOpen(engine::ChannelId channel) {
+  BX_DCHECK(io_->OnLoopOrEnded());
   if (torn_down_ || initiator() || accept_->closed.load()) {
     // Only the connecting side opens channels; a closed listener accepts no more sockets.
     engine_->CloseChannel(channel, Aborted("not accepting"));
@@ -145,6 +151,7 @@ void RdmaConnection::OnChannelReleased(engine::ChannelId channel) {
 }
 
 void RdmaConnection::OnBootstrapReadable() {
+  BX_DCHECK(io_->OnLoopOrEnded());
   uint8_t buf[64];
   ssize_t n = recv(bootstrap_fd_, buf, sizeof(buf), MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
@@ -165,6 +172,7 @@ std::map<std::string, uint64_t> RdmaConnection::Counters() const {
 }
 
 void RdmaConnection::Teardown(const Status& why) {
+  BX_DCHECK(io_->OnLoopOrEnded());
   if (torn_down_.exchange(true)) return;
   auto self = shared_from_this();  // the transport drops its reference now
   // What refers to the transport happens now: it may be destroyed before Release runs.
@@ -176,6 +184,7 @@ void RdmaConnection::Teardown(const Status& why) {
 }
 
 void RdmaConnection::Release(const Status& why) {
+  BX_DCHECK(io_->OnLoopOrEnded());
   if (engine_) {
     final_counters_ = Counters();
     if (registered_) poller_.RemoveEngine(engine_.get());

@@ -7,7 +7,8 @@
 // connecting side a connection with no sockets left closes itself (the transport's pool forgets
 // it first, so no new socket can pick it meanwhile).
 //
-// Threads: Attach before Register on the set-up thread; everything else on the I/O thread.
+// Threads: Attach before Register on the set-up thread; everything else on the I/O thread
+// (Register, Activate, the socket and channel events and Teardown check it in Debug builds).
 #pragma once
 
 #include <atomic>

@@ -1,5 +1,7 @@
 #include "transport/rdma/rdma_socket.h"
 
+#include "base/dcheck.h"
+
 namespace bx::rdma {
 
 RdmaSocket::RdmaSocket(std::shared_ptr<RdmaConnection> connection, std::string peer,
@@ -13,18 +15,21 @@ RdmaSocket::RdmaSocket(std::shared_ptr<RdmaConnection> connection, std::string p
 RdmaSocket::~RdmaSocket() = default;
 
 void RdmaSocket::Bind(engine::ChannelId channel, SocketHandlers handlers, bool accepted) {
+  BX_DCHECK(io_->OnLoopOrEnded());
   channel_ = channel;
   handlers_ = std::move(handlers);
   if (accepted) OnAccepted();
 }
 
 void RdmaSocket::OnAccepted() {
+  BX_DCHECK(io_->OnLoopOrEnded());
   std::lock_guard lock(accept_mu_);
   if (!accept_result_) accept_result_ = Status::Ok();
   accept_cv_.notify_all();
 }
 
 Status RdmaSocket::WaitAccepted(std::chrono::steady_clock::time_point deadline) {
+  BX_DCHECK(!io_->IsCurrent());  // it would wait for itself
   std::unique_lock lock(accept_mu_);
   if (!accept_cv_.wait_until(lock, deadline, [&] { return accept_result_.has_value(); }))
     return DeadlineExceeded("peer " + peer_ + " did not accept the socket in time");
@@ -47,6 +52,7 @@ void RdmaSocket::WriteTo(Buffer message, RemoteBuffer target, uint16_t tag, Send
 }
 
 void RdmaSocket::OnRemoteWrite(uint16_t tag) {
+  BX_DCHECK(io_->OnLoopOrEnded());
   if (handlers_.on_remote_write) handlers_.on_remote_write(*this, tag);
 }
 
@@ -132,6 +138,7 @@ std::map<std::string, uint64_t> RdmaSocket::counters() const {
 }
 
 void RdmaSocket::OnMessage(Buffer message) {
+  BX_DCHECK(io_->OnLoopOrEnded());
   if (handlers_.on_message) {
     handlers_.on_message(*this, std::move(message));
   } else {
@@ -140,6 +147,7 @@ void RdmaSocket::OnMessage(Buffer message) {
 }
 
 void RdmaSocket::Teardown(const Status& why, bool local_close) {
+  BX_DCHECK(io_->OnLoopOrEnded());
   if (torn_down_) return;
   torn_down_ = true;
   auto self = shared_from_this();  // the connection may have dropped its reference

@@ -3,7 +3,8 @@
 // its task queue; they never touch the QP. The socket stays alive (held by its connection) until
 // it is closed or fails, whatever the application holds.
 //
-// Threads: public methods from any thread; Bind/On*/Teardown on the I/O thread.
+// Threads: public methods from any thread; Bind/On*/Teardown on the I/O thread, WaitAccepted off
+// it (checked in Debug and sanitizer builds, base/dcheck.h).
 #pragma once
 
 #include <atomic>
