@@ -8,6 +8,13 @@
 #   tools/perftest.sh build/lib/libbx_simnic.so
 set -uo pipefail
 simnic=$(realpath "${1:?usage: perftest.sh path/to/libbx_simnic.so}")
+# In a network namespace of its own where one may be made (root, as in CI): no concurrent test's
+# listener can then take a port perftest's server was given, so this runs beside the suite.
+# (The simnic's fabric between the two processes does not go through the network.)
+if [[ -z ${BX_PERFTEST_NETNS:-} ]] && unshare -n true 2>/dev/null; then
+  exec env BX_PERFTEST_NETNS=1 unshare -n bash -c 'ip link set lo up && exec bash "$0" "$@"' \
+    "$0" "$simnic"
+fi
 for program in ib_send_lat ib_write_lat ib_read_lat ib_send_bw ib_write_bw ib_read_bw \
   ibv_rc_pingpong ibv_srq_pingpong ibv_devinfo ss; do
   command -v "$program" >/dev/null ||
@@ -23,13 +30,22 @@ ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range)
 port=$((10000 + RANDOM % (ephemeral_low > 12000 ? ephemeral_low - 12000 : 1000)))
 failed=0
 
+# Whether the listener on port $1 is process $2 or its child (the program `timeout` runs): a
+# stranger that took the port first would otherwise answer our client.
+listener_is() {
+  local pid
+  pid=$(ss -Hltnp "sport = :$1" | grep -oE 'pid=[0-9]+' | head -n 1 | cut -d= -f2)
+  [[ -n $pid ]] && { [[ $pid == "$2" ]] || [[ $(ps -o ppid= -p "$pid" | tr -d ' ') == "$2" ]]; }
+}
+
 next_free_port() {  # advances $port to one no socket uses
   port=$((port + 1))
   while ss -Htan "( sport = :$port )" | grep -q .; do port=$((port + 1)); done
 }
 
 # Starts the server side, waits until it listens on a free port, runs the client; both bounded.
-# A server that could not listen (the port taken meanwhile) is started again on another port.
+# A server that could not listen (the port taken meanwhile, by a stranger now listening on it)
+# is started again on another port.
 # Sets server_rc, client_rc; output in $work/server.log, $work/client.log.
 pair() {  # program server-args... -- client-args...
   local program=$1
@@ -45,7 +61,10 @@ pair() {  # program server-args... -- client-args...
     server=$!
     listening=0
     for _ in $(seq 400); do
-      ss -Hltn "sport = :$port" | grep -q . && { listening=1; break; }
+      if ss -Hltn "sport = :$port" | grep -q .; then
+        listener_is "$port" $server && listening=1
+        break  # ours, or a stranger's: then another port
+      fi
       kill -0 $server 2>/dev/null || break
       sleep 0.05
     done
