@@ -89,4 +89,20 @@ class BX_EXPORT Buffer {
   size_t capacity_ = 0;
 };
 
+// A buffer in the peer's memory that it described to us out of band (a statically allocated
+// tensor, say): Socket::WriteTo's target (bx/transport.h), and where the rdma engine's writes
+// land. The peer makes one with RemoteBuffer::Of.
+struct RemoteBuffer {
+  uint64_t addr = 0;
+  uint32_t rkey = 0;
+  uint64_t length = 0;  // bytes from addr a write may cover
+  // Describes `buffer` (bemalloc memory, e.g. from Buffer::Allocate) for a peer. The rkey is the
+  // registered pool's: it lets the peer write anywhere in this process's bemalloc memory, not
+  // only inside `buffer`, so give it only to peers you trust with that (the transport's own
+  // rendezvous uses per-buffer memory windows instead; RdmaOptions::scoped_remote_writes).
+  static RemoteBuffer Of(const Buffer& buffer) {
+    return RemoteBuffer{reinterpret_cast<uint64_t>(buffer.data()), buffer.rkey(), buffer.size()};
+  }
+};
+
 }  // namespace bx

@@ -45,19 +45,6 @@ struct BX_EXPORT Url {
 // Parses "rdma://10.0.0.1:7000" or "tcp://localhost:0"; port 0 asks Listen for any free port.
 BX_EXPORT Result<Url> ParseUrl(std::string_view url);
 
-// A buffer in the peer's memory that it described to us out of band (a statically allocated
-// tensor, say), as Socket::WriteTo's target. The peer makes one with RemoteBuffer::Of.
-struct BX_EXPORT RemoteBuffer {
-  uint64_t addr = 0;
-  uint32_t rkey = 0;
-  uint64_t length = 0;  // bytes from addr a write may cover
-  // Describes `buffer` (bemalloc memory, e.g. from Buffer::Allocate) for a peer. The rkey is the
-  // registered pool's: it lets the peer write anywhere in this process's bemalloc memory, not
-  // only inside `buffer`, so give it only to peers you trust with that (the transport's own
-  // rendezvous uses per-buffer memory windows instead; RdmaOptions::scoped_remote_writes).
-  static RemoteBuffer Of(const Buffer& buffer);
-};
-
 struct BX_EXPORT SocketHandlers {
   // One call per message, in the order the peer sent them. When empty, messages queue inside the
   // socket for Socket::Receive().

@@ -111,12 +111,9 @@ struct PeerLimits {
   uint64_t max_message_bytes;
 };
 
-// A buffer the peer registered and described to us out of band (a statically allocated tensor,
-// say): writes into it need no rendezvous.
-struct RemoteBuffer {
-  uint64_t addr;
-  uint32_t rkey;
-};
+// A buffer the peer registered and described to us out of band: writes into it need no
+// rendezvous. The public type (bx/buffer.h): the rdma socket checks a write against its length.
+using bx::RemoteBuffer;
 
 // An application buffer with a "released" callback; the engine owns it until then.
 struct OutgoingMessage {
@@ -164,9 +161,9 @@ class Engine {
     // Tracing (tests use it to check scheduling order): a data request of `channel` was just
     // prepared, `bytes` long; `last` when it is the message's final request.
     std::function<void(ChannelId, uint32_t bytes, bool last)> on_prepared;
-    // Tracing (tests): a rendezvous reply granting the peer `length` bytes at `target` for its
-    // message `id` was just prepared.
-    std::function<void(uint16_t id, RemoteBuffer target, uint64_t length)> on_granted;
+    // Tracing (tests): a rendezvous reply granting the peer `target` (its length in bytes) for
+    // its message `id` was just prepared.
+    std::function<void(uint16_t id, RemoteBuffer target)> on_granted;
   };
 
   // `qp` is an RC QP in INIT (or later) whose both queues complete to the I/O thread's CQ; the

@@ -90,8 +90,8 @@ void Engine::PrepareControl() {
   if (control.kind == Kind::kRendezvousReply) {
     SetInline(slot, control.reply);
     if (callbacks_.on_granted)
-      callbacks_.on_granted(control.id, RemoteBuffer{control.reply.addr, control.reply.rkey},
-                            control.length);
+      callbacks_.on_granted(control.id,
+                            RemoteBuffer{control.reply.addr, control.reply.rkey, control.length});
   }
   PrepareImm(slot, control.kind, control.id);
   if (control.kind == Kind::kChannelClose) {

@@ -163,9 +163,9 @@ class EngineTest : public ::testing::Test {
         if (s->tracing) s->trace.emplace_back(channel, bytes, last);
         if (s->on_prepared_hook) s->on_prepared_hook(channel, bytes, last);
       };
-      cb.on_granted = [s](uint16_t id, RemoteBuffer target, uint64_t length) {
+      cb.on_granted = [s](uint16_t id, RemoteBuffer target) {
         std::lock_guard lock(s->mu);
-        s->granted.push_back({id, target, length});
+        s->granted.push_back({id, target, target.length});
       };
       cb.on_failure = [s](const Status& why) {
         std::lock_guard lock(s->mu);

@@ -48,7 +48,7 @@ void RdmaSocket::WriteTo(Buffer message, RemoteBuffer target, uint16_t tag, Send
                            std::to_string(target.length)));
     return;
   }
-  Submit(std::move(message), engine::RemoteBuffer{target.addr, target.rkey}, tag, std::move(done));
+  Submit(std::move(message), target, tag, std::move(done));
 }
 
 void RdmaSocket::OnRemoteWrite(uint16_t tag) {
@@ -56,7 +56,7 @@ void RdmaSocket::OnRemoteWrite(uint16_t tag) {
   if (handlers_.on_remote_write) handlers_.on_remote_write(*this, tag);
 }
 
-void RdmaSocket::Submit(Buffer message, std::optional<engine::RemoteBuffer> target, uint16_t tag,
+void RdmaSocket::Submit(Buffer message, std::optional<RemoteBuffer> target, uint16_t tag,
                         SendCallback done) {
   if (Status s = status(); !s.ok()) {
     if (done) done(s);

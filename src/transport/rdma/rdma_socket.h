@@ -57,8 +57,7 @@ class RdmaSocket : public Socket, public std::enable_shared_from_this<RdmaSocket
   RdmaConnection& connection() { return *connection_; }
 
  private:
-  void Submit(Buffer message, std::optional<engine::RemoteBuffer> target, uint16_t tag,
-              SendCallback done);
+  void Submit(Buffer message, std::optional<RemoteBuffer> target, uint16_t tag, SendCallback done);
 
   const std::shared_ptr<RdmaConnection> connection_;
   const std::shared_ptr<IoThread> io_;  // held: the socket may outlive its transport
