@@ -235,7 +235,7 @@ void Client::Core::DispatchLocked(CallState* call, Clock::time_point now, Action
       if (replica.state == ReplicaState::kDown && !replica.active && !replica.connecting) {
         if (now >= replica.next_probe) {
           QueueConnectLocked(i, {"rdma", "tcp"}, false);
-        } else {
+        } else if (!replica.refused) {
           next_probe = std::min(next_probe, replica.next_probe);
         }
       }
@@ -248,8 +248,9 @@ void Client::Core::DispatchLocked(CallState* call, Clock::time_point now, Action
       return;
     }
     ++call->attempts;  // an attempt that found no connection still counts towards max_attempts
-    // Its retry waits for the next probe: retried sooner it would find the same down replicas
-    // (a client evicted once by a connection flood ran out of attempts in 6 ms so).
+    // Its retry waits for the next probe of a replica not refused: retried sooner it would find
+    // the same down replicas (a client evicted once by a connection flood ran out of attempts
+    // in 6 ms so).
     AttemptFailedLocked(
         call,
         Unavailable("rpc " + call->method + ": no replica is reachable" + WhyUnreachableLocked()),

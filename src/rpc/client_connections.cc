@@ -129,6 +129,9 @@ void Client::Core::RunConnectTask(const ConnectTask& task) {
     }
     replica.connecting = false;
     replica.next_probe = now + options.probe_interval;
+    // The transports say a peer's refusal with FailedPrecondition (or PermissionDenied).
+    replica.refused = last_error.code() == StatusCode::kFailedPrecondition ||
+                      last_error.code() == StatusCode::kPermissionDenied;
     SetReplicaStateLocked(replica, ReplicaState::kDown,
                           last_error.ok() ? "no transport to connect with" : last_error.ToString(),
                           actions);
@@ -290,6 +293,7 @@ void Client::Core::FailConnectionLocked(const std::shared_ptr<Connection>& conne
       QueueConnectLocked(connection->replica, {"tcp"}, false);
     } else {
       replica.next_probe = now + options.probe_interval;
+      replica.refused = false;
       SetReplicaStateLocked(replica, ReplicaState::kDown, peer + ": " + why.ToString(), actions);
     }
   } else {

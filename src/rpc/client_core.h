@@ -69,6 +69,9 @@ struct Replica {
   // Why it last went down or failed to connect (a refused secret, a refused connection, silence),
   // so a call that finds no replica says why instead of only that.
   std::string down_reason;
+  // Its last connect was refused by the peer (its secret, its version, a connection limit): a
+  // call that finds it down fails at once rather than waiting for the next probe.
+  bool refused = false;
   Clock::time_point next_probe;
   Clock::time_point next_rdma_try;
   int outstanding = 0;
