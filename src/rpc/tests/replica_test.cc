@@ -19,6 +19,29 @@ ReplicaAddress DeadAddress() {
   return address;
 }
 
+// A test server brought back on `address`'s tcp port, where a client already looks for it.
+struct Restarted {
+  TestService service;  // outlives the server, which calls into it
+  std::unique_ptr<Server> server;
+  Status set_up;   // creating the server and registering the service
+  Status started;  // Start on the old port (another program may have taken it meanwhile)
+};
+
+std::unique_ptr<Restarted> RestartAt(const ReplicaAddress& address) {
+  auto restarted = std::make_unique<Restarted>();
+  ServerOptions options;
+  options.log = [](std::string_view) {};
+  Result<std::unique_ptr<Server>> server = Server::Create(options);
+  if (!server.ok()) {
+    restarted->set_up = server.status();
+    return restarted;
+  }
+  restarted->server = std::move(server).value();
+  restarted->set_up = restarted->service.Register(*restarted->server);
+  if (restarted->set_up.ok()) restarted->started = restarted->server->Start({address.tcp_url});
+  return restarted;
+}
+
 class RpcPolicyTest : public ::testing::TestWithParam<ReplicaPolicy> {};
 
 TEST_P(RpcPolicyTest, SpreadsCallsOverReadyReplicas) {
@@ -89,14 +112,9 @@ TEST(RpcReplicaTest, DownReplicaIsProbedBackUp) {
   auto client = Client::Create({address}, FastClientOptions());
   ASSERT_TRUE(client.ok());
   ASSERT_TRUE(WaitFor([&] { return (*client)->stats().replicas[0].state == ReplicaState::kDown; }));
-  ServerOptions options;
-  options.log = [](std::string_view) {};
-  auto again = Server::Create(options);
-  ASSERT_TRUE(again.ok());
-  TestService service;
-  ASSERT_TRUE(service.Register(**again).ok());
-  Status started = (*again)->Start({address.tcp_url});
-  if (!started.ok()) GTEST_SKIP() << "port taken meanwhile: " << started.ToString();
+  std::unique_ptr<Restarted> again = RestartAt(address);
+  ASSERT_TRUE(again->set_up.ok()) << again->set_up.ToString();
+  if (!again->started.ok()) GTEST_SKIP() << "port taken meanwhile: " << again->started.ToString();
   ASSERT_TRUE(WaitFor([&] { return (*client)->stats().replicas[0].state == ReplicaState::kUp; }));
   EXPECT_TRUE((*client)->Call("echo", Text("back"), {}).get().ok());
   EXPECT_GE((*client)->stats().replica_state_changes, 2u);  // down, then up
@@ -120,14 +138,9 @@ TEST(RpcReplicaTest, ACallToADownReplicaRetriesAtItsProbesAndIsServedWhenItComes
       (*client)->Call("echo", Text("late"), {.timeout = 10s, .idempotent = true});
   // The call's first attempt found no replica; the server comes back before its next probe.
   ASSERT_TRUE(WaitFor([&] { return (*client)->stats().retries >= 1; }));
-  ServerOptions server_options;
-  server_options.log = [](std::string_view) {};
-  auto again = Server::Create(server_options);
-  ASSERT_TRUE(again.ok());
-  TestService service;
-  ASSERT_TRUE(service.Register(**again).ok());
-  Status started = (*again)->Start({address.tcp_url});
-  if (!started.ok()) GTEST_SKIP() << "port taken meanwhile: " << started.ToString();
+  std::unique_ptr<Restarted> again = RestartAt(address);
+  ASSERT_TRUE(again->set_up.ok()) << again->set_up.ToString();
+  if (!again->started.ok()) GTEST_SKIP() << "port taken meanwhile: " << again->started.ToString();
   Result<Message> got = reply.get();
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(TextOf(got), "late");
