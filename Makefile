@@ -164,7 +164,7 @@ install: configure
 
 # The PS, RPC and transport tests repeated until one fails, beside a CPU hog (a loaded CI host).
 # STRESS_LOAD='command' makes that command the hog (tools/stress-tests.sh): CI runs the fuzz
-# smoke there, `fuzz/run.sh build-asan 10`, so the two share one minute.
+# smoke there, `fuzz/run.sh build-asan 12`, so the two share one minute.
 STRESS_BUILD ?= build-asan
 STRESS_REPEATS ?= 20
 STRESS_TESTS ?=

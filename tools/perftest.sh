@@ -9,7 +9,8 @@
 set -uo pipefail
 simnic=$(realpath "${1:?usage: perftest.sh path/to/libbx_simnic.so}")
 # In a network namespace of its own where one may be made (root, as in CI): no concurrent test's
-# listener can then take a port perftest's server was given, so this runs beside the suite.
+# listener can then take a port perftest's server was given. (ctest still runs it alone, for its
+# polling threads' sake: src/simnic/tests/CMakeLists.txt.)
 # (The simnic's fabric between the two processes does not go through the network.)
 if [[ -z ${BX_PERFTEST_NETNS:-} ]] && unshare -n true 2>/dev/null; then
   exec env BX_PERFTEST_NETNS=1 unshare -n bash -c 'ip link set lo up && exec bash "$0" "$@"' \

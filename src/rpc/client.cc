@@ -232,7 +232,7 @@ void Client::Core::DispatchLocked(CallState* call, Clock::time_point now, Action
     Clock::time_point next_probe = Clock::time_point::max();
     for (size_t i = 0; i < replicas.size(); ++i) {
       Replica& replica = replicas[i];
-      if (replica.state == ReplicaState::kDown && !replica.active && !replica.connecting) {
+      if (replica.AwaitingProbe()) {
         if (now >= replica.next_probe) {
           QueueConnectLocked(i, {"rdma", "tcp"}, false);
         } else if (!replica.refused) {

@@ -323,8 +323,7 @@ Clock::duration Client::Core::SilenceAllowedLocked(const Connection& connection)
 void Client::Core::MaintainLocked(Clock::time_point now, Actions& actions) {
   for (size_t i = 0; i < replicas.size(); ++i) {
     Replica& replica = replicas[i];
-    if (replica.state == ReplicaState::kDown && !replica.active && !replica.connecting &&
-        now >= replica.next_probe) {
+    if (replica.AwaitingProbe() && now >= replica.next_probe) {
       QueueConnectLocked(i, {"rdma", "tcp"}, false);
     }
     if (replica.on_tcp_fallback && replica.Ready() && !replica.candidate &&

@@ -77,6 +77,8 @@ struct Replica {
   int outstanding = 0;
   uint64_t calls = 0;
   bool Ready() const { return active && active->state == Connection::State::kReady; }
+  // Down with no connection being made: it is reconnected when next_probe comes.
+  bool AwaitingProbe() const { return state == ReplicaState::kDown && !active && !connecting; }
 };
 
 struct CallState {
