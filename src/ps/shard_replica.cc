@@ -174,7 +174,7 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
           dedup.MarkApplied(push.id, push.client_key);
           PublishDedupLocked();
           const uint64_t lsn = ++state_->applied_lsn;
-          AppendLogLocked(push);
+          AppendLogLocked(std::move(push));
           AddWaiterLocked(lsn, Waiter{ack, std::move(done)});
           ForwardLocked(log_.back().push, lsn);
           break;
@@ -217,9 +217,10 @@ size_t PayloadBytes(const PushRequest& push) {
 }
 }  // namespace
 
-void ShardReplica::AppendLogLocked(const PushRequest& push) {
-  log_.push_back(LogEntry{push, log_appended_});
-  log_appended_ += PayloadBytes(push);
+void ShardReplica::AppendLogLocked(PushRequest&& push) {
+  const size_t bytes = PayloadBytes(push);
+  log_.push_back(LogEntry{std::move(push), log_appended_});
+  log_appended_ += bytes;
   // Keep what a joiner's attach will forward, within the catch-up bounds; a joiner too far
   // behind starts again from a new snapshot.
   size_t pinned = 0;
@@ -282,10 +283,9 @@ void ShardReplica::ForwardLocked(const PushRequest& push, uint64_t lsn) {
     CollectReadyLocked(&deferred_);
   }
   if (targets.empty()) return;
-  // One ForwardedPush for all backups: Forward encodes it before returning.
-  const ForwardedPush forwarded{epoch, lsn, push};
+  // Each link encodes `push` (the log's entry) before Forward returns.
   for (auto& [b, link] : targets) {
-    link->Forward(forwarded, [this, epoch, lsn, b = b](Status s) {
+    link->Forward(epoch, lsn, push, [this, epoch, lsn, b = b](Status s) {
       OnForwardDone(epoch, lsn, b, std::move(s));
     });
   }
@@ -513,7 +513,7 @@ Status ShardReplica::AttachLearner(uint32_t joiner, std::shared_ptr<BackupLink> 
       // The pushes after its snapshot, in lsn order, before any new one (order_mu_ is held).
       const uint64_t epoch = state_->epoch;
       for (uint64_t lsn = pin->second.lsn + 1; lsn <= state_->applied_lsn; ++lsn) {
-        link->Forward(ForwardedPush{epoch, lsn, log_[lsn - first].push},
+        link->Forward(epoch, lsn, log_[lsn - first].push,
                       [this, epoch, lsn, b](Status s) { OnForwardDone(epoch, lsn, b, s); });
       }
     }
@@ -697,13 +697,13 @@ void ShardReplica::HandleForward(ForwardedPush forwarded, ForwardDone done) {
         calls.push_back([d = std::move(done)] { d(Status::Ok()); });
       } else if (lsn == state_->applied_lsn + 1) {
         Status result;
-        ApplyForwardLocked(forwarded, &result);
+        ApplyForwardLocked(std::move(forwarded), &result);
         calls.push_back([d = std::move(done), result] { d(result); });
         // Drain the forwards that were waiting for this one.
         while (result.ok() && !reordered_.empty() &&
                reordered_.begin()->first == state_->applied_lsn + 1) {
           auto node = reordered_.extract(reordered_.begin());
-          ApplyForwardLocked(node.mapped().first, &result);
+          ApplyForwardLocked(std::move(node.mapped().first), &result);
           for (ForwardDone& d : node.mapped().second) {
             calls.push_back([d = std::move(d), result] { d(result); });
           }
@@ -730,8 +730,8 @@ void ShardReplica::RefuseEpochsBelow(uint64_t epoch) {
   min_forward_epoch_ = std::max(min_forward_epoch_, epoch);
 }
 
-void ShardReplica::ApplyForwardLocked(const ForwardedPush& forwarded, Status* result) {
-  const PushRequest& push = forwarded.push;
+void ShardReplica::ApplyForwardLocked(ForwardedPush&& forwarded, Status* result) {
+  PushRequest& push = forwarded.push;
   switch (state_->dedup().Check(push.id, push.client_key)) {
     case PushDedup::Verdict::kDuplicate:
       // A re-forward after failover of a push this replica already has.
@@ -751,7 +751,7 @@ void ShardReplica::ApplyForwardLocked(const ForwardedPush& forwarded, Status* re
       }
       state_->dedup().MarkApplied(push.id, push.client_key);
       PublishDedupLocked();
-      AppendLogLocked(push);
+      AppendLogLocked(std::move(push));
       break;
   }
   state_->applied_lsn = forwarded.lsn;

@@ -57,12 +57,14 @@ namespace bx::ps {
 class BackupLink {
  public:
   virtual ~BackupLink() = default;
-  // Delivers `forwarded` to the backup (whose service calls HandleForward). `done` runs exactly
-  // once, on any thread (also inside Forward): OK when the backup holds the push;
+  // Delivers `push`, the primary's lsn-th of `epoch`, to the backup (whose service calls
+  // HandleForward); `push` is the primary's log entry, read only during the call. `done` runs
+  // exactly once, on any thread (also inside Forward): OK when the backup holds the push;
   // FailedPrecondition when the backup refused it for a stale epoch (this primary was
   // deposed); any other error when the backup is unreachable (it is then dropped from the live
   // backups; bringing it back takes a snapshot). Called in lsn order for one link.
-  virtual void Forward(const ForwardedPush& forwarded, std::function<void(Status)> done) = 0;
+  virtual void Forward(uint64_t epoch, uint64_t lsn, const PushRequest& push,
+                       std::function<void(Status)> done) = 0;
 };
 
 class ShardReplica {
@@ -244,8 +246,9 @@ class ShardReplica {
   };
   // All below: order_mu_ held.
   void ForwardLocked(const PushRequest& push, uint64_t lsn);
-  void ApplyForwardLocked(const ForwardedPush& forwarded, Status* result);
-  void AppendLogLocked(const PushRequest& push);
+  // Both take the push into the log (moved, not copied: pushes are up to 64 MiB).
+  void ApplyForwardLocked(ForwardedPush&& forwarded, Status* result);
+  void AppendLogLocked(PushRequest&& push);
   // InvalidArgument for a new session whose generation is implausibly far ahead.
   Status CheckNewSession(uint64_t client_id, uint64_t min_generation) const;
   // Mirrors the dedup record's size into the atomics the metrics read.

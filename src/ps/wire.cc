@@ -355,16 +355,21 @@ size_t ForwardedPushSize(size_t key_count, uint32_t dim) {
   return kHeaderSize + kForwardFixed + PushBodySize(key_count, dim);
 }
 
-Status EncodeForwardedPush(const ForwardedPush& forwarded, std::span<std::byte> out) {
-  BX_RETURN_IF_ERROR(CheckPushShape(forwarded.push, "forwarded push"));
-  BX_RETURN_IF_ERROR(CheckOutSize(
-      out, ForwardedPushSize(forwarded.push.keys.size(), forwarded.push.dim), "forwarded push"));
+Status EncodeForward(uint64_t epoch, uint64_t lsn, const PushRequest& push,
+                     std::span<std::byte> out) {
+  BX_RETURN_IF_ERROR(CheckPushShape(push, "forwarded push"));
+  BX_RETURN_IF_ERROR(
+      CheckOutSize(out, ForwardedPushSize(push.keys.size(), push.dim), "forwarded push"));
   WireWriter w(out);
   PutHeader(w, MessageType::kForwardedPush);
-  w.PutU64(forwarded.epoch);
-  w.PutU64(forwarded.lsn);
-  PutPushBody(w, forwarded.push);
+  w.PutU64(epoch);
+  w.PutU64(lsn);
+  PutPushBody(w, push);
   return Status::Ok();
+}
+
+Status EncodeForwardedPush(const ForwardedPush& forwarded, std::span<std::byte> out) {
+  return EncodeForward(forwarded.epoch, forwarded.lsn, forwarded.push, out);
 }
 
 Result<ForwardedPush> DecodeForwardedPush(std::span<const std::byte> bytes) {

@@ -156,6 +156,10 @@ struct ForwardedPush {
 };
 
 size_t ForwardedPushSize(size_t key_count, uint32_t dim);
+// Encodes the push at (epoch, lsn) straight from the primary's log entry: a 64 MiB push is
+// copied once per backup, into the message, and not first into a ForwardedPush.
+Status EncodeForward(uint64_t epoch, uint64_t lsn, const PushRequest& push,
+                     std::span<std::byte> out);
 Status EncodeForwardedPush(const ForwardedPush& forwarded, std::span<std::byte> out);
 Result<ForwardedPush> DecodeForwardedPush(std::span<const std::byte> bytes);
 

@@ -8,11 +8,12 @@
 
 namespace bx::ps {
 
-void RpcBackupLink::Forward(const ForwardedPush& forwarded, std::function<void(Status)> done) {
-  const uint64_t bytes = ForwardedPushSize(forwarded.push.keys.size(), forwarded.push.dim);
+void RpcBackupLink::Forward(uint64_t epoch, uint64_t lsn, const PushRequest& push,
+                            std::function<void(Status)> done) {
+  const uint64_t bytes = ForwardedPushSize(push.keys.size(), push.dim);
   Result<rpc::Message> message = rpc::Message::Allocate(bytes);
   if (!message.ok()) return done(message.status());
-  if (Status s = EncodeForwardedPush(forwarded, {message->data(), message->size()}); !s.ok()) {
+  if (Status s = EncodeForward(epoch, lsn, push, {message->data(), message->size()}); !s.ok()) {
     return done(s);
   }
   const uint64_t ahead_and_this = in_flight_->bytes.fetch_add(bytes) + bytes;

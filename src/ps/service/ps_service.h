@@ -123,7 +123,8 @@ class RpcBackupLink : public BackupLink {
   RpcBackupLink(std::shared_ptr<rpc::Client> client, std::chrono::microseconds timeout,
                 size_t bytes_per_second)
       : client_(std::move(client)), timeout_(timeout), bytes_per_second_(bytes_per_second) {}
-  void Forward(const ForwardedPush& forwarded, std::function<void(Status)> done) override;
+  void Forward(uint64_t epoch, uint64_t lsn, const PushRequest& push,
+               std::function<void(Status)> done) override;
 
  private:
   std::shared_ptr<rpc::Client> client_;

@@ -41,9 +41,10 @@ class FakeLink : public BackupLink {
   explicit FakeLink(ShardReplica* backup, Mode mode = Mode::kDeliver)
       : backup_(backup), mode_(mode) {}
 
-  void Forward(const ForwardedPush& forwarded, std::function<void(Status)> done) override {
-    std::vector<std::byte> bytes(ForwardedPushSize(forwarded.push.keys.size(), forwarded.push.dim));
-    ASSERT_TRUE(EncodeForwardedPush(forwarded, bytes).ok());
+  void Forward(uint64_t epoch, uint64_t lsn, const PushRequest& push,
+               std::function<void(Status)> done) override {
+    std::vector<std::byte> bytes(ForwardedPushSize(push.keys.size(), push.dim));
+    ASSERT_TRUE(EncodeForward(epoch, lsn, push, bytes).ok());
     Result<ForwardedPush> decoded = DecodeForwardedPush(bytes);
     ASSERT_TRUE(decoded.ok());
     ++forwarded_;
@@ -93,7 +94,7 @@ class InlineLink : public BackupLink {
  public:
   explicit InlineLink(int fail_from = 0) : fail_from_(fail_from) {}
 
-  void Forward(const ForwardedPush&, std::function<void(Status)> done) override {
+  void Forward(uint64_t, uint64_t, const PushRequest&, std::function<void(Status)> done) override {
     ++inside_;
     ++forwarded_;
     done(fail_from_ > 0 && forwarded_ >= fail_from_ ? Unavailable("inline link: failed")

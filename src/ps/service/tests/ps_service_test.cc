@@ -487,16 +487,14 @@ TEST(PingReplyTest, RoundTripsAndRejectsBadBytes) {
 // A forward as an attacker sends it straight to a backup (one key of ones, a push id of its
 // own); what the backup answered.
 Status SendForgedForward(RpcBackupLink& link, uint64_t epoch, uint64_t key) {
-  ForwardedPush forged;
-  forged.epoch = epoch;
-  forged.lsn = 1;
-  forged.push.id = PushId{99, 1};
-  forged.push.table_id = kTable;
-  forged.push.dim = kDim;
-  forged.push.keys = {key};
-  forged.push.gradients.assign(kDim, 1.0f);
+  PushRequest forged;
+  forged.id = PushId{99, 1};
+  forged.table_id = kTable;
+  forged.dim = kDim;
+  forged.keys = {key};
+  forged.gradients.assign(kDim, 1.0f);
   std::promise<Status> forwarded;
-  link.Forward(forged, [&](Status s) { forwarded.set_value(std::move(s)); });
+  link.Forward(epoch, /*lsn=*/1, forged, [&](Status s) { forwarded.set_value(std::move(s)); });
   return forwarded.get_future().get();
 }
 
