@@ -613,10 +613,18 @@ void ShardReplica::ReportBackupFailed(size_t index) {
 }
 
 void ShardReplica::StepDown(const std::string& reason) {
+  Fence(reason, /*only_a_primary=*/false);
+}
+
+void ShardReplica::StepDownIfPrimary(const std::string& reason) {
+  Fence(reason, /*only_a_primary=*/true);
+}
+
+void ShardReplica::Fence(const std::string& reason, bool only_a_primary) {
   std::vector<std::function<void()>> calls;
   {
     std::lock_guard lock(mu_);
-    if (role_ == Role::kFenced) return;
+    if (role_ == Role::kFenced || (only_a_primary && role_ != Role::kPrimary)) return;
     StepDownLocked(Role::kFenced, Unavailable(reason), &calls);
     DeferIfOrderedLocked(&calls);
   }

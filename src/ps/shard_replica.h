@@ -167,6 +167,11 @@ class ShardReplica {
   // store says is gone or whom it no longer names, and a backup the configuration no longer
   // holds.
   void StepDown(const std::string& reason);
+  // StepDown for a primary whose lease the store says is gone; any other role is left as it is.
+  // The notice comes from the lease's keep-alive thread and may arrive after the failover
+  // monitor already rebuilt this replica as a backup of the new epoch (both act when the store
+  // comes back): fencing that backup made its primary drop it, and it sat out four leases.
+  void StepDownIfPrimary(const std::string& reason);
 
   // A client push. `done` gets the ack (duplicate = true for a retry of an applied push) once
   // the push is on every live backup, or an error: FailedPrecondition (not primary: ask
@@ -261,6 +266,8 @@ class ShardReplica {
   // Leaves the primary role; waiting pushes fail with `reason` (their callbacks go to *calls).
   // mu_ held.
   void StepDownLocked(Role role, const Status& reason, std::vector<std::function<void()>>* calls);
+  // StepDown and StepDownIfPrimary.
+  void Fence(const std::string& reason, bool only_a_primary);
   void AddWaiterLocked(uint64_t lsn, Waiter waiter);
 
   // Forward completion: mu_ only. Inside this replica's order section (a forward completing

@@ -317,18 +317,24 @@ void LeasedFailoverCore::CatchUp(const VersionedConfig& current) {
   // Attached and waiting to be added: the primary adds a learner once it holds every push
   // acknowledged so far. While its position moves it is catching up (a large backlog under
   // load takes a while); one that has not moved for a few leases was dropped, and starts again.
+  // So does one taken out of service meanwhile: it refuses forwards, and the primary drops a
+  // learner whose forward fails.
   if (attached_at_ && attached_epoch_ == current.config.epoch) {
     const ShardReplica::Position position = server_->replica().position();
-    if (position != attached_position_ &&
-        server_->replica().role() == ShardReplica::Role::kBackup) {
-      attached_position_ = position;
-      attached_at_ = now;
+    const ShardReplica::Role role = server_->replica().role();
+    if (role == ShardReplica::Role::kFenced) {
+      Log("attached, but out of service since: catching up again");
+    } else {
+      if (position != attached_position_ && role == ShardReplica::Role::kBackup) {
+        attached_position_ = position;
+        attached_at_ = now;
+      }
+      if (now - *attached_at_ < 4 * options_.lease_ttl) return;
+      Log("attached, but no push forwarded for " +
+          std::to_string(
+              std::chrono::duration_cast<std::chrono::milliseconds>(now - *attached_at_).count()) +
+          " ms at lsn " + std::to_string(attached_position_.lsn) + ": catching up again");
     }
-    if (now - *attached_at_ < 4 * options_.lease_ttl) return;
-    Log("attached, but no push forwarded for " +
-        std::to_string(
-            std::chrono::duration_cast<std::chrono::milliseconds>(now - *attached_at_).count()) +
-        " ms at lsn " + std::to_string(attached_position_.lsn) + ": catching up again");
   }
   attached_at_.reset();
   if (server_->replica().role() != ShardReplica::Role::kFenced) {

@@ -66,7 +66,7 @@ LeasedFailoverCore::LeasedFailoverCore(PsServerCore* server, FailoverOptions opt
   co.drift_margin = std::max(options_.lease_ttl / 10, std::chrono::milliseconds(1));
   co.on_lease_lost = [this](const Status& why) {
     Log("lease lost (" + why.ToString() + "); stepping down");
-    server_->replica().StepDown("primary lost its lease: " + why.message());
+    server_->replica().StepDownIfPrimary("primary lost its lease: " + why.message());
   };
   // The store did not answer for longer than the lease (paused, restarted) and then renewed it:
   // this primary keeps its office, and the acks held back meanwhile go out.

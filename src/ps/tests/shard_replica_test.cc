@@ -708,6 +708,32 @@ TEST(ShardReplica, AJoinerIsAddedOnlyOnceItHoldsEveryAcknowledgedPush) {
   EXPECT_EQ(joiner->position(), p->position());
 }
 
+// The store comes back from an outage without the old primary's lease: its monitor finds it
+// out of the new epoch's set and rebuilds it as a backup from the new primary, while its lease's
+// keep-alive thread learns that the lease is gone. That notice, arriving last, leaves the
+// rebuilt backup serving (StepDown would fence it, and its new primary would drop it).
+TEST(ShardReplica, ALeaseLostNoticeAfterARebuildAsBackupLeavesTheBackupServing) {
+  auto old_primary = NewReplica(), promoted = NewReplica();
+  FakeGuard old_guard, guard;
+  ASSERT_TRUE(old_primary->BecomePrimary(1, {}, old_guard.Make()).ok());
+  ASSERT_TRUE(Push(*old_primary, MakePush(1, 1, {11}))->acked());
+  ASSERT_TRUE(promoted->BecomePrimary(2, {}, guard.Make()).ok());
+  ASSERT_TRUE(Push(*promoted, MakePush(1, 2, {22}))->acked());
+
+  old_primary->StepDown("not in the shard's replica set");  // the monitor, before its catch-up
+  Result<ShardReplica::JoinSnapshot> snapshot = promoted->SnapshotForJoin(0);
+  ASSERT_TRUE(snapshot.ok());
+  ASSERT_TRUE(old_primary->InstallSnapshot(snapshot->bytes).ok());
+  auto to_rebuilt = std::make_shared<FakeLink>(old_primary.get());
+  ASSERT_TRUE(promoted->AttachLearner(0, to_rebuilt, guard.Add()).ok());
+
+  old_primary->StepDownIfPrimary("primary lost its lease");  // the keep-alive thread, late
+  EXPECT_EQ(old_primary->role(), ShardReplica::Role::kBackup);
+  ASSERT_TRUE(Push(*promoted, MakePush(1, 3, {22}))->acked());
+  EXPECT_EQ(old_primary->position(), promoted->position()) << "the forward was applied";
+  EXPECT_EQ(guard.adds.size(), 1u) << "caught up: its addition is asked for";
+}
+
 TEST(ShardReplica, ALearnerThatFailsBeforeItsAdditionIsForgottenWithoutACommit) {
   auto p = NewReplica(), b1 = NewReplica(), joiner = NewReplica();
   FakeGuard guard;
