@@ -119,7 +119,7 @@ conformance: build
 	bash tools/conformance.sh $(BUILD)/lib/libbx_simnic.so
 	bash tools/perftest.sh $(BUILD)/lib/libbx_simnic.so
 
-# Parameter-server replication under faults (issue 18): tcp and rdma x SIGKILL, pauses of 1.5,
+# Parameter-server replication under faults: tcp and rdma x SIGKILL, pauses of 1.5,
 # 3 and 10 leases, partitions primary|backups and primary|etcd, restart, mixed, then the
 # lease-less control, which must lose pushes. A quick slice (ctest ps_chaos_quick) is in make test;
 # CHAOS=rdma:partition-backups,tcp:restart (for example) runs those scenarios only.
@@ -129,7 +129,7 @@ CHAOS_CONTROL ?= 1
 test-chaos: build
 	CHAOS_CONTROL=$(CHAOS_CONTROL) bash src/ps/service/tests/chaos_test.sh $(BUILD)/bin/bx $(CHAOS)
 
-# Durability from outside (issue 55): a replica of a CATCH_UP_MIB shard killed and restarted
+# Durability from outside: a replica of a CATCH_UP_MIB shard killed and restarted
 # while two verifying trainers push must come back with one snapshot and nothing lost (prints
 # the catch-up's phases); then five 64 MiB pushes beside the trainers with the primary killed
 # after the second. make test runs a smaller catch-up (ctest ps_catch_up_load).
@@ -138,13 +138,13 @@ test-catch-up: build
 	bash src/ps/service/tests/catch_up_load.sh $(BUILD)/bin/bx --mib $(CATCH_UP_MIB) --seconds 90
 	bash src/ps/service/tests/large_push_failover.sh $(BUILD)/bin/bx --pushes 5 --seconds 40
 
-# A paper-shaped cluster on this host (issue 47): etcd, CLUSTER_SERVERS shards x CLUSTER_REPLICAS
+# A paper-shaped cluster on this host: etcd, CLUSTER_SERVERS shards x CLUSTER_REPLICAS
 # `bx ps serve` and CLUSTER_WORKERS rankers and trainers fanning out to every shard, over rdma://
 # then tcp://: requests/s, fetch/push P50/P99, host CPU per request, I/O threads and QPs per
 # process, time to connect (tools/paper_cluster.sh; ~50 processes at the default, not in CI).
 # Workers start CLUSTER_STAGGER_MS apart (their clocks start together once all are connected):
 # all at once, ~1,000 connections opened together starved etcd on a busy 2-core host, leases
-# were lost and the shards did not settle (the report of issue 47 item 5).
+# were lost and the shards did not settle (seen when this target first ran at its default size).
 CLUSTER_SERVERS ?= 16
 CLUSTER_REPLICAS ?= 2
 CLUSTER_WORKERS ?= 16

@@ -1,4 +1,4 @@
-# The rdma suites again on each simnic device profile other than the default (issue 15): the
+# The rdma suites again on each simnic device profile other than the default: the
 # transport, RPC and PS tests over rdma://, and the engine, on a RoCE v2 NIC, on a dual-port one
 # cabled on port 2 only, and on an InfiniBand HCA (src/simnic/device_profile.h). ctest -L profile runs only these.
 # The PS suite leaves out its 64 MiB pushes and 1 GiB fetch (ps_large_transfers, 33 of its 43 s

@@ -2,7 +2,7 @@
 # Every public libibverbs function must be the simnic's own: each symbol the system's
 # libibverbs.so.1 exports at a default IBVERBS_1.x version must be exported by libbx_simnic.so at
 # the same version. A function missing here would fall through to the system library, which
-# takes the simnic's context for its own and crashes (issue 14). Run against the installed
+# takes the simnic's context for its own and crashes. Run against the installed
 # rdma-core, so that a newer one cannot reopen the hole unnoticed.
 #
 #   tools/check-simnic-abi.sh build/lib/libbx_simnic.so

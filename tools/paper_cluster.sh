@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A paper-shaped parameter-server cluster on one host (issue 47, item 5): etcd, SERVERS shards x
+# A paper-shaped parameter-server cluster on one host: etcd, SERVERS shards x
 # REPLICAS `bx ps serve` processes and WORKERS worker processes (`bx ps rank` and `bx ps train`,
 # half each by default), every worker with a key on every shard, over rdma:// (the simnic's
 # inter-process fabric) and then over tcp://, each transport on a fresh cluster.

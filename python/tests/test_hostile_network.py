@@ -1,4 +1,4 @@
-"""A hostile network against a running `bx ps serve` (issue 19), from outside: what someone on
+"""A hostile network against a running `bx ps serve`, from outside: what someone on
 the same host sends with plain sockets, while a legitimate client keeps working.
 
 Each attack states two bounds, checked while it runs:
@@ -495,10 +495,10 @@ class ClusterUnderAttack(unittest.TestCase):
 
 
 class DescriptorLimitTest(ClusterUnderAttack):
-    """Issue 55, item 7: with the server's open-file limit at 256, soft and hard (nothing to
-    raise), 400 idle connections took every descriptor and locked every trainer out, over tcp
-    and rdma. Each listener now holds its unauthenticated connections to a quarter of the limit
-    and evicts the oldest for a newer one."""
+    """Descriptors kept for authenticated clients: with the server's open-file limit at 256,
+    soft and hard (nothing to raise), 400 idle connections once took every descriptor and locked
+    every trainer out, over tcp and rdma. Each listener now holds its unauthenticated connections
+    to a quarter of the limit and evicts the oldest for a newer one."""
     SERVE_NOFILE = 256
 
     def test_idle_connections_beyond_the_descriptor_limit_lock_no_client_out(self):

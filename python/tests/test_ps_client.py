@@ -189,7 +189,7 @@ class PsClientTest(unittest.TestCase):
         self.assertIsInstance(bexpress.metrics(), dict)
 
     def test_fetching_no_keys_gives_the_tables_dim(self):
-        # Issue 52: a (0, 0) array, which PsEmbedding then took for a table of dim 0.
+        # Once a (0, 0) array, which PsEmbedding then took for a table of dim 0.
         for _, client in self.each_transport():
             for keys in ([], np.array([], np.uint64), np.array([], np.int64)):
                 rows = client.fetch("emb", keys)
@@ -213,7 +213,7 @@ class PsClientTest(unittest.TestCase):
                                           [[-2] * DIM, [-1] * DIM, [0] * DIM])
 
     def test_non_integer_and_negative_keys_are_refused(self):
-        # Issue 52: 1.5 was fetched as key 1 and -1 as key 2^64 - 1.
+        # Both used to pass silently: 1.5 was fetched as key 1 and -1 as key 2^64 - 1.
         client = bexpress.PsClient(cluster.path, "tcp")
         self.addCleanup(client.close)
         grads = np.zeros((1, DIM), np.float32)
@@ -250,7 +250,8 @@ time.sleep(1)  # the listener's warning may come after the refusal reached the c
 
 
 class LogLevelTest(unittest.TestCase):
-    """Issue 52: every connection printed `bx rpc: replica ... connecting -> up` on stderr."""
+    """Quiet by default: every connection used to print `bx rpc: replica ... connecting -> up`
+    on stderr."""
 
     def run_client(self, *args, env=None):
         return subprocess.run([sys.executable, "-c", LOGGING_SCRIPT, cluster.path, *args],

@@ -55,9 +55,9 @@ class PrimaryKillTest(unittest.TestCase):
 
 
 class ReadyMeansReadyTest(unittest.TestCase):
-    """Issue 52: a LocalCluster returns once every primary is primary with its backups linked,
-    so the first pushes go straight to it (they failed over, up to 256 times, while the primaries
-    still waited for their backups or for the store)."""
+    """Ready means ready: a LocalCluster returns once every primary is primary with its backups
+    linked, so the first pushes go straight to it (they failed over, up to 256 times, while the
+    primaries still waited for their backups or for the store)."""
 
     def test_the_first_pushes_see_no_failover(self):
         bexpress.init()

@@ -1,6 +1,6 @@
 """bexpress.testing.find_bx, which LocalCluster runs: without BX_BIN it finds the bx installed
 beside the package, then the build tree's, then bx on PATH, and says where it looked when there
-is none (issue 52: an installed package found no bx unless BX_BIN was set). Each layout holds a
+is none (an installed package once found no bx unless BX_BIN was set). Each layout holds a
 copy of testing.py (stdlib only), loaded from there."""
 
 import importlib.util

@@ -98,7 +98,7 @@ class PsEmbeddingTest(unittest.TestCase):
 
 
 class PsEmbeddingRefusesWhatItCannotHonourTest(unittest.TestCase):
-    """Issue 52: each of these used to pass silently (1.5 read as row 1, -1 as key 2^64 - 1,
+    """Each of these used to pass silently (1.5 read as row 1, -1 as key 2^64 - 1,
     .to() a no-op, state_dict() {} saved and loaded "successfully")."""
 
     def setUp(self):

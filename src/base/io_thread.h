@@ -78,7 +78,7 @@ struct IoThreadOptions {
   bool adaptive_polling = true;
   int spin_limit_us = 20;  // adaptive: the longest predicted gap worth polling through
   // Slow passes and long waits for a CPU make the thread sleep between events for a while (see
-  // poll_policy.h); off, it keeps polling beside busy threads (the policy before issue 47).
+  // poll_policy.h); off, it keeps polling beside busy threads (the earlier policy).
   bool detect_contention = true;
 };
 

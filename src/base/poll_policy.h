@@ -1,4 +1,4 @@
-// PollPolicy: whether an I/O thread that found no work keeps polling or sleeps (issue 22).
+// PollPolicy: whether an I/O thread that found no work keeps polling or sleeps.
 //
 // Polling costs CPU for as long as it lasts; sleeping costs a CQ arm, an epoll_wait and a
 // wake-up (CPU on both sides, and the wake-up's latency). Which is cheaper depends on how long
@@ -29,8 +29,8 @@
 // sleeping thread is woken at once when its completion arrives, and polls again after that. On a
 // host that stays busy (a trainer using every core) each such probe loses a slice again, so a
 // slow pass soon after a contended stretch ended doubles the next stretch, up to
-// `max_contended_ns`: one lost slice per stretch, not one per 5 ms (issue 47: with two CPU hogs
-// the fixed 5 ms stretch lost ~4 ms in every 9 and p99 sat at the slice, 4 ms).
+// `max_contended_ns`: one lost slice per stretch, not one per 5 ms (with two CPU hogs, a fixed
+// 5 ms stretch lost ~4 ms in every 9 and p99 sat at the slice, 4 ms).
 // The thread's own scheduler statistics say the same without a yield having to lose a slice
 // first (OnSchedStat, base/thread_sched_stat.h): when its turns on a CPU came after a mean wait
 // of `oversubscribed_wait_ns` or more over a window, threads that do not yield share its core,
@@ -63,8 +63,8 @@ struct PollPolicyOptions {
   uint64_t max_contended_ns = 640'000'000;
   // A window's mean wait per turn on a CPU at or above this means busy threads share the core.
   uint64_t oversubscribed_wait_ns = 250'000;
-  // Off: neither slow passes nor waits for a CPU start a contended stretch (the policy before
-  // issue 47, kept to show what it costs beside busy threads: engine/tests/io_thread_test.cc).
+  // Off: neither slow passes nor waits for a CPU start a contended stretch (the earlier policy,
+  // kept to show what it costs beside busy threads: engine/tests/io_thread_test.cc).
   bool detect_contention = true;
 };
 

@@ -398,7 +398,7 @@ Result<ClusterSpec> LoadClusterFile(const std::string& path) {
   Result<ClusterSpec> spec = ParseClusterSpec(text.str());
   if (!spec.ok()) return spec.status().WithContext(path);
   if (Status s = CheckResolvedEndpoints(*spec); !s.ok()) return s.WithContext(path);
-  // An open cluster must be chosen, not left by omission (issue 55, item 9).
+  // An open cluster must be chosen, not left by omission.
   if (spec->secret_file.empty() && !spec->insecure) {
     return Bad("secret_file",
                "missing: without a cluster secret every server would answer anyone who can "

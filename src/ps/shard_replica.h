@@ -27,7 +27,7 @@
 //    towards durability until the configuration store has committed its removal, and the
 //    primary acks only while its lease is valid (and holds its acks while the store does not
 //    answer). Without one, a failed backup is dropped at
-//    once — the behaviour that splits a shard when the primary was only slow (issue 18); it is
+//    once — the behaviour that splits a shard when the primary was only slow; it is
 //    kept for the in-process cases that have no store and as the tests' control.
 //
 // Thread-safety: every method may be called from any thread. Pushes, forwards, promotion and

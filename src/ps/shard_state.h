@@ -60,7 +60,7 @@ class ShardState {
                                                     PushDedup::Options dedup_options = {});
   // A copy (tables, dedup record, position), made at memory speed while the caller keeps
   // pushes out, to be encoded after they resume: encoding a large shard in place stalled every
-  // push for seconds (issue 55, item 3).
+  // push for seconds.
   Result<std::unique_ptr<ShardState>> Copy() const;
 
   // Takes over `other`'s rows, dedup record and position (a snapshot received whole), table

@@ -1,5 +1,5 @@
-// Parameters of the fabric simulation (issue 9). Defaults follow the HPCC ns-3 setup and the DCQCN
-// paper where the issue names them; docs/SIMULATION.md explains each choice.
+// Parameters of the fabric simulation. Defaults follow the HPCC ns-3 setup and the DCQCN paper
+// where those give a value; docs/SIMULATION.md explains each choice.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// DCQCN checked against its fluid model (issue 21, item 1): N identical long RDMA flows into one
+// DCQCN checked against its fluid model: N identical long RDMA flows into one
 // 25G port, in the packet simulator (rdma_stack.h and dcqcn.h, the code every `bx sim` run uses)
 // and in a fluid model of the same mechanism, written the way the DCQCN paper (Zhu et al.,
 // SIGCOMM 2015, section 5) writes its own: each flow's current rate RC, target rate RT and alpha

@@ -1,4 +1,4 @@
-// How the paper's comparison depends on the model's assumptions (issue 21, item 3). The paper
+// How the paper's comparison depends on the model's assumptions. The paper
 // reports P99 push latency 74% lower over RDMA than over TCP; this model's verdict rests on
 // parameters chosen here (TCP's minimum RTO and host cost, the window, the buffer, DCQCN). Each
 // sensitivity point moves one of them from a base configuration and runs RDMA and TCP in the same

@@ -1,4 +1,4 @@
-// The cross-validation scenarios of issue 21: the same small incast in our simulator and in
+// The simulator's cross-validation scenarios: the same small incast in our simulator and in
 // ns-3 (tools/ns3_validate/bx_ns3_incast.cc takes the same parameters). N senders and one
 // receiver on one switch (or on leaves under one or more spines; host h on leaf h % leaves),
 // TCP-DCTCP from tcp_stack.h with no host cost, RED/ECN on every switch port. Optional background

@@ -53,7 +53,7 @@ Fabric::Fabric() : pid_(uint32_t(getpid())) {
   spin_ns_ = uint64_t(EnvInt("BX_SIM_SPIN_US", 50, 0, 1'000'000)) * 1000;
   // A doorbell rung while the hardware is idle is serviced by the ringing thread, as if the NIC
   // had picked it up at once: no wake-up of the hardware thread, which on a host whose cores are
-  // all busy waits for a scheduler slice (issue 47). BX_SIM_INLINE=0: always the thread.
+  // all busy waits for a scheduler slice. BX_SIM_INLINE=0: always the thread.
   inline_service_ = EnvInt("BX_SIM_INLINE", 1, 0, 1) == 1;
   // A doorbell serviced inline moves at most this much payload per QP on the ringing thread;
   // larger requests go to the hardware thread, which copies them while the application goes on

@@ -1,4 +1,4 @@
-// `bx demo --busy` (issue 47): real model work on a training host. A trainer's step computes a
+// `bx demo --busy`: real model work on a training host. A trainer's step computes a
 // single-precision matrix multiply sized to take `--compute-us`, and one background thread per
 // core runs the same multiply for the whole demo, so both transports run on a host whose cores
 // are all busy, as a real trainer's are (a stand-in that only spins on the clock does no memory

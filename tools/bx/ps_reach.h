@@ -1,4 +1,4 @@
-// `bx ps` clients fail fast when the cluster is not there (issue 52): before a run, one
+// `bx ps` clients fail fast when the cluster is not there: before a run, one
 // connection to every replica the cluster file lists, all at once; a shard none of whose
 // replicas accepts one makes the run stop with one line naming each address and why. Also the
 // one client transport those commands share.

@@ -1,4 +1,4 @@
-// Repeated messages as one line a second (issue 52): a client of a cluster that went away fails
+// Repeated messages as one line a second: a client of a cluster that went away fails
 // thousands of requests a second, each for the same reason. The first message of a kind is
 // printed at once; its repeats are counted and summarised once per period, with the last one.
 // Messages that differ only in their numbers (keys, addresses' ports, milliseconds) are one kind.

@@ -1,4 +1,4 @@
-// `bx sim dcqcn-fluid` (issue 21, item 1): N long flows into one port under DCQCN, in the packet
+// `bx sim dcqcn-fluid`: N long flows into one port under DCQCN, in the packet
 // simulator and in DCQCN's fluid model (src/sim/dcqcn_fluid.h), side by side: the bottleneck
 // queue's mean and swing, how often it is empty, and the CNPs each flow receives. With --check B
 // it fails when a queue mean or CNP rate ratio is off by more than B (the ctest bound).

@@ -1,5 +1,5 @@
 // `bx sim sensitivity`: how the paper's P99 push comparison (RDMA 74% below TCP) depends on the
-// simulation's assumptions (issue 21, item 3; src/sim/sensitivity.h). One parameter at a time,
+// simulation's assumptions (src/sim/sensitivity.h). One parameter at a time,
 // RDMA and TCP in the same fabric; a table, a CSV and a gnuplot SVG per parameter, and a verdict.
 // The TCP host cost per message is measured on this machine with `bx bench msg`'s tcp throughput
 // run unless --tcp-host-cost-us gives it.

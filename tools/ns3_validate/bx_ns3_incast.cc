@@ -1,4 +1,4 @@
-// bx_ns3_incast: the cross-validation scenarios of `bx sim validate` (issue 21) in ns-3 3.37.
+// bx_ns3_incast: the cross-validation scenarios of `bx sim validate` in ns-3 3.37.
 // N senders -> one switch (or two-tier: leaves under one or more spines) -> one receiver, or
 // several; DCTCP at the senders; RED with ECN marking on every switch port. Flow i starts at
 // start_us (background flows at 0) and sends `bytes`. Prints JSON: per-flow FCT (from the

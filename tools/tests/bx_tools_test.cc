@@ -1,4 +1,4 @@
-// The plain functions behind bx's output (issue 52): the demo table's comparison labels, the
+// The plain functions behind bx's output: the demo table's comparison labels, the
 // limiter of repeated error lines, and the causes of a failed connect.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`bx demo --busy` (issue 47): a short run completes on both transports and both workloads, and
+"""`bx demo --busy`: a short run completes on both transports and both workloads, and
 its JSON says it ran busy, with how many compute threads and the calibrated multiply. Figures are
 only checked for presence: the ratios are a benchmark's, not a timed test's."""
 import json

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest ps_first_hour (issue 52): the `bx ps` mistakes of a first hour, each answered within
+# ctest ps_first_hour: the `bx ps` mistakes of a first hour, each answered within
 # seconds by a line that names the cause and the fix:
 #   1. rank / train / train --verify with no cluster running: one line per run naming each
 #      shard's replica addresses and "connection refused" (a wrong secret: "authentication

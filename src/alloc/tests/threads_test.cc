@@ -147,7 +147,7 @@ void PinToFirstAllowedCpu() {
   ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(first), &first), 0);
 }
 
-// Issue 22: blocks allocated on one thread and freed on another (an RPC worker's responses,
+// Blocks allocated on one thread and freed on another (an RPC worker's responses,
 // freed by the I/O thread that sent them) must be reused. jemalloc's default let freed memory
 // coalesce into runs it would not split for small requests, so this pattern took new memory
 // from the pool for ever: MALLOC_CONF=lg_extent_max_active_fit:6 restores that default, and

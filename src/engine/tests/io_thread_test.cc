@@ -1,4 +1,4 @@
-// I/O threads beside other work (issue 47): more engines than threads, and a busy thread that
+// I/O threads beside other work: more engines than threads, and a busy thread that
 // shares the I/O threads' core. Engines over loopback QPs of bxsim0 (engine_fixture.h).
 #include <pthread.h>
 #include <sched.h>
@@ -151,7 +151,7 @@ class PinnedHere {
 // sends each message and waits for its answer, has another CPU. A thread that polls by yielding
 // waits out the busy thread's slice at every hop (1.5 ms and more on this project's 2-core
 // machines); one that notices and sleeps is woken at once. BX_IO_HOG_TEST_CONTROL=1 runs the
-// policy before issue 47 (fixed polling for 200 us after work, no contention detection), which
+// earlier policy (fixed polling for 200 us after work, no contention detection), which
 // fails the bound: that is how this test is known to be able to fail.
 TEST_F(IoThreadTest, BesideABusyThreadOnTheirCpuRoundTripsTakeWellUnderASlice) {
   const std::vector<int> cpus = AllowedCpus();

@@ -119,7 +119,7 @@ TEST(ClusterSpec, LoadsFromAFile) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
 }
 
-// Issue 55, item 9: a file that names no secret served every method to anyone, silently. Now
+// Once a file that names no secret served every method to anyone, silently. Now
 // an open cluster is refused unless the file says "insecure": true, and the error says how to
 // fix it; a file with both is refused too. Parsing text (a client's in-memory spec) stays free.
 TEST(ClusterSpec, AClusterFileWithoutASecretIsRefusedUnlessItSaysInsecure) {

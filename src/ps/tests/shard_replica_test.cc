@@ -329,7 +329,7 @@ TEST(ShardReplica, DeposedPrimaryIsFencedByEpoch) {
   EXPECT_TRUE(BitwiseEqual(Values(*b, kKeys), AppliedOnce({MakePush(1, 1, {11}), y}, kKeys)));
 }
 
-// Issue 19: a forged forward at epoch 2^64-1 fenced the primary, and the backup's promotion to
+// Once a forged forward at epoch 2^64-1 fenced the primary, and the backup's promotion to
 // 2^64-1 + 1 = 0 failed, leaving the shard without a primary for good.
 TEST(ShardReplica, EpochsBeyondTheLimitAreRefusedAndChangeNothing) {
   auto p = NewReplica(), b = NewReplica();
@@ -518,7 +518,7 @@ TEST(ShardReplica, InlineForwardCompletionsNeverAckUnderTheOrderLock) {
   EXPECT_EQ(p->live_backups(), 1u);
 }
 
-// ---- PrimaryGuard: the committed configuration and the lease (issue 18) -----------------------
+// ---- PrimaryGuard: the committed configuration and the lease ----------------------------------
 
 // A guard whose store answers drop requests when the test says so, and whose lease the test
 // can end.

@@ -1,4 +1,4 @@
-// Idle connections are closed (issue 19): a peer that connects and then says nothing used to
+// Idle connections are closed: a peer that connects and then says nothing used to
 // keep its connection, and everything the server holds for it, for ever. Clients of ours
 // heartbeat idle connections, so they are never idle long enough to be closed.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Every call gets an answer, and the server's memory has a bound (issue 19): a response the
+// Every call gets an answer, and the server's memory has a bound: a response the
 // transport refuses, larger than its message limit or beyond the connection's send queue, used to
 // be dropped, and its caller waited until its deadline with nothing said anywhere; requests
 // waiting for a worker had no bound (30 pipelined 64 MiB requests held 1.5 GiB). Now the caller

@@ -1,4 +1,4 @@
-// Congestion spreading (issue 21, item 2): victim flows that never go to the incast's servers
+// Congestion spreading: victim flows that never go to the incast's servers
 // still wait when PFC pauses the links they share with the incast, and the send window removes
 // that. docs/SIMULATION.md, "Congestion spreading", has the numbers.
 #include <gtest/gtest.h>

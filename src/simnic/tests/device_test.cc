@@ -168,7 +168,7 @@ TEST(DeviceTest, UnimplementedVerbsFailWithEopnotsupp) {
   EXPECT_EQ(ibv_close_device(ctx), 0);
 }
 
-// Address handles as on a RoCE port (issue 14): global only, kept until destroyed (holding
+// Address handles as on a RoCE port: global only, kept until destroyed (holding
 // their PD), and built from a received GRH back to its sender.
 TEST(DeviceTest, AddressHandlesAreGlobalAndComeBackFromAReceivedGrh) {
   ibv_context* ctx = OpenDevice("bxsim0");
@@ -215,7 +215,7 @@ TEST(DeviceTest, AddressHandlesAreGlobalAndComeBackFromAReceivedGrh) {
   EXPECT_EQ(ibv_close_device(ctx), 0);
 }
 
-// Found like a device (issue 14): ibdev_path and dev_path name a per-process, sysfs-shaped
+// Found like a device: ibdev_path and dev_path name a per-process, sysfs-shaped
 // directory that says what the verbs say, and the port's state follows the link.
 TEST(DeviceTest, IsFoundLikeADeviceThroughItsSysfsPaths) {
   int n = 0;

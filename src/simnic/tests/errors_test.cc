@@ -313,7 +313,7 @@ TEST_F(ErrorTest, SendQueueDepthIsEnforcedUntilCompletionsArePolled) {
   ASSERT_EQ(ibv_modify_qp(a_.qp, &attr, IBV_QP_STATE), 0);
 }
 
-// A receive-only QP (max_send_wr = 0), which hardware accepts (issue 14): it receives; every
+// A receive-only QP (max_send_wr = 0), which hardware accepts: it receives; every
 // send is refused at post with ENOMEM (a full send queue), and nothing reaches the wire.
 TEST_F(ErrorTest, AReceiveOnlyQpReceivesAndRefusesEverySend) {
   QpOptions sender, receiver;

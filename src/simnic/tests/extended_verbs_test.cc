@@ -1,4 +1,4 @@
-// The extended verbs an RC program uses (issue 14): ibv_create_cq_ex with its start/next/end_poll
+// The extended verbs an RC program uses: ibv_create_cq_ex with its start/next/end_poll
 // interface, and ibv_create_qp_ex with the ibv_wr_* work-request API (ibv_wr_post(3)). A batch
 // is posted whole by ibv_wr_complete or not at all; inline data is copied when it is set; what
 // the NIC lacks is refused at creation, or fails the batch, with the errno the man pages give.

@@ -1,4 +1,4 @@
-// Shared receive queues (issue 14): two RC QPs on bxsim1 take their receives from one SRQ, each
+// Shared receive queues: two RC QPs on bxsim1 take their receives from one SRQ, each
 // connected to a QP of its own on bxsim0. Receives are consumed in the order posted whichever QP
 // receives; an empty SRQ answers RNR; the limit event, the bound on WQEs in use, the error
 // state's LAST_WQE_REACHED and the rules of post, modify and destroy are those of the man pages.

@@ -153,7 +153,7 @@ void TransferBesideAnIntruder(int intruder_uid) {
   EXPECT_EQ(WaitExit(server, std::chrono::seconds(60)), 0);
 }
 
-// Issue 19: the fabric's socket (@bxsim.<pid>, abstract, so without permissions) took anyone on
+// Once the fabric's socket (@bxsim.<pid>, abstract, so without permissions) took anyone on
 // the host, and 20 bytes of a frame header stalled its reader and with it all of the process's
 // inter-process RDMA. A process of another user is now refused at accept.
 TEST(TwoProcessTest, AnotherUsersProcessCannotStallTheFabric) {
@@ -168,7 +168,7 @@ TEST(TwoProcessTest, HalfAFrameStallsOnlyItsOwnConnection) {
   TransferBesideAnIntruder(-1);
 }
 
-// Issue 19: only processes given the same BX_SIM_FABRIC_COOKIE share a fabric. With the same
+// Only processes given the same BX_SIM_FABRIC_COOKIE share a fabric. With the same
 // cookie the transfer runs; a client with another one is refused at its connection's first
 // bytes, its requests go unanswered and it fails with a completion error (transport retries
 // exceeded), as another program of the same user that does not know the cookie would.

@@ -1,4 +1,4 @@
-// IoThreadSet: the I/O threads an rdma transport posts its connections to (issue 22), each
+// IoThreadSet: the I/O threads an rdma transport posts its connections to, each
 // polling an engine::EnginePoller.
 //
 // Owned threads belong to one transport and stop with it. Shared threads come from one set per

@@ -33,7 +33,7 @@ class Handshaker;
 
 // The handshakes in progress, oldest first, at most `max`: a new connection beyond that evicts
 // the oldest that has sent nothing yet (else the oldest), so idle sockets that never
-// authenticate cannot take every descriptor and lock legitimate clients out (issue 55, item 7),
+// authenticate cannot take every descriptor and lock legitimate clients out,
 // and a client part-way through its handshake is not pushed out by a stream of idle ones. The
 // acceptor adds; handshakes end on any I/O thread.
 class HandshakeRegistry {

@@ -1,4 +1,4 @@
-// TransportOptions::io_cpus and BX_IO_CPUS (issue 47): every I/O thread of either transport runs
+// TransportOptions::io_cpus and BX_IO_CPUS: every I/O thread of either transport runs
 // on the CPUs it names, and a list that cannot be kept fails the transport, saying why.
 #include <dirent.h>
 #include <gtest/gtest.h>

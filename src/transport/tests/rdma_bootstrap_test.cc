@@ -197,7 +197,7 @@ uint64_t PeersRefused(Transport& transport) {
   return info.ok() ? info->peers_refused : 0;
 }
 
-// Issue 19: silent sockets used to stall every connect behind them, 5 s each, since the
+// Silent sockets used to stall every connect behind them, 5 s each, since the
 // acceptor ran handshakes one at a time. Now the acceptor waits for Hellos without blocking, at
 // most 64 per remote address (a 65th evicts that address's oldest), and a client from
 // elsewhere gets straight in.

@@ -193,7 +193,7 @@ TEST(RdmaMultiplexingTest, EachIoThreadHasItsOwnThreadAndParentDomain) {
   EXPECT_EQ(InfoOf(*server).parent_domains, device_has_parent_domains ? 2 : 0);
 }
 
-// More engines than I/O threads (issue 47): eight engines per side on two threads, every one
+// More engines than I/O threads: eight engines per side on two threads, every one
 // streaming eager and rendezvous messages at once. Each socket gets all its echoes back, in
 // order: no engine on a thread is starved by the others' completions.
 TEST(RdmaMultiplexingTest, EightEnginesOnTwoIoThreadsAllGetTheirCompletions) {

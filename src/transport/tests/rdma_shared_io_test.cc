@@ -1,4 +1,4 @@
-// Shared I/O threads (RdmaOptions::share_io_threads, issue 22): transports of one process that
+// Shared I/O threads (RdmaOptions::share_io_threads): transports of one process that
 // ask for them poll with the same threads, a shared thread lives as long as its last transport,
 // and two sockets whose both ends sit on one thread still talk.
 #include <gtest/gtest.h>

@@ -176,7 +176,7 @@ TEST_F(TcpFrameFuzzTest, CleanCloseBetweenFramesIsNotAnError) {
   EXPECT_EQ(messages_, 1);
 }
 
-// Issue 19: a header could make the receiver allocate the whole announced length before a byte
+// A header could once make the receiver allocate the whole announced length before a byte
 // of payload arrived (8 connections announcing 256 MiB: 2 GiB). The buffer now grows with what
 // arrives, and a message that grows arrives whole.
 TEST(TcpReceiveMemoryTest, AnnouncedLengthsReserveOnlyWhatArrives) {

@@ -131,7 +131,7 @@ TEST(ShardCoordinator, APrimaryCutOffFromTheStoreStopsBeforeItsSuccessorStarts) 
 }
 
 // etcd renews every lease when it restarts: a primary whose deadline passed while the store did
-// not answer renews its lease once it is back, and stays primary of its epoch (issue 55).
+// not answer renews its lease once it is back, and stays primary of its epoch.
 TEST(ShardCoordinator, ALeaseTheStoreKeptThroughAnOutageIsRenewedNotReElected) {
   auto store = NewMemoryKvStore();
   std::atomic<int> lost{0}, renewed{0};
@@ -177,8 +177,8 @@ TEST(ShardCoordinator, ALeaseThatExpiredDuringAnOutageEndsTheOffice) {
   EXPECT_TRUE(backup.Promote(**seen).ok());
 }
 
-// A replica primary twice in one process renews its second lease too (before issue 55 only the
-// first office had a renewing thread, so every re-elected primary lost its lease one ttl later
+// A replica primary twice in one process renews its second lease too (once only the first
+// office had a renewing thread, so every re-elected primary lost its lease one ttl later
 // and the shard flapped between two replicas for good).
 TEST(ShardCoordinator, EveryOfficeItHoldsIsRenewed) {
   auto inner = NewMemoryKvStore();

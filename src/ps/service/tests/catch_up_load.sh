@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Catch-up under load (issue 55, item 3), from outside: one shard of three `bx ps serve`
+# Catch-up under load, from outside: one shard of three `bx ps serve`
 # replicas with leases in etcd, on loopback; a dense table of --mib MiB makes the shard large.
 # Two verifying trainers push at full rate; replica 2 is killed and restarted, and must catch
 # up from the primary (snapshot, backlog, attach) and be added back while they push.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Chaos test of parameter-server replication (issue 18, docs/PS.md "Configuration and leases"):
+# Chaos test of parameter-server replication (docs/PS.md "Configuration and leases"):
 # a 2-shard x 3-replica `bx ps serve` cluster, each replica in its own network namespace, an
 # etcd on its own host holding each shard's configuration and its primary's lease, and two
 # `bx ps train --verify` trainers. One fault per scenario hits shard 0 (shard 1 runs beside it

@@ -1,4 +1,4 @@
-// The dedup record against clients that are many, quiet, or hostile (issue 55, item 6), over
+// The dedup record against clients that are many, quiet, or hostile, over
 // tcp:// and rdma:// in one process: a flood of client ids never makes a retry apply twice, an
 // evicted client is told to start a new session, and nobody pushes under another's id.
 #include <gtest/gtest.h>

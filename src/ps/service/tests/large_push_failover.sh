@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Large pushes keep their backups, and survive the primary (issue 55, must-show 1), from
+# Large pushes keep their backups, and survive the primary, from
 # outside: one shard of three `bx ps serve` replicas with leases in etcd, on loopback. A
 # Python client pushes a 64 MiB dense table whole, again and again; two verifying trainers start
 # once the first is acknowledged, and after the second the primary is killed (SIGKILL) and

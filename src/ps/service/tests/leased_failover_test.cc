@@ -52,7 +52,7 @@ class LeasedFailoverTest : public ::testing::TestWithParam<std::string> {
       Result<std::unique_ptr<FailoverMonitor>> monitor =
           FailoverMonitor::Start(cluster.servers[0][r].get(), std::move(options));
       ASSERT_TRUE(monitor.ok()) << monitor.status().ToString();
-      // Issue 54: the lease-less detector's state is absent, not a reference through null (the
+      // The lease-less detector's state is absent, not a reference through null (the
       // public FailoverMonitor::core() it replaces dereferenced null here).
       EXPECT_EQ(PsInternals::Core(**monitor), nullptr);
       monitors_.push_back(std::move(monitor).value());
@@ -183,7 +183,7 @@ TEST_P(LeasedFailoverTest, ARestartedReplicaCatchesUpJoinsAndCanTakeOver) {
   EXPECT_EQ(FirstValue(*cluster.servers[0][2], 3), -static_cast<float>(pushed + 1));
 }
 
-// One store outage as the chaos test's etcd-pause-restart has it (issue 55): the store stops
+// One store outage as the chaos test's etcd-pause-restart has it: the store stops
 // answering for longer than the lease and comes back with its leases expired (a paused etcd:
 // the lease is really gone, one promotion), then stops again and comes back with every lease
 // renewed (a restarted etcd: the primary renews its lease, nobody is promoted). A trainer

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Multi-host failover test (issue 8, docs/PS.md "Configuration and leases"): a parameter-server
+# Multi-host failover test (docs/PS.md "Configuration and leases"): a parameter-server
 # cluster of 2 shards x 2 replicas and 2 trainers, each process in its own network namespace,
 # over TCP through a router namespace (one veth link per host), with the shards' configuration
 # and leases in an etcd on a host of its own. Mid-run the primary of each shard is killed with
 # SIGKILL; the backups must take over once the leases expire and the trainers
 # (`bx ps train --verify`: unit gradients on fixed keys, counted acks, final fetch) must find
-# every acknowledged push applied exactly once. The cluster file names a secret file (issue 19):
+# every acknowledged push applied exactly once. The cluster file names a secret file:
 # a process whose cluster file lacks it gets nothing from any replica. It also names the
 # replicas' own secret, which only the servers' copy of the file carries: replication, leases
 # and failover run on it, while the trainers, without it, fetch and push as before.
@@ -99,7 +99,7 @@ grep -q '"doubled":[1-9]' "$WORK/selfcheck.out" || fail "checker self-test: no d
 echo "checker self-test: a second trainer on the same keys is rejected (doubled pushes detected)"
 
 # A ranker with the cluster's addresses but not its secret: refused at connect, it gets no
-# answer and (issue 52) stops at once with one line that says so, instead of running its
+# answer and stops at once with one line that says so, instead of running its
 # duration to report zero answers.
 grep -v replica_secret_file "$CLUSTER" |
   sed 's/"secret_file": "cluster.secret"/"insecure": true/' >"$WORK/stranger.json"

@@ -115,7 +115,7 @@ TEST_P(PsServiceTest, AFetchBeyondTheValueBoundIsRefusedBeforeItsReplyIsAllocate
 }
 
 // A fetch of 1 GiB (2 shards x 512 MiB of dim-256 rows) is answered: the client's connections
-// are not declared dead for their silence while the replies travel (issue 55, item 8). Without
+// are not declared dead for their silence while the replies travel. Without
 // the reply's size in the call (CallOptions::expected_response_bytes) 512 MiB failed here with
 // "no replica is reachable", over tcp and rdma, as it did when tried from outside.
 TEST_P(PsServiceTest, LargeFetchIsAnsweredNotTakenForADeadConnection) {
@@ -376,7 +376,7 @@ bool Watching(const FailoverMonitor& monitor, size_t replica, uint64_t epoch) {
   return state.armed && state.replica == replica && state.epoch == epoch;
 }
 
-// Issue 54: the public FailoverMonitor is safe by default. Without a configuration store it
+// The public FailoverMonitor is safe by default. Without a configuration store it
 // refuses to start, naming the option, unless the lease-less detector is asked for by name.
 TEST_P(PsServiceTest, AFailoverMonitorWithoutLeasesMustBeAskedForByName) {
   Cluster cluster;
@@ -431,10 +431,11 @@ TEST_P(PsServiceTest, FailoverMonitorPromotesNextReplicaInOrder) {
   EXPECT_EQ(FirstValue(*cluster.servers[0][2], key[0]), -150.0f);
 }
 
-// The race behind issue 23: replica 1 is already primary of epoch 2 when replica 2's monitor
-// finds replica 0 gone (replica 1's detector was faster). Replica 2 must follow replica 1, not
-// expect it to become primary of a new epoch 3; when replica 1 then fails too, replica 2 takes
-// over at epoch 3. (Before the fix it took over at epoch 4, an epoch nobody had skipped to.)
+// The race that once promoted a replica twice: replica 1 is already primary of epoch 2 when
+// replica 2's monitor finds replica 0 gone (replica 1's detector was faster). Replica 2 must
+// follow replica 1, not expect it to become primary of a new epoch 3; when replica 1 then fails
+// too, replica 2 takes over at epoch 3. (Before the fix it took over at epoch 4, an epoch nobody
+// had skipped to.)
 TEST_P(PsServiceTest, FailoverMonitorFollowsAPrimaryPromotedByAnotherMonitor) {
   Cluster cluster;
   ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 3));
@@ -481,7 +482,7 @@ TEST(PingReplyTest, RoundTripsAndRejectsBadBytes) {
   EXPECT_FALSE(DecodePingReply(bytes).ok());
 }
 
-// Issue 19: every method was open to anyone who could reach the port; one forged ps.Forward
+// Once every method was open to anyone who could reach the port; one forged ps.Forward
 // fenced a primary. With the cluster's secret, a client or replica that does not know it gets
 // nothing from any method, while the cluster's own replication and clients work.
 // A forward as an attacker sends it straight to a backup (one key of ones, a push id of its
@@ -522,7 +523,7 @@ TEST_P(PsServiceTest, ASecretClusterServesOnlyThoseWhoKnowTheSecret) {
   EXPECT_FALSE(pushed.ok());
   Result<FetchResult> fetched = stranger->Fetch(kTable, {&key, 1}, 3s);
   EXPECT_FALSE(fetched.ok());
-  // Issue 52: the caller learns why, not only that no replica is reachable.
+  // The caller learns why, not only that no replica is reachable.
   for (const Status& refused : {pushed, fetched.status()}) {
     EXPECT_NE(refused.message().find("failed authentication"), std::string::npos)
         << refused.ToString();
@@ -547,7 +548,7 @@ TEST_P(PsServiceTest, ASecretClusterServesOnlyThoseWhoKnowTheSecret) {
   EXPECT_EQ(FirstValue(backup, key), -2.0f);
 }
 
-// Issue 19: with a replica secret, knowing the cluster secret lets a caller fetch and push but
+// With a replica secret, knowing the cluster secret lets a caller fetch and push but
 // not act as a replica: a forward or a join from it is refused (PermissionDenied) before it
 // reaches the replica, while the replicas, who prove the replica secret, replicate as before.
 TEST_P(PsServiceTest, WithAReplicaSecretOnlyReplicasMayForwardOrJoin) {
