@@ -244,10 +244,9 @@ int RunFootprint(const BenchAllocOptions& o) {
 }
 
 }  // namespace
-}  // namespace bx::tools
 
 void AddBenchAllocCommand(CLI::App* bench) {
-  auto options = std::make_shared<bx::tools::BenchAllocOptions>();
+  auto options = std::make_shared<BenchAllocOptions>();
   CLI::App* cmd = bench->add_subcommand(
       "alloc",
       "Allocator benchmark (paper Fig. 4: glibc, jemalloc, tcmalloc, mimalloc, bemalloc) "
@@ -275,14 +274,16 @@ void AddBenchAllocCommand(CLI::App* bench) {
   cmd->add_option("--interval-ms", options->interval_ms, "Footprint sampling interval")
       ->check(CLI::PositiveNumber);
   cmd->callback([options, cmd] {
-    bx::tools::BenchAllocOptions o = *options;
+    BenchAllocOptions o = *options;
     if (o.quick) {
       if (cmd->count("--threads") == 0) o.threads = {1, 2};
       if (cmd->count("--seconds") == 0) o.seconds = 0.2;
       if (cmd->count("--repeat") == 0) o.repeat = 1;
       if (cmd->count("--footprint-seconds") == 0) o.footprint_seconds = 2;
     }
-    int code = o.footprint ? bx::tools::RunFootprint(o) : bx::tools::RunThroughput(o);
+    int code = o.footprint ? RunFootprint(o) : RunThroughput(o);
     if (code != 0) throw CLI::RuntimeError(code);
   });
 }
+
+}  // namespace bx::tools

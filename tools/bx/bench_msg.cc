@@ -421,10 +421,8 @@ Result<double> MeasureTcpHostCpuNsPerMessage(size_t size, int messages) {
   return result.host_cpu_ns_per_msg;
 }
 
-}  // namespace bx::tools
-
 void AddBenchMsgCommand(CLI::App* bench) {
-  auto options = std::make_shared<bx::tools::BenchMsgOptions>();
+  auto options = std::make_shared<BenchMsgOptions>();
   CLI::App* command = bench->add_subcommand(
       "msg", "Round-trip latency, one-way throughput and host CPU per message, per transport");
   command->add_option("--transport", options->transport, "tcp, rdma or all (side by side)")
@@ -461,5 +459,7 @@ void AddBenchMsgCommand(CLI::App* bench) {
   command->add_option("--device", options->device,
                       "RDMA device (default: BX_DEVICE or the first); bemalloc registers with it");
   command->add_flag("--json", options->json, "Print JSON instead of the table");
-  command->callback([options] { bx::tools::RunBenchMsg(*options); });
+  command->callback([options] { RunBenchMsg(*options); });
 }
+
+}  // namespace bx::tools

@@ -261,7 +261,6 @@ int Run(const std::string& device_name, size_t count, int reps, bool as_json) {
 }
 
 }  // namespace
-}  // namespace bx::tools
 
 void AddBenchRendezvousCommand(CLI::App* bench) {
   auto* cmd = bench->add_subcommand(
@@ -280,7 +279,9 @@ void AddBenchRendezvousCommand(CLI::App* bench) {
       ->check(CLI::Range(1, 100));
   cmd->add_flag("--json", options->json, "Print JSON");
   cmd->callback([options] {
-    int rc = bx::tools::Run(options->device, options->count, options->reps, options->json);
+    int rc = Run(options->device, options->count, options->reps, options->json);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }
+
+}  // namespace bx::tools

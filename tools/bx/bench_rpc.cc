@@ -446,10 +446,9 @@ void RunBenchRpc(const BenchRpcOptions& options) {
 }
 
 }  // namespace
-}  // namespace bx::tools
 
 void AddBenchRpcCommand(CLI::App* bench) {
-  auto options = std::make_shared<bx::tools::BenchRpcOptions>();
+  auto options = std::make_shared<BenchRpcOptions>();
   CLI::App* command = bench->add_subcommand(
       "rpc", "RPC calls/s and p50/p99 for 64 B and 16 KB echo, 1 and 64 outstanding, vs gRPC");
   command->add_option("--transport", options->transport, "rdma, tcp or all (side by side)")
@@ -468,5 +467,7 @@ void AddBenchRpcCommand(CLI::App* bench) {
       ->check(CLI::Range(0, 64));
   AddRdmaPollingOptions(command, &options->rdma);
   command->add_flag("--json", options->json, "Print JSON instead of the table");
-  command->callback([options] { bx::tools::RunBenchRpc(*options); });
+  command->callback([options] { RunBenchRpc(*options); });
 }
+
+}  // namespace bx::tools

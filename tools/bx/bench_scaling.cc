@@ -267,10 +267,9 @@ void RunIncast(const IncastOptions& o) {
 }
 
 }  // namespace
-}  // namespace bx::tools
 
 void AddBenchScalingCommands(CLI::App* bench) {
-  auto fanout = std::make_shared<bx::tools::FanoutOptions>();
+  auto fanout = std::make_shared<FanoutOptions>();
   CLI::App* f = bench->add_subcommand(
       "fanout", "N sockets over D destinations sending at once: QPs, memory, rate, p99");
   f->add_option("--sockets", fanout->sockets, "Logical sockets");
@@ -278,9 +277,9 @@ void AddBenchScalingCommands(CLI::App* bench) {
   f->add_option("--messages", fanout->messages, "Messages per socket");
   f->add_option("--size", fanout->size, "Message bytes")->transform(CLI::AsSizeValue(false));
   f->add_flag("--json", fanout->json, "Print JSON instead of the table");
-  f->callback([fanout] { bx::tools::RunFanout(*fanout); });
+  f->callback([fanout] { RunFanout(*fanout); });
 
-  auto incast = std::make_shared<bx::tools::IncastOptions>();
+  auto incast = std::make_shared<IncastOptions>();
   CLI::App* i = bench->add_subcommand(
       "incast", "N senders to one receiver over a modelled link, send window on and off");
   i->add_option("--senders", incast->senders, "Senders, each on its own engine");
@@ -289,5 +288,7 @@ void AddBenchScalingCommands(CLI::App* bench) {
   i->add_option("--size", incast->size, "Message bytes")->transform(CLI::AsSizeValue(false));
   i->add_option("--gbps", incast->gbps, "Modelled link rate");
   i->add_flag("--json", incast->json, "Print JSON instead of the table");
-  i->callback([incast] { bx::tools::RunIncast(*incast); });
+  i->callback([incast] { RunIncast(*incast); });
 }
+
+}  // namespace bx::tools

@@ -616,10 +616,9 @@ Status RunBenchVerbs(const BenchVerbsOptions& options) {
 }
 
 }  // namespace
-}  // namespace bx::tools
 
 void AddBenchVerbsCommand(CLI::App* bench) {
-  auto options = std::make_shared<bx::tools::BenchVerbsOptions>();
+  auto options = std::make_shared<BenchVerbsOptions>();
   CLI::App* command = bench->add_subcommand(
       "verbs", "Raw verbs, perftest-like: WRITE latency, SEND/RECV round trip, WRITE bandwidth");
   command->add_flag("--json", options->json, "Print JSON instead of the table");
@@ -631,8 +630,7 @@ void AddBenchVerbsCommand(CLI::App* bench) {
   command
       ->add_option("--tests", options->tests,
                    "Which tests, repeatable: write_lat send_lat write_bw")
-      ->check(CLI::IsMember(
-          {bx::tools::kWriteLatency, bx::tools::kSendLatency, bx::tools::kWriteBandwidth}));
+      ->check(CLI::IsMember({kWriteLatency, kSendLatency, kWriteBandwidth}));
   command
       ->add_option("--sizes", options->sizes,
                    "Message sizes for every test, e.g. 8 4KB 64KB 1MB (default: 8 B to 1 MiB for "
@@ -655,10 +653,12 @@ void AddBenchVerbsCommand(CLI::App* bench) {
                    "Fail when a completion takes longer")
       ->capture_default_str();
   command->callback([options] {
-    bx::Status status = bx::tools::RunBenchVerbs(*options);
+    bx::Status status = RunBenchVerbs(*options);
     if (!status.ok()) {
       fmt::print(stderr, "bx bench verbs: {}\n", status.ToString());
       throw CLI::RuntimeError(1);
     }
   });
 }
+
+}  // namespace bx::tools

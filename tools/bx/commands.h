@@ -19,7 +19,7 @@ void AddSelfCheckCommand(CLI::App* app);
 // `bx stats --url http://host:port/metrics [--filter S] [--json]`: a running process's metrics.
 void AddStatsCommand(CLI::App* app);
 
-// `bx sim incast ...`: the fabric simulation of issue 9 (sim_command.cc, src/sim/).
+// `bx sim incast ...`: the fabric simulation (sim_command.cc, src/sim/).
 void AddSimCommand(CLI::App* app);
 // `bx sim validate`, under `bx sim` (sim_validate_command.cc).
 void AddSimValidateCommand(CLI::App* simulate);
@@ -27,6 +27,9 @@ void AddSimValidateCommand(CLI::App* simulate);
 void AddSimSensitivityCommand(CLI::App* simulate);
 // The simulator's partitions by default: one per core (a `bx sim` run is the machine's only work).
 uint32_t DefaultSimThreads();
+// Adds --tcp-acks first|with-data (sim::FabricConfig::tcp_acks_with_data) to a `bx sim`
+// command, its default the command's own (*with_data as given).
+void AddTcpAcksOption(CLI::App* command, bool* with_data);
 // Adds --threads (sim::SimConfig::threads) to a `bx sim` command.
 void AddSimThreadsOption(CLI::App* command, uint32_t* threads);
 // `bx sim dcqcn-fluid`: DCQCN against its fluid model (sim_dcqcn_fluid_command.cc).
@@ -39,8 +42,6 @@ Result<double> MeasureTcpHostCpuNsPerMessage(size_t size, int messages);
 void AddDemoCommand(CLI::App* app);
 // `bx ps serve|rank|train --cluster FILE`: the PS roles as processes (ps_command.cc).
 void AddPsCommand(CLI::App* app);
-
-}  // namespace bx::tools
 
 // `bx bench alloc ...`: registered under the `bench` subcommand. Defined by tools/bx/bench_alloc.cc
 // (bemalloc).
@@ -56,3 +57,5 @@ void AddBenchScalingCommands(CLI::App* bench);
 void AddBenchRpcCommand(CLI::App* bench);
 // `bx bench rendezvous`: cost per rendezvous with and without scoped remote writes.
 void AddBenchRendezvousCommand(CLI::App* bench);
+
+}  // namespace bx::tools

@@ -1,12 +1,12 @@
 // `bx demo`: a small parameter-server cluster in this process (4 shards x 2 replicas, every
 // replica its own rpc::Server), driven by an inference workload (rankers with many outstanding
 // Fetch fan-outs) and a training workload (trainers: fetch, stand-in compute, push), first over
-// rdma:// on the simnic, then over tcp://, and the two side by side (issue 8).
+// rdma:// on the simnic, then over tcp://, and the two side by side.
 //
 // Host CPU per request is the process's CPU time minus the simnic's "hardware" threads (which a
 // real NIC would not charge to the host) and minus the trainers' stand-in compute (the same on
 // both transports; it would only dilute the difference). It covers servers and clients, since
-// both run here. With --busy (issue 47) the stand-in compute is a real matrix multiply and one
+// both run here. With --busy the stand-in compute is a real matrix multiply and one
 // background thread per core runs the same multiply throughout (busy_compute.h); the process CPU
 // clock counts those threads too, so their CPU, read from their own thread CPU clocks, is
 // subtracted as well: host CPU per request stays the demo's own.
@@ -47,6 +47,7 @@
 #include "demo_format.h"
 #include "ps/workload.h"
 #include "ps_reach.h"
+#include "ps_workload.h"
 #include "repeat_limiter.h"
 #include "verbs/rc_count.h"
 #include "verbs/verbs.h"
@@ -137,8 +138,6 @@ void InitProcess() {
 
 }  // namespace
 
-// `--metrics-port`: serves the default registry's /metrics on `address`:`port` (nothing when
-// `port` < 0) and says where on stderr. Also used by ps_command.cc.
 std::unique_ptr<metrics::MetricsServer> StartMetricsEndpoint(int port, const std::string& address) {
   if (port < 0) return nullptr;
   metrics::HttpServerOptions options;
@@ -870,9 +869,6 @@ void RunDemo(const DemoOptions& given) {
 
 }  // namespace
 
-// For `bx ps rank` / `bx ps train` (ps_command.cc): the same workloads against a cluster that
-// runs elsewhere. Declared there rather than in a header of its own, to keep the tree's shared
-// files untouched.
 void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool training,
                    double seconds, int threads, bool json, int metrics_port,
                    int heartbeat_timeout_ms, const std::string& start_file) {

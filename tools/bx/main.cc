@@ -18,12 +18,12 @@ int main(int argc, char** argv) {
 
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (each prints --json on request)");
   bench->require_subcommand(1);
-  AddBenchAllocCommand(bench);
-  AddBenchMsgCommand(bench);
-  AddBenchVerbsCommand(bench);
-  AddBenchScalingCommands(bench);
-  AddBenchRpcCommand(bench);
-  AddBenchRendezvousCommand(bench);
+  bx::tools::AddBenchAllocCommand(bench);
+  bx::tools::AddBenchMsgCommand(bench);
+  bx::tools::AddBenchVerbsCommand(bench);
+  bx::tools::AddBenchScalingCommands(bench);
+  bx::tools::AddBenchRpcCommand(bench);
+  bx::tools::AddBenchRendezvousCommand(bench);
 
   CLI11_PARSE(app, argc, argv);
   return 0;

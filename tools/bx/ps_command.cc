@@ -1,5 +1,5 @@
 // `bx ps serve|rank|train --cluster FILE`: the parameter server's roles as separate processes,
-// so that a cluster can span hosts (issue 8). serve runs one replica of one shard; rank and
+// so that a cluster can span hosts. serve runs one replica of one shard; rank and
 // train run the `bx demo` workloads against the cluster the file describes.
 //
 // Replica 0 of each shard starts as the primary of epoch 1; every other replica runs a
@@ -28,16 +28,10 @@
 #include "bx/ps/server.h"
 #include "commands.h"
 #include "ps_reach.h"
+#include "ps_workload.h"
 #include "repeat_limiter.h"
 
 namespace bx::tools {
-
-// Defined in demo_command.cc.
-void RunPsWorkload(const ps::ClusterSpec& spec, const std::string& scheme, bool training,
-                   double seconds, int threads, bool json, int metrics_port,
-                   int heartbeat_timeout_ms, const std::string& start_file);
-// Also there: `--metrics-port` (nothing when port < 0).
-std::unique_ptr<metrics::MetricsServer> StartMetricsEndpoint(int port, const std::string& address);
 
 namespace {
 

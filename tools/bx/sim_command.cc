@@ -1,4 +1,4 @@
-// `bx sim incast`: the fabric simulation of issue 9 (src/sim/, docs/SIMULATION.md). One run, a
+// `bx sim incast`: the fabric simulation (src/sim/, docs/SIMULATION.md). One run, a
 // comparison (window off / window on / TCP-DCTCP), or a sweep over the window or the switch
 // buffer that writes a CSV and an SVG plot through gnuplot.
 #include <fmt/core.h>
@@ -303,6 +303,17 @@ uint32_t DefaultSimThreads() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+void AddTcpAcksOption(CLI::App* command, bool* with_data) {
+  command
+      ->add_option_function<std::string>(
+          "--tcp-acks",
+          [with_data](const std::string& where) { *with_data = where == "with-data"; },
+          "where switches queue TCP's ACKs: first (the strict-priority control queue) or "
+          "with-data (one FIFO, as in ns-3)")
+      ->check(CLI::IsMember({"first", "with-data"}))
+      ->default_str(*with_data ? "with-data" : "first");
+}
+
 void AddSimThreadsOption(CLI::App* command, uint32_t* threads) {
   command
       ->add_option(
@@ -313,7 +324,7 @@ void AddSimThreadsOption(CLI::App* command, uint32_t* threads) {
 }
 
 void AddSimCommand(CLI::App* app) {
-  CLI::App* simulate = app->add_subcommand("sim", "Discrete-event fabric simulations (issue 9)");
+  CLI::App* simulate = app->add_subcommand("sim", "Discrete-event fabric simulations");
   simulate->require_subcommand(1);
   auto options = std::make_shared<SimOptions>();
   CLI::App* incast = simulate->add_subcommand(
@@ -349,9 +360,7 @@ void AddSimCommand(CLI::App* app) {
   incast->add_flag("--no-dcqcn", options->no_dcqcn, "disable DCQCN at the sender NICs");
   incast->add_flag("--whole-fragments", options->whole_fragments,
                    "keep 64 KiB fragments even when the window is smaller");
-  incast->add_flag("--tcp-acks-with-data", options->tcp_acks_with_data,
-                   "switches queue TCP's ACKs with its data (one FIFO, as in ns-3) instead of in "
-                   "the strict-priority control queue");
+  AddTcpAcksOption(incast, &options->tcp_acks_with_data);
   incast->add_flag("--tcp-cwnd-limited", options->tcp_cwnd_limited,
                    "TCP grows cwnd only while cwnd limits the sender, as Linux does");
   incast

@@ -1,4 +1,4 @@
-// `bx sim validate` (issue 21): runs the incast scenarios of src/sim/validate.h in our simulator
+// `bx sim validate`: runs the incast scenarios of src/sim/validate.h in our simulator
 // and in ns-3 (bx_ns3_incast, tools/ns3_validate/) and prints how well they agree: P50 and P99
 // flow completion time and bottleneck queue occupancy, ours / ns-3. With --check B it fails when
 // a P50 or P99 ratio is off by more than B (the ctest bound).
@@ -23,12 +23,12 @@ struct ValidateOptions {
   std::vector<std::string> scenarios;
   std::string ns3;
   bool json = false;
-  double check = 0;             // 0 = report only
-  double ours_delay_us = -1;    // control: a mismatched link delay on our side only
-  bool ecn_at_enqueue = false;  // ours marks on arrival, as ns-3's RED does
-  bool acks_first = false;      // ours gives TCP's ACKs the control queue's priority
-  bool cwnd_limited = false;    // ours grows cwnd only while it limits the sender (Linux)
-  bool ns3_even_paths = false;  // control: ns-3's flows dealt evenly over the spines
+  double check = 0;                // 0 = report only
+  double ours_delay_us = -1;       // control: a mismatched link delay on our side only
+  bool ecn_at_enqueue = false;     // ours marks on arrival, as ns-3's RED does
+  bool tcp_acks_with_data = true;  // ours queues TCP's ACKs with data, as ns-3 does
+  bool cwnd_limited = false;       // ours grows cwnd only while it limits the sender (Linux)
+  bool ns3_even_paths = false;     // control: ns-3's flows dealt evenly over the spines
 };
 
 // bx_ns3_incast sits next to bx in the build tree (bin/).
@@ -102,7 +102,7 @@ int RunValidate(const ValidateOptions& o) {
     sim::IncastScenario ours_s = s;
     if (o.ours_delay_us >= 0) ours_s.link_delay_ns = sim::TimeNs(o.ours_delay_us * 1000);
     ours_s.ecn_at_enqueue = o.ecn_at_enqueue;
-    ours_s.tcp_acks_with_data = !o.acks_first;
+    ours_s.tcp_acks_with_data = o.tcp_acks_with_data;
     ours_s.tcp_cwnd_limited = o.cwnd_limited;
     sim::IncastResult ours = sim::RunIncastScenario(ours_s);
     sim::IncastResult ns3 = RunNs3(binary, s, o.ns3_even_paths);
@@ -162,7 +162,7 @@ int RunValidate(const ValidateOptions& o) {
     nlohmann::json out{{"ns3", binary}, {"check", o.check}, {"agree", agree}, {"scenarios", rows}};
     if (o.ours_delay_us >= 0) out["ours_link_delay_us"] = o.ours_delay_us;
     out["ours_ecn_at_enqueue"] = o.ecn_at_enqueue;
-    out["ours_acks_first"] = o.acks_first;
+    out["ours_tcp_acks"] = o.tcp_acks_with_data ? "with-data" : "first";
     out["ours_cwnd_limited"] = o.cwnd_limited;
     out["ns3_even_paths"] = o.ns3_even_paths;
     fmt::print("{}\n", out.dump(2));
@@ -180,7 +180,7 @@ int RunValidate(const ValidateOptions& o) {
 void AddSimValidateCommand(CLI::App* simulate) {
   auto options = std::make_shared<ValidateOptions>();
   CLI::App* validate = simulate->add_subcommand(
-      "validate", "Cross-validate the TCP/DCTCP fabric model against ns-3 (issue 21)");
+      "validate", "Cross-validate the TCP/DCTCP fabric model against ns-3");
   validate->add_option("--scenario", options->scenarios, "scenario name (repeatable; default all)");
   validate->add_option("--ns3", options->ns3, "bx_ns3_incast binary (default: next to bx)");
   validate->add_option("--check", options->check,
@@ -189,9 +189,7 @@ void AddSimValidateCommand(CLI::App* simulate) {
                        "control: a different link delay on our side only (should disagree)");
   validate->add_flag("--ecn-at-enqueue", options->ecn_at_enqueue,
                      "ours marks ECN on arrival, where ns-3's RED does (default: at dequeue)");
-  validate->add_flag("--ours-acks-first", options->acks_first,
-                     "ours gives TCP's ACKs the switches' strict-priority control queue, as bx sim "
-                     "incast does (default: they queue with data, as in ns-3)");
+  AddTcpAcksOption(validate, &options->tcp_acks_with_data);  // ours only: ns-3 has one FIFO
   validate->add_flag("--ours-cwnd-limited", options->cwnd_limited,
                      "ours grows cwnd only while cwnd limits the sender, as Linux does (ns-3 "
                      "3.37 does not check)");
