@@ -6,6 +6,9 @@ parameter-server table.
     loss(out).backward()          # pushes their gradients, summed per id, asynchronously
     emb.flush()                   # waits for every push (before evaluating, or at exit)
 
+    bag = bexpress.torch.PsEmbeddingBag(1_000_000, 16, table="item", client=client, mode="sum")
+    pooled = bag(ids, offsets)    # nn.EmbeddingBag's interface: bags pooled by sum, mean or max
+
 The table's optimiser (in the cluster file) applies the pushed gradients on the servers; the
 module itself has no parameters. Under torch.no_grad() nothing is pushed (inference).
 
@@ -14,6 +17,9 @@ What it cannot honour it refuses, rather than do something else:
   CPU memory; the module cannot be moved to another device either: RuntimeError), and
   non-negative (ValueError) unless allow_negative_ids=True, which keys an id by its 64-bit two's
   complement (-1 is key 2^64 - 1). A numpy unsigned array (uint64) passes keys up to 2^64 - 1.
+- padding_idx is an id, not an index from the end (the table has no end): its entries are not
+  fetched, give zeros (PsEmbedding) or are left out of their bag (PsEmbeddingBag), and push no
+  gradient. A negative padding_idx needs allow_negative_ids=True, as a negative id does.
 - state_dict() and load_state_dict() raise NotImplementedError, as do those of a model
   holding a PsEmbedding: the rows are on the servers and are not checkpointed through torch
   (save the model's other submodules' state_dicts instead).
@@ -34,8 +40,17 @@ class PsEmbedding(nn.Module):
     complement instead of refusing it."""
 
     def __init__(self, num_embeddings_hint, dim, table, client, timeout=5.0,
-                 max_pushes_in_flight=4, allow_negative_ids=False):
+                 max_pushes_in_flight=4, allow_negative_ids=False, padding_idx=None):
         super().__init__()
+        if padding_idx is not None:
+            if isinstance(padding_idx, bool) or not isinstance(padding_idx, (int, np.integer)):
+                raise TypeError(f"padding_idx must be an integer id, not {padding_idx!r}")
+            if padding_idx < 0 and not allow_negative_ids:
+                raise ValueError(f"padding_idx {padding_idx} is negative: it is an id, not an "
+                                 "index from the end (the table has none); pass "
+                                 "allow_negative_ids=True to mean the id itself")
+            padding_idx = int(padding_idx)
+        self.padding_idx = padding_idx
         self.num_embeddings_hint = num_embeddings_hint  # informational: the PS rows are unbounded
         self.dim = dim
         self.table = table
@@ -49,6 +64,12 @@ class PsEmbedding(nn.Module):
 
     def forward(self, ids):
         keys, inverse, shape = self._keys(ids)
+        weight = self._weight(keys)
+        return weight.index_select(0, inverse).reshape(*shape, self.dim)
+
+    def _weight(self, keys):
+        """The rows of `keys` (one fetch), pushed their gradient in backward; with a padding_idx,
+        one more row of zeros after them, which the padding entries select."""
         rows = self.client.fetch(self.table, keys, self.timeout)
         self.fetches += 1
         if rows.shape[1] != self.dim:
@@ -56,17 +77,25 @@ class PsEmbedding(nn.Module):
         weight = torch.from_numpy(rows)  # shares the fetched memory: no copy
         if torch.is_grad_enabled():
             weight.requires_grad_(True)
-            # Autograd sums the gradient of each distinct id (index_select's backward) into
-            # weight.grad's rows; the hook pushes them, keyed as fetched.
+            # Autograd sums the gradient of each distinct id (index_select's or embedding_bag's
+            # backward) into weight.grad's rows; the hook pushes them, keyed as fetched.
             weight.register_hook(lambda grad: self._push(keys, grad))
-        return weight.index_select(0, inverse).reshape(*shape, self.dim)
+        if self.padding_idx is not None:
+            weight = torch.cat([weight, weight.new_zeros(1, self.dim)])
+        return weight
 
     def _keys(self, ids):
-        """The batch's distinct keys (uint64), each id's index among them, and the ids' shape."""
+        """The batch's distinct keys (uint64, the padding id left out), each id's index among
+        them (len(keys) for the padding id), and the ids' shape."""
         if isinstance(ids, np.ndarray) and ids.dtype.kind == "u":
             # torch has no uint64 (nor uint16/32): keys above 2^63 stay in numpy.
-            keys, inverse = np.unique(ids.reshape(-1).astype(np.uint64), return_inverse=True)
-            return keys, torch.from_numpy(inverse.astype(np.int64)), ids.shape
+            flat = ids.reshape(-1).astype(np.uint64)
+            pad = (flat == np.uint64(self.padding_idx % 2**64) if self.padding_idx is not None
+                   else np.zeros(flat.shape, bool))
+            keys, inverse = np.unique(flat[~pad], return_inverse=True)
+            full = np.full(flat.shape, len(keys), np.int64)
+            full[~pad] = inverse
+            return keys, torch.from_numpy(full), ids.shape
         ids = torch.as_tensor(ids)
         if ids.device.type != "cpu":
             raise RuntimeError(f"PsEmbedding: ids are on {ids.device}, the rows are fetched into "
@@ -77,8 +106,15 @@ class PsEmbedding(nn.Module):
         if not self.allow_negative_ids and ids.numel() > 0 and ids.min() < 0:
             raise ValueError(f"PsEmbedding: negative id {int(ids.min())}; pass "
                              "allow_negative_ids=True to key it by its 64-bit two's complement")
-        unique, inverse = torch.unique(ids.reshape(-1), sorted=False, return_inverse=True)
-        return unique.numpy().view(np.uint64), inverse, ids.shape
+        flat = ids.reshape(-1)
+        if self.padding_idx is None:
+            unique, inverse = torch.unique(flat, sorted=False, return_inverse=True)
+            return unique.numpy().view(np.uint64), inverse, ids.shape
+        pad = flat == self.padding_idx
+        unique, inverse = torch.unique(flat[~pad], sorted=False, return_inverse=True)
+        full = torch.full_like(flat, len(unique))
+        full[~pad] = inverse
+        return unique.numpy().view(np.uint64), full, ids.shape
 
     def _push(self, keys, grad):
         grads = grad.detach().to(torch.float32).contiguous().numpy()
@@ -122,4 +158,38 @@ class PsEmbedding(nn.Module):
     def extra_repr(self):
         return (f"dim={self.dim}, table={self.table!r}, "
                 f"max_pushes_in_flight={self.max_pushes_in_flight}"
-                + (", allow_negative_ids=True" if self.allow_negative_ids else ""))
+                + (", allow_negative_ids=True" if self.allow_negative_ids else "")
+                + (f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""))
+
+
+class PsEmbeddingBag(PsEmbedding):
+    """nn.EmbeddingBag over a parameter-server table: bags of ids pooled by `mode` ("sum",
+    "mean" or "max"), given as a 1-D input with `offsets` (each bag's start; with
+    include_last_offset, one more: the end) or as a 2-D input (one bag per row, no offsets);
+    `per_sample_weights` scale each id's row (mode "sum" only, as in torch). Output (bags, dim).
+    One fetch of the batch's distinct ids; backward pushes their gradients, summed per id. An
+    empty bag gives zeros. ids, padding_idx and the other arguments: as PsEmbedding."""
+
+    def __init__(self, num_embeddings_hint, dim, table, client, mode="mean", timeout=5.0,
+                 max_pushes_in_flight=4, allow_negative_ids=False, padding_idx=None,
+                 include_last_offset=False):
+        super().__init__(num_embeddings_hint, dim, table, client, timeout, max_pushes_in_flight,
+                         allow_negative_ids, padding_idx)
+        if mode not in ("sum", "mean", "max"):
+            raise ValueError(f"mode must be 'sum', 'mean' or 'max', not {mode!r}")
+        self.mode = mode
+        self.include_last_offset = include_last_offset
+
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        keys, inverse, shape = self._keys(input)
+        weight = self._weight(keys)
+        # torch's own embedding_bag over the fetched rows: the local indices select them, and
+        # the zero row after them (padding_idx) is left out of its bag as nn.EmbeddingBag does.
+        return nn.functional.embedding_bag(
+            inverse.reshape(shape), weight, offsets=offsets, mode=self.mode,
+            per_sample_weights=per_sample_weights, include_last_offset=self.include_last_offset,
+            padding_idx=len(keys) if self.padding_idx is not None else None)
+
+    def extra_repr(self):
+        return (super().extra_repr() + f", mode={self.mode!r}"
+                + (", include_last_offset=True" if self.include_last_offset else ""))

@@ -1,6 +1,7 @@
 """bexpress.torch.PsEmbedding: forward fetches the batch's distinct ids, backward pushes their
 gradients summed per id, no_grad pushes nothing, flush waits, and the fetched rows reach torch
-without a copy; ids it cannot honour (floats, negative, on another device), a move off the CPU
+without a copy; PsEmbeddingBag and padding_idx give nn.EmbeddingBag's and nn.Embedding's outputs and
+gradients on the same rows; ids it cannot honour (floats, negative, on another device), a move off the CPU
 and state_dict are refused with errors that say why; an empty batch, and uint64 ids, work."""
 
 import io
@@ -12,7 +13,7 @@ import torch
 
 import bexpress
 from bexpress.testing import LocalCluster
-from bexpress.torch import PsEmbedding
+from bexpress.torch import PsEmbedding, PsEmbeddingBag
 
 DIM = 3
 TABLES = [{"id": 1, "name": "emb", "kind": "embedding", "dim": DIM,
@@ -95,6 +96,105 @@ class PsEmbeddingTest(unittest.TestCase):
                 losses.append(loss.item())
             self.assertLess(losses[-1], 0.2 * losses[0], losses)
 
+
+
+class MatchesTorchTest(unittest.TestCase):
+    """On the same rows (the table's, copied into the torch module), PsEmbeddingBag's output,
+    the gradients it pushes and those of per_sample_weights equal nn.EmbeddingBag's, for every
+    mode, 1-D input with offsets (an empty bag among them, with and without the last offset) and
+    2-D input, padding_idx and int32 ids; PsEmbedding with padding_idx equals nn.Embedding. The
+    table's SGD at learning rate 1 makes a row's change its pushed gradient."""
+
+    N = 12  # ids base .. base + N - 1; local index 3 is the padding id when there is one
+    PAD = 3
+
+    def setUp(self):
+        self.client = bexpress.PsClient(cluster.path, "tcp")
+        self.addCleanup(self.client.close)
+        self.rng = np.random.default_rng(7)
+        self.next_base = 10_000
+
+    def distinct_rows(self):
+        """A fresh key range whose rows differ (a random push moved each), and its rows."""
+        base, self.next_base = self.next_base, self.next_base + 100
+        keys = np.arange(base, base + self.N, dtype=np.uint64)
+        self.client.push("emb", keys, self.rng.standard_normal((self.N, DIM)).astype(np.float32))
+        return base, keys, self.client.fetch("emb", keys)
+
+    def assert_pushed(self, keys, before, torch_grad):
+        pushed = torch.from_numpy(before - self.client.fetch("emb", keys))
+        torch.testing.assert_close(pushed, torch_grad, atol=1e-5, rtol=1e-5)
+
+    def test_embedding_bag_matches_torch(self):
+        index = torch.tensor([0, 3, 5, 7, 3, 3, 11, 2, 5, 9])
+        cases = []
+        for mode in ("sum", "mean", "max"):
+            for pad in (False, True):
+                cases.append(dict(mode=mode, pad=pad, offsets=[0, 3, 3, 7], last=False))
+                cases.append(dict(mode=mode, pad=pad, offsets=[0, 3, 3, 7, 10], last=True))
+                cases.append(dict(mode=mode, pad=pad, offsets=None, last=False))  # 2-D
+        cases.append(dict(mode="sum", pad=False, offsets=[0, 4, 6], last=False, weights=True))
+        cases.append(dict(mode="sum", pad=True, offsets=None, last=False, weights=True))
+        for case in cases:
+            with self.subTest(**case):
+                base, keys, before = self.distinct_rows()
+                weights = case.get("weights", False)
+                reference = torch.nn.EmbeddingBag(
+                    self.N, DIM, mode=case["mode"], include_last_offset=case["last"],
+                    padding_idx=self.PAD if case["pad"] else None)
+                with torch.no_grad():
+                    reference.weight.copy_(torch.from_numpy(before))
+                bag = PsEmbeddingBag(1000, DIM, table="emb", client=self.client,
+                                     mode=case["mode"], include_last_offset=case["last"],
+                                     padding_idx=base + self.PAD if case["pad"] else None,
+                                     max_pushes_in_flight=0)
+                local = index if case["offsets"] is not None else index.reshape(2, 5)
+                offsets = (torch.tensor(case["offsets"]) if case["offsets"] is not None
+                           else None)
+                psw = [torch.linspace(0.5, 2.0, local.numel()).reshape(local.shape)
+                       .requires_grad_(True) for _ in range(2)] if weights else [None, None]
+                ids = (local + base).to(torch.int32 if case["pad"] else torch.int64)
+                want = reference(local, offsets, per_sample_weights=psw[0])
+                got = bag(ids, offsets, per_sample_weights=psw[1])
+                torch.testing.assert_close(got, want)
+                scale = torch.randn(want.shape, generator=torch.Generator().manual_seed(1))
+                (want * scale).sum().backward()
+                (got * scale).sum().backward()
+                self.assert_pushed(keys, before, reference.weight.grad)
+                if weights:
+                    torch.testing.assert_close(psw[1].grad, psw[0].grad)
+                self.assertEqual((bag.fetches, bag.pushes), (1, 1))
+
+    def test_embedding_with_padding_idx_matches_torch(self):
+        base, keys, before = self.distinct_rows()
+        reference = torch.nn.Embedding(self.N, DIM, padding_idx=self.PAD)
+        with torch.no_grad():
+            reference.weight.copy_(torch.from_numpy(before))
+            reference.weight[self.PAD] = 0  # nn.Embedding's padding row starts at zero
+        emb = PsEmbedding(1000, DIM, table="emb", client=self.client, padding_idx=base + self.PAD,
+                          max_pushes_in_flight=0)
+        local = torch.tensor([[3, 1, 3], [4, 3, 1]])
+        want, got = reference(local), emb(local.to(torch.int32) + base)
+        torch.testing.assert_close(got, want)
+        self.assertTrue(bool((got[0, 0] == 0).all()))
+        (want * 2).sum().backward()
+        (got * 2).sum().backward()
+        # The padding id's row on the server is unchanged: its torch gradient is zero.
+        self.assert_pushed(keys, before, reference.weight.grad)
+
+    def test_bags_refuse_what_torch_refuses_and_bad_arguments(self):
+        with self.assertRaisesRegex(ValueError, "mode must be"):
+            PsEmbeddingBag(10, DIM, table="emb", client=self.client, mode="median")
+        with self.assertRaisesRegex(ValueError, "padding_idx -1 is negative.*an id"):
+            PsEmbeddingBag(10, DIM, table="emb", client=self.client, padding_idx=-1)
+        with self.assertRaisesRegex(TypeError, "padding_idx must be an integer"):
+            PsEmbedding(10, DIM, table="emb", client=self.client, padding_idx=1.0)
+        bag = PsEmbeddingBag(10, DIM, table="emb", client=self.client, mode="mean")
+        with self.assertRaisesRegex((ValueError, RuntimeError), "per_sample_weights"):
+            bag(torch.tensor([1, 2]), torch.tensor([0]),
+                per_sample_weights=torch.ones(2))  # torch allows them with mode "sum" only
+        with self.assertRaisesRegex(TypeError, "must be integers"):
+            bag(torch.tensor([1.5]), torch.tensor([0]))
 
 
 class PsEmbeddingRefusesWhatItCannotHonourTest(unittest.TestCase):
