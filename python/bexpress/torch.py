@@ -8,6 +8,7 @@ parameter-server table.
 
     bag = bexpress.torch.PsEmbeddingBag(1_000_000, 16, table="item", client=client, mode="sum")
     pooled = bag(ids, offsets)    # nn.EmbeddingBag's interface: bags pooled by sum, mean or max
+    emb.prefetch(next_ids)        # the next batch's fetch overlaps this batch's compute
 
 The table's optimiser (in the cluster file) applies the pushed gradients on the servers; the
 module itself has no parameters. Under torch.no_grad() nothing is pushed (inference).
@@ -59,19 +60,41 @@ class PsEmbedding(nn.Module):
         self.max_pushes_in_flight = max_pushes_in_flight
         self.allow_negative_ids = allow_negative_ids
         self._in_flight = collections.deque()
+        self._prefetched = None  # (keys, inverse, future) of prefetch()
         self.fetches = 0
         self.pushes = 0
+        self.prefetch_hits = 0
+        self.prefetch_misses = 0
 
     def forward(self, ids):
         keys, inverse, shape = self._keys(ids)
         weight = self._weight(keys)
         return weight.index_select(0, inverse).reshape(*shape, self.dim)
 
-    def _weight(self, keys):
-        """The rows of `keys` (one fetch), pushed their gradient in backward; with a padding_idx,
-        one more row of zeros after them, which the padding entries select."""
-        rows = self.client.fetch(self.table, keys, self.timeout)
+    def prefetch(self, ids):
+        """Starts the fetch of `ids`' rows now (the next batch's, while this one computes); the
+        forward given the same ids then takes them without waiting for a round trip. The rows
+        are read when the fetch runs, so a push still in flight (this batch's) may not be in
+        them: one step of staleness, as in pipelined PS training. One prefetch is held; a
+        forward with other ids fetches anew and drops it (prefetch_misses). A fetch the client
+        refuses at once (an unknown table) raises here; one that fails later raises in the
+        forward that uses it."""
+        keys, _, _ = self._keys(ids)
+        self._prefetched = (keys, self.client.fetch_async(self.table, keys, self.timeout))
         self.fetches += 1
+
+    def _weight(self, keys):
+        """The rows of `keys` (one fetch, or the prefetch of the same keys), pushed their gradient
+        in backward; with a padding_idx, one more row of zeros after them, which the padding
+        entries select."""
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None and np.array_equal(prefetched[0], keys):
+            rows = prefetched[1].result()
+            self.prefetch_hits += 1
+        else:
+            self.prefetch_misses += prefetched is not None
+            rows = self.client.fetch(self.table, keys, self.timeout)
+            self.fetches += 1
         if rows.shape[1] != self.dim:
             raise ValueError(f"table {self.table!r} has dim {rows.shape[1]}, not {self.dim}")
         weight = torch.from_numpy(rows)  # shares the fetched memory: no copy

@@ -98,6 +98,45 @@ class PsEmbeddingTest(unittest.TestCase):
 
 
 
+class PrefetchTest(unittest.TestCase):
+    """prefetch(ids) fetches ahead: the forward with the same ids uses those rows (no second
+    fetch), one with other ids fetches anew; gradients still reach the rows' keys."""
+
+    def test_a_forward_takes_the_prefetched_rows(self):
+        with bexpress.PsClient(cluster.path, "rdma") as client:
+            for bag in (False, True):
+                with self.subTest(bag=bag):
+                    base = 20_000 + 100 * bag
+                    emb = (PsEmbeddingBag(100, DIM, table="emb", client=client, mode="sum",
+                                          max_pushes_in_flight=0) if bag else
+                           PsEmbedding(100, DIM, table="emb", client=client,
+                                       max_pushes_in_flight=0))
+                    ids = torch.tensor([[base, base + 1], [base + 1, base + 2]])
+                    emb.prefetch(ids)
+                    calls = client.stats()["calls"]
+                    out = emb(ids)
+                    self.assertEqual(client.stats()["calls"], calls, "no fetch in the forward")
+                    self.assertEqual((emb.fetches, emb.prefetch_hits), (1, 1))
+                    out.sum().backward()  # d/d row = 1 per occurrence: base+1 twice
+                    rows = client.fetch("emb", np.array([base, base + 1, base + 2], np.uint64))
+                    np.testing.assert_allclose(rows[:, 0], [-0.5, -1.5, -0.5])
+
+                    emb.prefetch(ids + 50)  # not what the next forward asks for
+                    with torch.no_grad():
+                        again = emb(ids)
+                    self.assertEqual((emb.fetches, emb.prefetch_misses), (3, 1))
+                    torch.testing.assert_close(again[..., 0] if not bag else again[:, 0],
+                                               torch.tensor([[-0.5, -1.5], [-1.5, -0.5]])
+                                               if not bag else torch.tensor([-2.0, -2.0]))
+
+    def test_a_prefetch_the_client_refuses_raises_at_once(self):
+        with bexpress.PsClient(cluster.path, "tcp") as client:
+            emb = PsEmbedding(100, DIM, table="no-such-table", client=client)
+            with self.assertRaises(bexpress.NotFound):
+                emb.prefetch(torch.tensor([1]))
+            self.assertEqual(emb.fetches, 0)
+
+
 class MatchesTorchTest(unittest.TestCase):
     """On the same rows (the table's, copied into the torch module), PsEmbeddingBag's output,
     the gradients it pushes and those of per_sample_weights equal nn.EmbeddingBag's, for every
