@@ -40,6 +40,8 @@ class PsEmbedding(nn.Module):
     flush() that waits for it. `allow_negative_ids`: key a negative id by its 64-bit two's
     complement instead of refusing it."""
 
+    MAX_PREFETCHES = 4
+
     def __init__(self, num_embeddings_hint, dim, table, client, timeout=5.0,
                  max_pushes_in_flight=4, allow_negative_ids=False, padding_idx=None):
         super().__init__()
@@ -60,7 +62,7 @@ class PsEmbedding(nn.Module):
         self.max_pushes_in_flight = max_pushes_in_flight
         self.allow_negative_ids = allow_negative_ids
         self._in_flight = collections.deque()
-        self._prefetched = None  # (keys, inverse, future) of prefetch()
+        self._prefetched = collections.deque()  # (keys, future) of prefetch(), oldest first
         self.fetches = 0
         self.pushes = 0
         self.prefetch_hits = 0
@@ -75,24 +77,31 @@ class PsEmbedding(nn.Module):
         """Starts the fetch of `ids`' rows now (the next batch's, while this one computes); the
         forward given the same ids then takes them without waiting for a round trip. The rows
         are read when the fetch runs, so a push still in flight (this batch's) may not be in
-        them: one step of staleness, as in pipelined PS training. One prefetch is held; a
-        forward with other ids fetches anew and drops it (prefetch_misses). A fetch the client
+        them: one step of staleness, as in pipelined PS training. A forward takes the prefetch of
+        its ids and drops those issued before it (prefetch_misses); at most
+        MAX_PREFETCHES are held (the oldest is dropped). A fetch the client
         refuses at once (an unknown table) raises here; one that fails later raises in the
         forward that uses it."""
         keys, _, _ = self._keys(ids)
-        self._prefetched = (keys, self.client.fetch_async(self.table, keys, self.timeout))
+        self._prefetched.append((keys, self.client.fetch_async(self.table, keys, self.timeout)))
         self.fetches += 1
+        if len(self._prefetched) > self.MAX_PREFETCHES:
+            self._prefetched.popleft()
+            self.prefetch_misses += 1
 
     def _weight(self, keys):
         """The rows of `keys` (one fetch, or the prefetch of the same keys), pushed their gradient
         in backward; with a padding_idx, one more row of zeros after them, which the padding
         entries select."""
-        prefetched, self._prefetched = self._prefetched, None
-        if prefetched is not None and np.array_equal(prefetched[0], keys):
-            rows = prefetched[1].result()
+        match = next((i for i, (held, _) in enumerate(self._prefetched)
+                      if np.array_equal(held, keys)), None)
+        if match is not None:
+            for _ in range(match):  # issued before this one and not asked for
+                self._prefetched.popleft()
+                self.prefetch_misses += 1
+            rows = self._prefetched.popleft()[1].result()
             self.prefetch_hits += 1
         else:
-            self.prefetch_misses += prefetched is not None
             rows = self.client.fetch(self.table, keys, self.timeout)
             self.fetches += 1
         if rows.shape[1] != self.dim:

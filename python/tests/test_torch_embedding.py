@@ -121,10 +121,16 @@ class PrefetchTest(unittest.TestCase):
                     rows = client.fetch("emb", np.array([base, base + 1, base + 2], np.uint64))
                     np.testing.assert_allclose(rows[:, 0], [-0.5, -1.5, -0.5])
 
-                    emb.prefetch(ids + 50)  # not what the next forward asks for
+                    # Prefetches for two batches ahead, then a forward of other ids: it fetches
+                    # anew and leaves them; the forward of the second drops the first (a miss).
+                    emb.prefetch(ids + 50)
+                    emb.prefetch(ids + 60)
                     with torch.no_grad():
                         again = emb(ids)
-                    self.assertEqual((emb.fetches, emb.prefetch_misses), (3, 1))
+                        self.assertEqual((emb.fetches, emb.prefetch_misses), (4, 0))
+                        emb(ids + 60)
+                    self.assertEqual((emb.fetches, emb.prefetch_hits, emb.prefetch_misses),
+                                     (4, 2, 1))
                     torch.testing.assert_close(again[..., 0] if not bag else again[:, 0],
                                                torch.tensor([[-0.5, -1.5], [-1.5, -0.5]])
                                                if not bag else torch.tensor([-2.0, -2.0]))
