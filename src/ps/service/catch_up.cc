@@ -323,7 +323,7 @@ void LeasedFailoverCore::CatchUp(const VersionedConfig& current) {
     const ShardReplica::Position position = server_->replica().position();
     const ShardReplica::Role role = server_->replica().role();
     if (role == ShardReplica::Role::kFenced) {
-      Log("attached, but out of service since: catching up again");
+      Log("attached, then taken out of service: catching up again");
     } else {
       if (position != attached_position_ && role == ShardReplica::Role::kBackup) {
         attached_position_ = position;
