@@ -660,6 +660,8 @@ void ShardReplica::HandleForward(ForwardedPush forwarded, ForwardDone done) {
       refused = InvalidArgument("forward from epoch " + std::to_string(forwarded.epoch) +
                                 ", above the limit " + std::to_string(kMaxEpoch));
     }
+    // Before the role checks: a primary fences itself on a forward from a newer epoch.
+    if (refused.ok()) refused = CheckEpochCommittedLocked(forwarded.epoch);
     if (refused.ok()) {
       std::lock_guard lock(mu_);
       if (role_ == Role::kFenced) {
@@ -736,6 +738,27 @@ void ShardReplica::HandleForward(ForwardedPush forwarded, ForwardDone done) {
 void ShardReplica::RefuseEpochsBelow(uint64_t epoch) {
   OrderSection order(order_mu_, this);
   min_forward_epoch_ = std::max(min_forward_epoch_, epoch);
+  committed_epoch_ = std::max(committed_epoch_, epoch);  // read from the store's configuration
+}
+
+void ShardReplica::SetEpochCheck(EpochCommitted check) {
+  OrderSection order(order_mu_, this);
+  epoch_check_ = std::move(check);
+}
+
+Status ShardReplica::CheckEpochCommittedLocked(uint64_t epoch) {
+  if (!epoch_check_ || epoch <= state_->epoch || epoch <= committed_epoch_) return Status::Ok();
+  Result<bool> committed = epoch_check_(epoch);
+  if (!committed.ok()) {
+    return Unavailable("cannot confirm epoch " + std::to_string(epoch) +
+                       " with the configuration store: " + committed.status().ToString());
+  }
+  if (!*committed) {
+    return InvalidArgument("forward from epoch " + std::to_string(epoch) +
+                           ", which the configuration store has not committed for this shard");
+  }
+  committed_epoch_ = epoch;
+  return Status::Ok();
 }
 
 void ShardReplica::ApplyForwardLocked(ForwardedPush&& forwarded, Status* result) {

@@ -188,6 +188,15 @@ class ShardReplica {
   // now on, even before the new primary's first forward arrives (a deposed primary may still
   // be sending). Never lowers the bar.
   void RefuseEpochsBelow(uint64_t epoch);
+  // Whether the configuration store has committed `epoch` for this shard (its configuration is
+  // at `epoch` or later); an error when the store cannot say. With a check set, a forward from
+  // an epoch newer than this replica's is refused unless the store committed it: a forward
+  // from an epoch nobody committed (a stale or buggy replica, or one holding the replica secret
+  // and forging) fenced the real primary and stalled its shard. Without one (the lease-less
+  // control) any epoch up to kMaxEpoch is taken on trust. Set by the failover monitor; null
+  // clears it (the check must not outlive what it reads).
+  using EpochCommitted = std::function<Result<bool>(uint64_t epoch)>;
+  void SetEpochCheck(EpochCommitted check);
 
   // ---- Catch-up (docs/PS.md "Catch-up") ----
   // Primary with a valid lease: a snapshot of this replica for `joiner` (an id of the caller's
@@ -252,6 +261,9 @@ class ShardReplica {
   // All below: order_mu_ held.
   void ForwardLocked(const PushRequest& push, uint64_t lsn);
   // Both take the push into the log (moved, not copied: pushes are up to 64 MiB).
+  // OK when `epoch` needs no check (no newer than this replica's or than one the store was
+  // seen to commit) or the store has committed it. order_mu_ held.
+  Status CheckEpochCommittedLocked(uint64_t epoch);
   void ApplyForwardLocked(ForwardedPush&& forwarded, Status* result);
   void AppendLogLocked(PushRequest&& push);
   // InvalidArgument for a new session whose generation is implausibly far ahead.
@@ -322,6 +334,8 @@ class ShardReplica {
   std::deque<LogEntry> log_;
   uint64_t log_appended_ = 0;       // keys and gradients ever appended to log_
   uint64_t min_forward_epoch_ = 0;  // RefuseEpochsBelow
+  EpochCommitted epoch_check_;      // SetEpochCheck; order_mu_
+  uint64_t committed_epoch_ = 0;    // the highest epoch the store was seen to commit; order_mu_
   // Backup: forwards of the current epoch that arrived ahead of a gap, by lsn.
   std::map<uint64_t, std::pair<ForwardedPush, std::vector<ForwardDone>>> reordered_;
   // Primary: position of each joiner's snapshot, whose log suffix is kept for its attach.

@@ -75,9 +75,17 @@ LeasedFailoverCore::LeasedFailoverCore(PsServerCore* server, FailoverOptions opt
     server_->replica().LeaseConfirmed();
   };
   coordinator_ = std::make_unique<ShardCoordinator>(store_.get(), std::move(co));
+  // Forwards from an epoch this replica has not seen are taken only once the store shows it
+  // committed (the configuration's epoch is read; it only grows).
+  server_->replica().SetEpochCheck([coordinator = coordinator_.get()](uint64_t epoch) {
+    Result<std::optional<VersionedConfig>> read = coordinator->Read();
+    if (!read.ok()) return Result<bool>(read.status());
+    return Result<bool>(read->has_value() && (*read)->config.epoch >= epoch);
+  });
 }
 
 LeasedFailoverCore::~LeasedFailoverCore() {
+  server_->replica().SetEpochCheck(nullptr);  // it reads coordinator_
   CloseJoinDesk();
   std::vector<Change> pending;
   {

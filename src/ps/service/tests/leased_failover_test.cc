@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <future>
 #include <thread>
 
 #include "ps/coord/kv_store.h"
@@ -405,6 +406,64 @@ TEST_P(LeasedFailoverTest, LargePushesKeepTheirBackupsAndSurviveThePrimary) {
     float first;
     std::memcpy(&first, row.data(), sizeof first);
     EXPECT_EQ(first, -3.0f) << "key " << key;
+  }
+}
+
+// Epochs from the store only: forwards from epochs the store never committed (the next one,
+// and the highest accepted), sent straight to a backup while a trainer pushes, are refused; the
+// backup keeps its epoch, the primary stays primary and acknowledges every push, and the
+// replicas agree. Before, the backup moved to the forged epoch and the real primary, fenced by
+// its next forward, left its shard refusing pushes.
+TEST_P(LeasedFailoverTest, AForwardFromAnEpochTheStoreNeverCommittedIsRefused) {
+  Cluster& cluster = cluster_;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 3, {}, /*promote=*/false));
+  ASSERT_NO_FATAL_FAILURE(StartMonitors(cluster, 3));
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 5, 3));
+  std::atomic<bool> stop{false};
+  std::atomic<int> acked{0};
+  std::thread trainer([&] {
+    const std::vector<float> ones(kDim, 1.0f);
+    const uint64_t key = 6;
+    while (!stop) {
+      Status s = client->Push(kTable, kDim, {&key, 1}, ones, 30s);
+      if (!s.ok()) {
+        ADD_FAILURE() << "push: " << s.ToString();
+        return;
+      }
+      ++acked;
+    }
+  });
+  PsServer& backup = *cluster.servers[0][1];
+  rpc::ClientOptions forger_options;
+  forger_options.log = [](std::string_view) {};
+  auto forger = rpc::Client::Create({backup.address()}, forger_options);
+  ASSERT_TRUE(forger.ok());
+  RpcBackupLink link(std::shared_ptr<rpc::Client>(std::move(forger).value()), 5s, 0);
+  PushRequest forged;
+  forged.id = PushId{99, 1};
+  forged.table_id = kTable;
+  forged.dim = kDim;
+  forged.keys = {9};
+  forged.gradients.assign(kDim, 1.0f);
+  for (uint64_t epoch : {uint64_t{2}, ShardReplica::kMaxEpoch}) {
+    std::promise<Status> answer;
+    link.Forward(epoch, /*lsn=*/1, forged, [&](Status s) { answer.set_value(std::move(s)); });
+    const Status refused = answer.get_future().get();
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << epoch << ": " << refused.ToString();
+  }
+  EXPECT_EQ(PsInternals::Core(backup).replica().position().epoch, 1u) << "the backup moved";
+  ASSERT_TRUE(WaitFor([&] { return acked.load() >= 50; }, kWaitLimit));
+  stop = true;
+  trainer.join();
+  ShardReplica& primary = PsInternals::Core(*cluster.servers[0][0]).replica();
+  EXPECT_EQ(primary.role(), ShardReplica::Role::kPrimary) << logs_[0].Dump();
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 6, 1));  // durable on both backups once acked
+  for (size_t r : {1, 2}) {
+    EXPECT_EQ(FirstValue(*cluster.servers[0][r], 6), FirstValue(*cluster.servers[0][0], 6));
+    EXPECT_EQ(FirstValue(*cluster.servers[0][r], 9), FirstValue(*cluster.servers[0][0], 9))
+        << "the forged push was applied on replica " << r;
   }
 }
 
