@@ -100,6 +100,11 @@ struct BX_EXPORT Options {
   long dirty_decay_ms = -1;
   // jemalloc arenas over the pool; threads are spread over them. 0: one per CPU.
   size_t arenas = 0;
+  // The most bytes the pool keeps registered (pinned) at once; 0: no budget. An allocation that
+  // would need a new region beyond it fails at once (Allocate returns nullptr, LastGrowthError
+  // names the budget; Buffer::Allocate returns that ResourceExhausted), after empty regions
+  // were released to make room. Memory freed back to the pool is allocated again within it.
+  size_t max_registered_bytes = 0;
 };
 
 struct BX_EXPORT Counters {
@@ -109,6 +114,7 @@ struct BX_EXPORT Counters {
   uint64_t registrations = 0;       // Register calls that succeeded, since Init
   uint64_t deregistrations = 0;     // regions deregistered, since Init
   uint64_t registration_failures = 0;
+  uint64_t budget_refusals = 0;  // regions not registered: Options::max_registered_bytes
 };
 
 // Creates the pool. Call once per process, before any other function here; the registrar lives
@@ -133,6 +139,9 @@ BX_EXPORT uint32_t Lkey(const void* p);
 BX_EXPORT uint32_t Rkey(const void* p);
 
 BX_EXPORT Counters GetCounters();
+// Why the pool last failed to supply jemalloc (the budget, mmap, registration); OK once it
+// succeeds again, or when it never failed. Process-wide: under concurrent failures, one of them.
+BX_EXPORT Status LastGrowthError();
 // Flushes the calling thread's cache, hands all of jemalloc's unused memory back to the pool and
 // deregisters every empty region. Other threads' caches are not touched.
 BX_EXPORT void Trim();

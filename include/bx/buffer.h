@@ -20,12 +20,17 @@ class BX_EXPORT Buffer {
  public:
   Buffer() = default;
   // Allocates `size` bytes from bemalloc (size() == size, capacity() >= size). FailedPrecondition
-  // before bx::Init, ResourceExhausted when the pool cannot grow.
+  // before bx::Init, ResourceExhausted when the pool cannot grow (saying why, e.g. the budget).
   static Result<Buffer> Allocate(size_t size) {
     void* p = bemalloc::Allocate(size);
     if (p == nullptr) {
       if (!bemalloc::IsInitialized()) {
         return FailedPrecondition("bemalloc is not initialised: call bx::Init first");
+      }
+      const Status why = bemalloc::LastGrowthError();
+      if (!why.ok()) {
+        return ResourceExhausted(why.message() + " (allocating " + std::to_string(size) +
+                                 " bytes)");
       }
       return ResourceExhausted("bemalloc: cannot allocate " + std::to_string(size) + " bytes");
     }

@@ -48,8 +48,8 @@ Status Init(std::unique_ptr<Registrar> registrar, const Options& options) {
   }
   if (registrar == nullptr) return InvalidArgument("bemalloc::Init: no registrar");
   // Deliberately leaked: see g_pool.
-  auto* pool =
-      new RegionPool(std::move(registrar), options.min_region_bytes, options.keep_empty_bytes);
+  auto* pool = new RegionPool(std::move(registrar), options.min_region_bytes,
+                              options.keep_empty_bytes, options.max_registered_bytes);
   // One arena per CPU, as jemalloc has several automatic arenas: with a single arena every
   // thread would contend for the same bin locks when its cache fills or empties. They share the
   // pool, so registered memory one arena releases another can take.
@@ -109,6 +109,11 @@ uint32_t Rkey(const void* p) {
 Counters GetCounters() {
   RegionPool* pool = g_pool.load(std::memory_order_acquire);
   return pool == nullptr ? Counters{} : pool->counters();
+}
+
+Status LastGrowthError() {
+  RegionPool* pool = g_pool.load(std::memory_order_acquire);
+  return pool == nullptr ? Status::Ok() : pool->last_error();
 }
 
 void Trim() {

@@ -16,10 +16,11 @@ uintptr_t AlignUp(uintptr_t value, size_t alignment) {
 }  // namespace
 
 RegionPool::RegionPool(std::unique_ptr<Registrar> registrar, size_t min_region_bytes,
-                       size_t keep_empty_bytes)
+                       size_t keep_empty_bytes, size_t max_registered_bytes)
     : registrar_(std::move(registrar)),
       min_region_bytes_(min_region_bytes),
-      keep_empty_bytes_(keep_empty_bytes) {}
+      keep_empty_bytes_(keep_empty_bytes),
+      max_registered_bytes_(max_registered_bytes) {}
 
 void* RegionPool::Take(size_t size, size_t alignment, bool* zeroed) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0 || size == 0) return nullptr;
@@ -30,7 +31,10 @@ void* RegionPool::Take(size_t size, size_t alignment, bool* zeroed) {
   for (bool want_empty : {false, true}) {
     for (auto& [base, region] : regions_) {
       if (region->empty() != want_empty || region->free_bytes < size) continue;
-      if (void* p = TakeFrom(*region, size, alignment)) return p;
+      if (void* p = TakeFrom(*region, size, alignment)) {
+        last_error_ = Status::Ok();
+        return p;
+      }
     }
   }
   Region* region = MapAndRegister(size, alignment);
@@ -110,6 +114,23 @@ RegionPool::Region* RegionPool::MapAndRegister(size_t size, size_t alignment) {
   size_t length = AlignUp(size > min_region_bytes_ ? size : min_region_bytes_, kSlotBytes);
   size_t map_alignment = alignment > kSlotBytes ? alignment : kSlotBytes;
   if (length < size || length + map_alignment < length) return nullptr;
+  if (max_registered_bytes_ != 0) {
+    // Within the budget: empty regions too small for this request go first, then a region
+    // that would still cross it is refused at once (the caller gets an error, never a wait).
+    if (registered_bytes_.load(std::memory_order_relaxed) + length > max_registered_bytes_) {
+      ReleaseEmptyLocked(0);
+    }
+    const uint64_t registered = registered_bytes_.load(std::memory_order_relaxed);
+    if (registered + length > max_registered_bytes_) {
+      budget_refusals_.fetch_add(1, std::memory_order_relaxed);
+      last_error_ = ResourceExhausted(
+          "bemalloc: the registered-memory budget (Options::max_registered_bytes, " +
+          std::to_string(max_registered_bytes_) +
+          " bytes) is reached: " + std::to_string(registered) + " registered, a region of " +
+          std::to_string(length) + " more needed; free buffers or raise the budget");
+      return nullptr;
+    }
+  }
   // Over-map by the alignment and trim both ends, so the region starts on a 2 MiB boundary and
   // owns whole table slots.
   size_t mapped = length + map_alignment;
@@ -147,6 +168,7 @@ RegionPool::Region* RegionPool::MapAndRegister(size_t size, size_t alignment) {
   }
   registrations_.fetch_add(1, std::memory_order_relaxed);
   registered_bytes_.fetch_add(length, std::memory_order_relaxed);
+  last_error_ = Status::Ok();
   region_count_.fetch_add(1, std::memory_order_relaxed);
   SetEmptyBytes(empty_bytes_ + length);
   Region* raw_region = region.get();
@@ -178,6 +200,7 @@ Counters RegionPool::counters() const {
   c.registrations = registrations_.load(std::memory_order_relaxed);
   c.deregistrations = deregistrations_.load(std::memory_order_relaxed);
   c.registration_failures = registration_failures_.load(std::memory_order_relaxed);
+  c.budget_refusals = budget_refusals_.load(std::memory_order_relaxed);
   return c;
 }
 

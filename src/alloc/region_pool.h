@@ -25,8 +25,9 @@ namespace bx::bemalloc::internal {
 
 class RegionPool {
  public:
-  RegionPool(std::unique_ptr<Registrar> registrar, size_t min_region_bytes,
-             size_t keep_empty_bytes);
+  // max_registered_bytes: the budget (0: none); see Options::max_registered_bytes.
+  RegionPool(std::unique_ptr<Registrar> registrar, size_t min_region_bytes, size_t keep_empty_bytes,
+             size_t max_registered_bytes = 0);
   RegionPool(const RegionPool&) = delete;
   RegionPool& operator=(const RegionPool&) = delete;
 
@@ -40,6 +41,7 @@ class RegionPool {
 
   const MemoryRegion* Find(const void* p) const { return table_.Find(p); }
   Counters counters() const;
+  // Why the last Take failed (OK once a Take succeeds again).
   Status last_error() const;
 
  private:
@@ -60,6 +62,7 @@ class RegionPool {
   const std::unique_ptr<Registrar> registrar_;
   const size_t min_region_bytes_;
   const size_t keep_empty_bytes_;
+  const size_t max_registered_bytes_;
   RegionTable table_;
 
   mutable std::mutex mu_;
@@ -73,6 +76,7 @@ class RegionPool {
   std::atomic<uint64_t> registrations_{0};
   std::atomic<uint64_t> deregistrations_{0};
   std::atomic<uint64_t> registration_failures_{0};
+  std::atomic<uint64_t> budget_refusals_{0};
 };
 
 }  // namespace bx::bemalloc::internal

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <vector>
 
 #include "alloc/tests/fake_registrar.h"
 
@@ -105,6 +106,56 @@ TEST_F(RegionPoolKeepTest, KeepsEmptyRegionsUpToTheBudget) {
 
   pool_->ReleaseEmpty(0);
   EXPECT_EQ(pool_->counters().regions, 1u);  // not empty any more
+}
+
+}  // namespace
+}  // namespace bx::bemalloc::internal
+
+namespace bx::bemalloc::internal {
+namespace {
+
+// The registered-memory budget: held ranges fill it, the next region is refused at once with
+// an error that names the budget, and memory given back is taken again within it; empty
+// regions kept for reuse are released to make room for a region of another size.
+TEST(RegionPoolBudgetTest, ARegionBeyondTheBudgetIsRefusedAndFreedMemoryIsTakenAgain) {
+  auto registrar = std::make_unique<FakeRegistrar>();
+  RegionPool pool(std::move(registrar), kSlotBytes, /*keep_empty_bytes=*/64 * kMiB,
+                  /*max_registered_bytes=*/8 * kMiB);
+  bool zeroed = false;
+  std::vector<void*> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(pool.Take(2 * kMiB, 4096, &zeroed));
+    ASSERT_NE(held.back(), nullptr) << i;
+  }
+  EXPECT_EQ(pool.Take(2 * kMiB, 4096, &zeroed), nullptr);
+  EXPECT_EQ(pool.last_error().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(pool.last_error().message().find("budget"), std::string::npos)
+      << pool.last_error().ToString();
+  EXPECT_EQ(pool.counters().budget_refusals, 1u);
+  EXPECT_EQ(pool.counters().registered_bytes, 8 * kMiB);
+
+  pool.Give(held.back(), 2 * kMiB);  // its region is empty now, kept for reuse
+  held.pop_back();
+  void* again = pool.Take(2 * kMiB, 4096, &zeroed);
+  EXPECT_NE(again, nullptr) << "memory given back is taken again within the budget";
+  EXPECT_TRUE(pool.last_error().ok());
+
+  // Two empty 2 MiB regions do not hold a 4 MiB request: they are released for a new region.
+  pool.Give(again, 2 * kMiB);
+  pool.Give(held.back(), 2 * kMiB);
+  held.pop_back();
+  EXPECT_EQ(pool.counters().empty_region_bytes, 4 * kMiB);
+  void* big = pool.Take(4 * kMiB, 4096, &zeroed);
+  ASSERT_NE(big, nullptr) << pool.last_error().ToString();
+  EXPECT_EQ(pool.counters().registered_bytes, 8 * kMiB);
+  EXPECT_EQ(pool.counters().budget_refusals, 1u);
+}
+
+TEST(RegionPoolBudgetTest, NoBudgetByDefault) {
+  RegionPool pool(std::make_unique<FakeRegistrar>(), kSlotBytes, 0);
+  bool zeroed = false;
+  for (int i = 0; i < 16; ++i) ASSERT_NE(pool.Take(2 * kMiB, 4096, &zeroed), nullptr) << i;
+  EXPECT_EQ(pool.counters().budget_refusals, 0u);
 }
 
 }  // namespace
