@@ -18,6 +18,34 @@ namespace {
 using namespace std::chrono_literals;
 using rpc::testing::WaitFor;
 
+// A trainer thread pushing ones to `key`, one push at a time, until Stop (or destruction); a
+// push that fails is a test failure. acked: the pushes acknowledged so far.
+class OnesTrainer {
+ public:
+  OnesTrainer(PsClient& client, uint64_t key)
+      : thread_([this, &client, key] {
+          const std::vector<float> ones(kDim, 1.0f);
+          while (!stop_) {
+            Status s = client.Push(kTable, kDim, {&key, 1}, ones, 60s);
+            if (!s.ok()) {
+              ADD_FAILURE() << "push to key " << key << ": " << s.ToString();
+              return;
+            }
+            ++acked;
+          }
+        }) {}
+  ~OnesTrainer() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  std::atomic<int> acked{0};
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 class LeasedFailoverTest : public ::testing::TestWithParam<std::string> {
  public:
   // A store of this test run's own (--gtest_repeat too), shared by the cluster's monitors.
@@ -358,20 +386,7 @@ TEST_P(LeasedFailoverTest, LargePushesKeepTheirBackupsAndSurviveThePrimary) {
   auto client = MakeClient(cluster);
   ASSERT_TRUE(client);
 
-  std::atomic<bool> stop{false};
-  std::atomic<int> small_acked{0};
-  std::thread trainer([&] {
-    const std::vector<float> ones(kDim, 1.0f);
-    const uint64_t key = 3;
-    while (!stop) {
-      Status s = client->Push(kTable, kDim, {&key, 1}, ones, 60s);
-      if (!s.ok()) {
-        ADD_FAILURE() << "small push: " << s.ToString();
-        return;
-      }
-      ++small_acked;
-    }
-  });
+  OnesTrainer trainer(*client, 3);  // small pushes beside the large ones
   const std::vector<uint64_t> keys = testing::SequentialKeys(kRows, 1000);
   const std::vector<float> gradients(size_t{kRows} * kWideDim, 1.0f);
   for (int i = 0; i < 3; ++i) {
@@ -382,8 +397,7 @@ TEST_P(LeasedFailoverTest, LargePushesKeepTheirBackupsAndSurviveThePrimary) {
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                     .count());
   }
-  stop = true;
-  trainer.join();
+  trainer.Stop();
   ShardReplica& primary = PsInternals::Core(*cluster.servers[0][0]).replica();
   EXPECT_EQ(primary.live_backups(), 2u) << logs_[0].Dump();
   EXPECT_FALSE(logs_[0].Contains("dropped unreachable replica")) << logs_[0].Dump();
@@ -398,7 +412,7 @@ TEST_P(LeasedFailoverTest, LargePushesKeepTheirBackupsAndSurviveThePrimary) {
       next = r;
   }
   ASSERT_NE(next, 0u) << "no replica took over";
-  EXPECT_EQ(FirstValue(*cluster.servers[0][next], 3), -static_cast<float>(small_acked + 1));
+  EXPECT_EQ(FirstValue(*cluster.servers[0][next], 3), -static_cast<float>(trainer.acked + 1));
   std::vector<std::byte> row(kWideDim * sizeof(float));
   for (uint64_t key : {keys.front(), keys.back()}) {
     ASSERT_TRUE(
@@ -421,20 +435,7 @@ TEST_P(LeasedFailoverTest, AForwardFromAnEpochTheStoreNeverCommittedIsRefused) {
   auto client = MakeClient(cluster);
   ASSERT_TRUE(client);
   ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 5, 3));
-  std::atomic<bool> stop{false};
-  std::atomic<int> acked{0};
-  std::thread trainer([&] {
-    const std::vector<float> ones(kDim, 1.0f);
-    const uint64_t key = 6;
-    while (!stop) {
-      Status s = client->Push(kTable, kDim, {&key, 1}, ones, 30s);
-      if (!s.ok()) {
-        ADD_FAILURE() << "push: " << s.ToString();
-        return;
-      }
-      ++acked;
-    }
-  });
+  OnesTrainer trainer(*client, 6);
   PsServer& backup = *cluster.servers[0][1];
   rpc::ClientOptions forger_options;
   forger_options.log = [](std::string_view) {};
@@ -454,9 +455,8 @@ TEST_P(LeasedFailoverTest, AForwardFromAnEpochTheStoreNeverCommittedIsRefused) {
     EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << epoch << ": " << refused.ToString();
   }
   EXPECT_EQ(PsInternals::Core(backup).replica().position().epoch, 1u) << "the backup moved";
-  ASSERT_TRUE(WaitFor([&] { return acked.load() >= 50; }, kWaitLimit));
-  stop = true;
-  trainer.join();
+  ASSERT_TRUE(WaitFor([&] { return trainer.acked.load() >= 50; }, kWaitLimit));
+  trainer.Stop();
   ShardReplica& primary = PsInternals::Core(*cluster.servers[0][0]).replica();
   EXPECT_EQ(primary.role(), ShardReplica::Role::kPrimary) << logs_[0].Dump();
   ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 6, 1));  // durable on both backups once acked
