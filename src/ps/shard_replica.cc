@@ -738,7 +738,6 @@ void ShardReplica::HandleForward(ForwardedPush forwarded, ForwardDone done) {
 void ShardReplica::RefuseEpochsBelow(uint64_t epoch) {
   OrderSection order(order_mu_, this);
   min_forward_epoch_ = std::max(min_forward_epoch_, epoch);
-  committed_epoch_ = std::max(committed_epoch_, epoch);  // read from the store's configuration
 }
 
 void ShardReplica::SetEpochCheck(EpochCommitted check) {
@@ -747,7 +746,7 @@ void ShardReplica::SetEpochCheck(EpochCommitted check) {
 }
 
 Status ShardReplica::CheckEpochCommittedLocked(uint64_t epoch) {
-  if (!epoch_check_ || epoch <= state_->epoch || epoch <= committed_epoch_) return Status::Ok();
+  if (!epoch_check_ || epoch <= state_->epoch || epoch <= min_forward_epoch_) return Status::Ok();
   Result<bool> committed = epoch_check_(epoch);
   if (!committed.ok()) {
     return Unavailable("cannot confirm epoch " + std::to_string(epoch) +
@@ -757,7 +756,9 @@ Status ShardReplica::CheckEpochCommittedLocked(uint64_t epoch) {
     return InvalidArgument("forward from epoch " + std::to_string(epoch) +
                            ", which the configuration store has not committed for this shard");
   }
-  committed_epoch_ = epoch;
+  // Committed, so every older epoch is over: what RefuseEpochsBelow would do on the monitor's
+  // next read of the configuration.
+  min_forward_epoch_ = epoch;
   return Status::Ok();
 }
 

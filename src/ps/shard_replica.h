@@ -260,10 +260,11 @@ class ShardReplica {
   };
   // All below: order_mu_ held.
   void ForwardLocked(const PushRequest& push, uint64_t lsn);
-  // Both take the push into the log (moved, not copied: pushes are up to 64 MiB).
-  // OK when `epoch` needs no check (no newer than this replica's or than one the store was
-  // seen to commit) or the store has committed it. order_mu_ held.
+  // OK when `epoch` needs no check (no newer than this replica's, or not above the epochs it
+  // refuses below, which the store has committed) or the store has committed it; then epochs
+  // below it are refused too.
   Status CheckEpochCommittedLocked(uint64_t epoch);
+  // Both take the push into the log (moved, not copied: pushes are up to 64 MiB).
   void ApplyForwardLocked(ForwardedPush&& forwarded, Status* result);
   void AppendLogLocked(PushRequest&& push);
   // InvalidArgument for a new session whose generation is implausibly far ahead.
@@ -332,10 +333,10 @@ class ShardReplica {
     uint64_t start = 0;
   };
   std::deque<LogEntry> log_;
-  uint64_t log_appended_ = 0;       // keys and gradients ever appended to log_
-  uint64_t min_forward_epoch_ = 0;  // RefuseEpochsBelow
-  EpochCommitted epoch_check_;      // SetEpochCheck; order_mu_
-  uint64_t committed_epoch_ = 0;    // the highest epoch the store was seen to commit; order_mu_
+  uint64_t log_appended_ = 0;  // keys and gradients ever appended to log_
+  // RefuseEpochsBelow, a snapshot's epoch, or one the epoch check confirmed: all committed.
+  uint64_t min_forward_epoch_ = 0;
+  EpochCommitted epoch_check_;  // SetEpochCheck; order_mu_
   // Backup: forwards of the current epoch that arrived ahead of a gap, by lsn.
   std::map<uint64_t, std::pair<ForwardedPush, std::vector<ForwardDone>>> reordered_;
   // Primary: position of each joiner's snapshot, whose log suffix is kept for its attach.

@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <cstdio>
-#include <future>
 #include <thread>
 
 #include "ps/coord/kv_store.h"
@@ -231,28 +230,9 @@ TEST_P(LeasedFailoverTest, AStoreOutageCostsAtMostOnePromotion) {
   auto client = MakeClient(cluster);
   ASSERT_TRUE(client);
   constexpr uint64_t kKey = 4;
-  std::atomic<bool> stop{false};
-  std::atomic<int> acked{0};
-  struct Joined {  // the trainer stops on every way out, failed assertions too
-    std::atomic<bool>& stop;
-    std::thread thread;
-    ~Joined() {
-      stop = true;
-      if (thread.joinable()) thread.join();
-    }
-  } trainer{stop, std::thread([&] {
-              const std::vector<float> ones(kDim, 1.0f);
-              while (!stop) {
-                Status s = client->Push(kTable, kDim, {&kKey, 1}, ones, 60s);
-                if (!s.ok()) {
-                  ADD_FAILURE() << "push: " << s.ToString();
-                  return;
-                }
-                ++acked;
-              }
-            })};
+  OnesTrainer trainer(*client, kKey);  // stops on every way out, failed assertions too
   auto acked_beyond = [&](int count) {
-    return WaitFor([&] { return acked.load() >= count + 20; }, kWaitLimit);
+    return WaitFor([&] { return trainer.acked.load() >= count + 20; }, kWaitLimit);
   };
   auto dump = [&] { return logs_[0].Dump() + logs_[1].Dump() + logs_[2].Dump(); };
 
@@ -274,7 +254,7 @@ TEST_P(LeasedFailoverTest, AStoreOutageCostsAtMostOnePromotion) {
   const uint32_t next = config->config.primary;
   ShardReplica& second = PsInternals::Core(*cluster.servers[0][next]).replica();
   ASSERT_TRUE(WaitFor([&] { return second.PrimaryWithLease(); }, kWaitLimit)) << dump();
-  ASSERT_TRUE(acked_beyond(acked.load())) << dump();
+  ASSERT_TRUE(acked_beyond(trainer.acked.load())) << dump();
   // The deposed primary back in the set first: a change in flight when the store goes down
   // has an unknown outcome, and its primary steps down (a promotion this test does not count;
   // docs/PS.md "When the store pauses or restarts").
@@ -289,20 +269,19 @@ TEST_P(LeasedFailoverTest, AStoreOutageCostsAtMostOnePromotion) {
   // The restart: down past the new primary's deadline, back with every lease renewed.
   ASSERT_NO_FATAL_FAILURE(outage(KvOutage::kDown));
   ASSERT_TRUE(WaitFor([&] { return !second.PrimaryWithLease(); }, kWaitLimit));
-  const int before = acked.load();
+  const int before = trainer.acked.load();
   ASSERT_NO_FATAL_FAILURE(outage(KvOutage::kRestarted));
   ASSERT_TRUE(WaitFor([&] { return second.PrimaryWithLease(); }, kWaitLimit))
       << "the primary gave up a lease the store kept\n"
       << dump();
   ASSERT_TRUE(acked_beyond(before)) << dump();
-  stop = true;
-  trainer.thread.join();
+  trainer.Stop();
 
   Result<std::optional<VersionedConfig>> last = Config();
   ASSERT_TRUE(last.ok() && *last);
   EXPECT_EQ((*last)->config.epoch, 2u) << "one promotion for one outage\n" << dump();
   EXPECT_TRUE(logs_[next].Contains("lease renewed after the store came back")) << dump();
-  EXPECT_EQ(FirstValue(*cluster.servers[0][next], kKey), -static_cast<float>(acked.load()))
+  EXPECT_EQ(FirstValue(*cluster.servers[0][next], kKey), -static_cast<float>(trainer.acked.load()))
       << "every acknowledged push, applied once";
 }
 
@@ -442,16 +421,8 @@ TEST_P(LeasedFailoverTest, AForwardFromAnEpochTheStoreNeverCommittedIsRefused) {
   auto forger = rpc::Client::Create({backup.address()}, forger_options);
   ASSERT_TRUE(forger.ok());
   RpcBackupLink link(std::shared_ptr<rpc::Client>(std::move(forger).value()), 5s, 0);
-  PushRequest forged;
-  forged.id = PushId{99, 1};
-  forged.table_id = kTable;
-  forged.dim = kDim;
-  forged.keys = {9};
-  forged.gradients.assign(kDim, 1.0f);
   for (uint64_t epoch : {uint64_t{2}, ShardReplica::kMaxEpoch}) {
-    std::promise<Status> answer;
-    link.Forward(epoch, /*lsn=*/1, forged, [&](Status s) { answer.set_value(std::move(s)); });
-    const Status refused = answer.get_future().get();
+    const Status refused = SendForgedForward(link, epoch, /*key=*/9);
     EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << epoch << ": " << refused.ToString();
   }
   EXPECT_EQ(PsInternals::Core(backup).replica().position().epoch, 1u) << "the backup moved";

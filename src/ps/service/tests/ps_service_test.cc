@@ -485,20 +485,6 @@ TEST(PingReplyTest, RoundTripsAndRejectsBadBytes) {
 // Once every method was open to anyone who could reach the port; one forged ps.Forward
 // fenced a primary. With the cluster's secret, a client or replica that does not know it gets
 // nothing from any method, while the cluster's own replication and clients work.
-// A forward as an attacker sends it straight to a backup (one key of ones, a push id of its
-// own); what the backup answered.
-Status SendForgedForward(RpcBackupLink& link, uint64_t epoch, uint64_t key) {
-  PushRequest forged;
-  forged.id = PushId{99, 1};
-  forged.table_id = kTable;
-  forged.dim = kDim;
-  forged.keys = {key};
-  forged.gradients.assign(kDim, 1.0f);
-  std::promise<Status> forwarded;
-  link.Forward(epoch, /*lsn=*/1, forged, [&](Status s) { forwarded.set_value(std::move(s)); });
-  return forwarded.get_future().get();
-}
-
 TEST_P(PsServiceTest, ASecretClusterServesOnlyThoseWhoKnowTheSecret) {
   Cluster cluster;
   ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 2, "cluster secret"));

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <functional>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <numeric>
@@ -182,6 +183,20 @@ inline void PushOnes(PsClient& client, uint64_t key, int n) {
   }
 }
 
+// A forward as an attacker sends it straight to a backup (one key of ones, a push id of its
+// own, lsn 1); what the backup answered.
+inline Status SendForgedForward(RpcBackupLink& link, uint64_t epoch, uint64_t key) {
+  PushRequest forged;
+  forged.id = PushId{99, 1};
+  forged.table_id = kTable;
+  forged.dim = kDim;
+  forged.keys = {key};
+  forged.gradients.assign(kDim, 1.0f);
+  std::promise<Status> forwarded;
+  link.Forward(epoch, /*lsn=*/1, forged, [&](Status s) { forwarded.set_value(std::move(s)); });
+  return forwarded.get_future().get();
+}
+
 }  // namespace bx::ps::testing
 
 // The tests of this folder use these unqualified.
@@ -194,4 +209,5 @@ using testing::kWaitLimit;
 using testing::MakeClient;
 using testing::MonitorLog;
 using testing::PushOnes;
+using testing::SendForgedForward;
 }  // namespace bx::ps
