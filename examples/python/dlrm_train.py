@@ -20,11 +20,15 @@ loss and the held-out AUC beside the ground truth's; --json prints the same as J
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ctr_model import auc  # noqa: E402  (the CTR example's AUC: Mann-Whitney U, ties averaged)
 
 # Criteo Kaggle's 26 categorical cardinalities, scaled by --vocab-scale (at least 3 ids each).
 CRITEO_CARDINALITIES = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683,
@@ -87,18 +91,6 @@ def take(sparse, rows):
         index += np.arange(lengths.sum())
         out.append((ids[index], np.concatenate([[0], np.cumsum(lengths)[:-1]])))
     return out
-
-
-def auc(scores, labels):
-    """Area under the ROC curve (Mann-Whitney U; ties broken by order, fine for real scores)."""
-    order = np.argsort(scores)
-    ranks = np.empty(len(scores))
-    ranks[order] = np.arange(1, len(scores) + 1)
-    positives = labels > 0.5
-    n_pos, n_neg = positives.sum(), (~positives).sum()
-    if n_pos == 0 or n_neg == 0:
-        return 0.5
-    return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def build_model(client, vocab):

@@ -77,11 +77,10 @@ class PsEmbedding(nn.Module):
         """Starts the fetch of `ids`' rows now (the next batch's, while this one computes); the
         forward given the same ids then takes them without waiting for a round trip. The rows
         are read when the fetch runs, so a push still in flight (this batch's) may not be in
-        them: one step of staleness, as in pipelined PS training. A forward takes the prefetch of
-        its ids and drops those issued before it (prefetch_misses); at most
-        MAX_PREFETCHES are held (the oldest is dropped). A fetch the client
-        refuses at once (an unknown table) raises here; one that fails later raises in the
-        forward that uses it."""
+        them: one step of staleness, as in pipelined PS training. A forward takes the prefetch
+        of its ids and drops those issued before it (prefetch_misses); at most MAX_PREFETCHES
+        are held (the oldest is dropped). A fetch the client refuses at once (an unknown table)
+        raises here; one that fails later raises in the forward that uses it."""
         keys, _, _ = self._keys(ids)
         self._prefetched.append((keys, self.client.fetch_async(self.table, keys, self.timeout)))
         self.fetches += 1
