@@ -100,11 +100,16 @@ Result<std::unique_ptr<PsServerCore>> PsServerCore::Create(const std::vector<Tab
   }
   // A backup link found dead drops its backup, as a forward past its deadline does: its silence
   // is judged by the same bound, not by a client's quick failover (500 ms by default), which a
-  // backup busy taking in and applying a large push can exceed without being in trouble.
+  // backup busy taking in and applying a large push can exceed without being in trouble. So is
+  // its connection set-up: a forward's first attempt connects, and a handshake answered after
+  // the client's 1 s default (a backup's I/O thread waiting for a core on a loaded host: seen
+  // in CI) dropped a backup that would have answered the forward within its bound.
   const auto forward_bound =
       std::chrono::duration_cast<std::chrono::milliseconds>(options.forward_timeout);
   options.backup_client.heartbeat_timeout =
       std::max(options.backup_client.heartbeat_timeout, forward_bound);
+  options.backup_client.connect_timeout =
+      std::max(options.backup_client.connect_timeout, forward_bound);
   std::unique_ptr<PsServerCore> server(new PsServerCore(std::move(options)));
   for (const TableConfig& table : tables) BX_RETURN_IF_ERROR(server->replica_.CreateTable(table));
   BX_ASSIGN_OR_RETURN(server->server_, rpc::Server::Create(server->options_.rpc));

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "ps/service/tests/ps_test_cluster.h"
+#include "rpc/tests/slow_connect_relay.h"
 
 namespace bx::ps {
 namespace {
@@ -132,6 +133,41 @@ TEST_P(PsServiceTest, LargeFetchIsAnsweredNotTakenForADeadConnection) {
   std::printf(
       "1 GiB fetch answered in %.0f ms\n",
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+}
+
+// A backup whose connections are answered late (each held 1.5 s before it reaches the backup,
+// as when the backup's I/O thread waits for a core on a loaded host) is kept: the primary's
+// connect to it is bounded by forward_timeout, as its forwards are. Bounded by the client's 1 s
+// default instead, every connect failed, the backup was dropped and, with min_in_sync 2, the
+// push was never acknowledged (seen in CI as a dropped backup beside a 64 MiB push).
+TEST(PsBackupLinkTest, ABackupWhoseConnectionsAreAnsweredLateIsKeptWithinTheForwardBound) {
+  PsServerOptions options;
+  options.rpc.worker_threads = 1;
+  options.min_in_sync = 2;
+  options.forward_timeout = 4s;  // 2.5 s above the hold: a margin a loaded host keeps
+  options.rpc.log = [](std::string_view) {};
+  options.backup_client.log = [](std::string_view) {};
+  const std::vector<TableConfig> tables = {testing::Table()};
+  Result<std::unique_ptr<PsServer>> backup = PsServer::Create(tables, options);
+  ASSERT_TRUE(backup.ok()) << backup.status().ToString();
+  ASSERT_TRUE((*backup)->Start({"tcp://127.0.0.1:0"}).ok());
+  rpc::testing::SlowConnectRelay relay(rpc::testing::PortOf((*backup)->address().tcp_url), 1500ms);
+
+  Result<std::unique_ptr<PsServer>> primary = PsServer::Create(tables, options);
+  ASSERT_TRUE(primary.ok()) << primary.status().ToString();
+  ASSERT_TRUE((*primary)->Start({"tcp://127.0.0.1:0"}).ok());
+  ASSERT_TRUE((*primary)->BecomePrimary(1, {rpc::ReplicaAddress{"", relay.url()}}).ok());
+  ClusterSpec spec;
+  spec.transport = "tcp";
+  spec.tables = tables;
+  spec.shards.push_back({{{"", (*primary)->address().tcp_url}}});
+  auto client = MakeClient(spec);
+  ASSERT_TRUE(client);
+
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 5, 3));
+  EXPECT_EQ(PsInternals::Core(**primary).replica().live_backups(), 1u);
+  EXPECT_EQ(FirstValue(**backup, 5), -3.0f) << "the backup holds every acknowledged push";
+  EXPECT_GE(relay.accepted(), 1u);
 }
 
 TEST(PsServerOptionsTest, AGradientBoundThatIsNotAFiniteNonNegativeNumberIsRefused) {
