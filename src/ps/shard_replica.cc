@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <optional>
 #include <string>
 #include <utility>
@@ -484,6 +485,43 @@ Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForJoin(uint32_t joiner
   return JoinSnapshot{Position{(*copy)->epoch, (*copy)->applied_lsn}, std::move(bytes)};
 }
 
+Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForCheckpoint(
+    std::chrono::milliseconds timeout) {
+  Result<std::unique_ptr<ShardState>> copy = FailedPrecondition(
+      "replica is not the primary of "
+      "its shard");
+  auto durable = std::make_shared<std::promise<Status>>();
+  std::future<Status> durable_future = durable->get_future();
+  {
+    OrderSection order(order_mu_, this);
+    bool primary;
+    {
+      std::lock_guard lock(mu_);
+      primary = role_ == Role::kPrimary && LeaseHeldLocked();
+    }
+    if (primary) copy = state_->Copy();
+    // The copy's last push is the one to wait for: every one before it is durable first.
+    if (copy.ok()) {
+      AddWaiterLocked((*copy)->applied_lsn,
+                      Waiter{PushAck{}, [durable](Result<PushAck> r) {
+                               durable->set_value(r.ok() ? Status::Ok() : r.status());
+                             }});
+    }
+  }
+  RunDeferred();
+  if (!copy.ok()) return copy.status();
+  const Position at{(*copy)->epoch, (*copy)->applied_lsn};
+  BX_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, (*copy)->Encode());
+  copy->reset();  // the encoded bytes are what is kept
+  if (durable_future.wait_for(timeout) != std::future_status::ready) {
+    return DeadlineExceeded("checkpoint: lsn " + std::to_string(at.lsn) + " of epoch " +
+                            std::to_string(at.epoch) + " not on min_in_sync replicas within " +
+                            std::to_string(timeout.count()) + " ms");
+  }
+  if (Status s = durable_future.get(); !s.ok()) return s.WithContext("checkpoint");
+  return JoinSnapshot{at, std::move(bytes)};
+}
+
 Status ShardReplica::AttachLearner(uint32_t joiner, std::shared_ptr<BackupLink> link,
                                    AddMember add) {
   Status result;
@@ -598,6 +636,29 @@ Status ShardReplica::InstallSnapshot(std::span<const std::byte> bytes) {
     }
   }
   for (auto& call : calls) call();
+  return result;
+}
+
+Status ShardReplica::Restore(ShardState& restored) {
+  OrderSection order(order_mu_, this);
+  {
+    std::lock_guard lock(mu_);
+    if (role_ != Role::kBackup || state_->epoch != 0 || state_->applied_lsn != 0) {
+      return FailedPrecondition(
+          "restore: only into a new replica (a backup at epoch 0 that applied nothing)");
+    }
+  }
+  for (uint32_t id : restored.table_ids()) {
+    const TableConfig& config = restored.table(id)->config();
+    if (state_->table(id) == nullptr) {
+      return FailedPrecondition("restore: the checkpoint's table " + std::to_string(id) + " (" +
+                                config.name + ") is not one of this server's tables");
+    }
+  }
+  restored.epoch = 0;
+  restored.applied_lsn = 0;
+  Status result = state_->Adopt(restored);
+  PublishDedupLocked();
   return result;
 }
 

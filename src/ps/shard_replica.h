@@ -227,6 +227,20 @@ class ShardReplica {
   // FetchResponseSize(request.keys.size(), dim) bytes: values are written in place.
   Status EncodeFetchResponse(const FetchRequest& request, std::span<std::byte> out) const;
 
+  // ---- Checkpoints (docs/PS.md "Checkpoints") ----
+  // Primary with a valid lease: the shard's state at its newest applied position, returned
+  // once every push up to that position is durable (on min_in_sync replicas), so a checkpoint
+  // holds no push that a failover could still take back. Pushes wait only while the state is
+  // copied. DeadlineExceeded when the position is not durable within `timeout`; Unavailable
+  // or ResourceExhausted when the replica is deposed or falls below min_in_sync meanwhile.
+  Result<JoinSnapshot> SnapshotForCheckpoint(std::chrono::milliseconds timeout);
+
+  // A new replica (a backup at epoch 0 that has applied nothing) takes `restored`'s rows: a
+  // cluster started from a checkpoint. Every table of `restored` must exist here with the
+  // same config (the cluster file's); tables only here stay empty. The position stays 0: the
+  // new cluster's epochs start again.
+  Status Restore(ShardState& restored);
+
   // Saves tables, dedup record and position (pushes wait meanwhile; fetches go on).
   Status Save(const std::string& path);
 

@@ -111,6 +111,12 @@ class BX_EXPORT PsServer {
   // Promotes this replica to primary of `epoch` (above any it has seen), forwarding every push
   // to `backups` before acknowledging it.
   Status BecomePrimary(uint64_t epoch, const std::vector<rpc::ReplicaAddress>& backups);
+  // Before Start, on a new server: takes the rows of the checkpoint in `checkpoint_dir`
+  // (bx/ps/checkpoint.h) that this server's shard owns, as shard `shard` of a cluster of
+  // `shard_count` shards (ShardOfKey): the checkpoint's shard count or another. Every table of
+  // the checkpoint must be one of this server's, with the same config. Every replica of a
+  // shard restores the same rows; the cluster's epochs and clients start anew.
+  Status RestoreFrom(const std::string& checkpoint_dir, uint32_t shard, uint32_t shard_count);
   // Stops serving (listeners and connections close). Idempotent.
   void Stop();
 

@@ -18,7 +18,8 @@ constexpr std::chrono::milliseconds kJoinTimeout{5000};
 
 constexpr size_t kMaxIncarnationBytes = 256;
 
-// Decodes a body of exactly out.size() u64s (JoinChunk, JoinAttach, the Join reply).
+}  // namespace
+
 bool GetU64s(std::span<const std::byte> bytes, std::initializer_list<uint64_t*> out) {
   if (bytes.size() != out.size() * sizeof(uint64_t)) return false;
   WireReader r(bytes);
@@ -32,8 +33,6 @@ Result<rpc::Message> U64Message(std::initializer_list<uint64_t> values) {
   for (uint64_t v : values) w.PutU64(v);
   return m;
 }
-
-}  // namespace
 
 void PsServerCore::SetJoinService(std::shared_ptr<JoinService> service) {
   join_service_.Store(std::move(service));
@@ -66,14 +65,49 @@ void PsServerCore::OnJoinChunk(rpc::ServerCall call) {
   }
   Result<std::shared_ptr<const std::vector<std::byte>>> snapshot = service->Snapshot(token);
   if (!snapshot.ok()) return call.Fail(snapshot.status());
-  const std::vector<std::byte>& bytes = **snapshot;
-  if (offset >= bytes.size())
-    return call.Fail(InvalidArgument("ps.JoinChunk: offset past the end"));
+  RespondWithChunk(std::move(call), **snapshot, offset);
+}
+
+bool RespondWithChunk(rpc::ServerCall call, std::span<const std::byte> bytes, uint64_t offset) {
+  if (offset >= bytes.size()) {
+    call.Fail(InvalidArgument(call.method() + ": offset past the end"));
+    return false;
+  }
   const size_t n = std::min<uint64_t>(kJoinChunkBytes, bytes.size() - offset);
   Result<rpc::Message> reply = rpc::Message::Allocate(n);
-  if (!reply.ok()) return call.Fail(reply.status());
+  if (!reply.ok()) {
+    call.Fail(reply.status());
+    return false;
+  }
   std::copy_n(bytes.data() + offset, n, reply->data());
   call.Respond(std::move(reply).value());
+  return offset + n == bytes.size();
+}
+
+Status ReadChunks(rpc::Client& client, std::string_view method, uint64_t token, uint64_t size,
+                  std::chrono::milliseconds timeout,
+                  const std::function<Status(std::span<const std::byte>)>& sink) {
+  // Several chunks requested ahead: one round trip per MiB at a time, each waiting behind the
+  // trainers' pushes at a busy primary, moved a 200 MB snapshot at 33 MB/s.
+  const rpc::CallOptions chunk_options{.timeout = timeout, .idempotent = true, .max_attempts = 1};
+  std::deque<std::future<Result<rpc::Message>>> ahead;
+  uint64_t requested = 0, received = 0;
+  while (received < size) {
+    while (ahead.size() < kJoinChunksAhead && requested < size) {
+      BX_ASSIGN_OR_RETURN(rpc::Message chunk_request, U64Message({token, requested}));
+      ahead.push_back(client.Call(method, std::move(chunk_request), chunk_options));
+      requested += std::min<uint64_t>(kJoinChunkBytes, size - requested);
+    }
+    Result<rpc::Message> chunk = ahead.front().get();
+    ahead.pop_front();
+    if (!chunk.ok()) return chunk.status().WithContext(std::string(method));
+    if (chunk->size() != std::min<uint64_t>(kJoinChunkBytes, size - received)) {
+      return DataLoss(std::string(method) + ": chunk does not fit the snapshot");
+    }
+    BX_RETURN_IF_ERROR(sink(Bytes(*chunk)));
+    received += chunk->size();
+  }
+  return Status::Ok();
 }
 
 void PsServerCore::OnJoinAttach(rpc::ServerCall call) {
@@ -118,25 +152,10 @@ Result<CatchUpResult> CatchUpFrom(const rpc::ReplicaAddress& primary,
   }
   std::vector<std::byte> snapshot;  // grows with what arrives, not with what the reply claims
   snapshot.reserve(std::min<uint64_t>(size, uint64_t{64} << 20));
-  // Several chunks requested ahead: one round trip per MiB at a time, each waiting behind the
-  // trainers' pushes at a busy primary, moved a 200 MB snapshot at 33 MB/s.
-  const rpc::CallOptions chunk_options{.timeout = timeout, .idempotent = true, .max_attempts = 1};
-  std::deque<std::future<Result<rpc::Message>>> ahead;
-  uint64_t requested = 0;
-  while (snapshot.size() < size) {
-    while (ahead.size() < kJoinChunksAhead && requested < size) {
-      BX_ASSIGN_OR_RETURN(rpc::Message chunk_request, U64Message({token, requested}));
-      ahead.push_back(client->Call(kJoinChunkMethod, std::move(chunk_request), chunk_options));
-      requested += std::min<uint64_t>(kJoinChunkBytes, size - requested);
-    }
-    Result<rpc::Message> chunk = ahead.front().get();
-    ahead.pop_front();
-    if (!chunk.ok()) return chunk.status().WithContext("ps.JoinChunk");
-    if (chunk->size() != std::min<uint64_t>(kJoinChunkBytes, size - snapshot.size())) {
-      return DataLoss("ps.JoinChunk: chunk does not fit the snapshot");
-    }
-    snapshot.insert(snapshot.end(), chunk->data(), chunk->data() + chunk->size());
-  }
+  BX_RETURN_IF_ERROR(ReadChunks(*client, kJoinChunkMethod, token, size, timeout, [&](auto chunk) {
+    snapshot.insert(snapshot.end(), chunk.begin(), chunk.end());
+    return Status::Ok();
+  }));
   result.transfer_time = lap();
   BX_RETURN_IF_ERROR(replica.InstallSnapshot(snapshot));
   if (replica.position() != at) return DataLoss("snapshot's position differs from the offer");

@@ -152,6 +152,10 @@ Status PsServerCore::Register() {
       server_->AddMethod(std::string(kJoinChunkMethod), replicas_only(&PsServerCore::OnJoinChunk)));
   BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kJoinAttachMethod),
                                         replicas_only(&PsServerCore::OnJoinAttach)));
+  BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kCheckpointMethod),
+                                        replicas_only(&PsServerCore::OnCheckpoint)));
+  BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kCheckpointChunkMethod),
+                                        replicas_only(&PsServerCore::OnCheckpointChunk)));
   return server_->AddMethod(std::string(kPingMethod),
                             [this](rpc::ServerCall call) { OnPing(std::move(call)); });
 }

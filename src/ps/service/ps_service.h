@@ -52,6 +52,14 @@ inline constexpr size_t kJoinChunkBytes = size_t{1} << 20;
 // Chunks a joiner has requested at once.
 inline constexpr size_t kJoinChunksAhead = 8;
 
+// Checkpoints (docs/PS.md "Checkpoints"): "ps.Checkpoint" (u64 request id, u64 ms the
+// position may take to become durable -> u64 token, u64 epoch, u64 lsn, u64 snapshot bytes;
+// Unavailable "ask again" while the primary prepares it), then "ps.CheckpointChunk" (u64 token,
+// u64 offset -> up to kJoinChunkBytes). Replicas' methods: with a replica secret, only for
+// callers that proved it.
+inline constexpr std::string_view kCheckpointMethod = "ps.Checkpoint";
+inline constexpr std::string_view kCheckpointChunkMethod = "ps.CheckpointChunk";
+
 // "ps.Ping": an empty request; the reply is kPingReplyBytes: u8 role (0 backup, 1 primary,
 // 2 fenced), 7 x u8 0, u64 epoch, u64 applied lsn (little-endian).
 inline constexpr size_t kPingReplyBytes = 24;
@@ -69,6 +77,18 @@ inline std::span<const std::byte> Bytes(const rpc::Message& message) {
 // failure means (a probe, a step of catch-up).
 Result<rpc::Message> CallOnce(rpc::Client& client, std::string_view method, rpc::Message request,
                               std::chrono::milliseconds timeout);
+// Messages of u64s (the catch-up and checkpoint methods): one of `values`, and the decoding of
+// one of exactly out.size().
+Result<rpc::Message> U64Message(std::initializer_list<uint64_t> values);
+bool GetU64s(std::span<const std::byte> bytes, std::initializer_list<uint64_t*> out);
+// Snapshots in pieces (ps.JoinChunk, ps.CheckpointChunk: u64 token, u64 offset -> up to
+// kJoinChunkBytes). The server's side answers the piece of `bytes` at `offset`; true when it
+// was the last. The reader's requests kJoinChunksAhead pieces at once and hands them to `sink`
+// in order.
+bool RespondWithChunk(rpc::ServerCall call, std::span<const std::byte> bytes, uint64_t offset);
+Status ReadChunks(rpc::Client& client, std::string_view method, uint64_t token, uint64_t size,
+                  std::chrono::milliseconds timeout,
+                  const std::function<Status(std::span<const std::byte>)>& sink);
 // One "ps.Ping" over `client`, or over a client of its own (connecting counts against
 // `timeout`).
 Result<PingReply> Ping(rpc::Client& client, std::chrono::milliseconds timeout);
@@ -155,6 +175,8 @@ class PsServerCore {
   Result<std::shared_ptr<BackupLink>> LinkTo(const rpc::ReplicaAddress& backup);
   // Stops serving (listeners and connections close); the replica state stays readable.
   void Stop();
+  // A new replica takes its rows from a checkpoint (PsServer::RestoreFrom).
+  Status RestoreFrom(const std::string& dir, uint32_t shard, uint32_t shard_count);
 
   ShardReplica& replica() { return replica_; }
   const ShardReplica& replica() const { return replica_; }
@@ -183,12 +205,17 @@ class PsServerCore {
   void OnJoin(rpc::ServerCall call);
   void OnJoinChunk(rpc::ServerCall call);
   void OnJoinAttach(rpc::ServerCall call);
+  void OnCheckpoint(rpc::ServerCall call);
+  void OnCheckpointChunk(rpc::ServerCall call);
 
   PsServerOptions options_;
   ShardReplica replica_;
   std::unique_ptr<rpc::Server> server_;
   SharedSlot<const std::function<Status()>> read_gate_;
   SharedSlot<JoinService> join_service_;
+  class CheckpointDesk;  // checkpoint.cc
+  static std::shared_ptr<CheckpointDesk> NewCheckpointDesk(ShardReplica* replica);
+  const std::shared_ptr<CheckpointDesk> checkpoints_ = NewCheckpointDesk(&replica_);
   std::mutex backups_mu_;
   std::vector<std::shared_ptr<rpc::Client>> backup_clients_;
   std::map<std::string, std::shared_ptr<rpc::Client>> join_clients_;  // LinkTo, by address

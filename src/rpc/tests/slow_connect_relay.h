@@ -37,8 +37,8 @@ class SlowConnectRelay {
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> accepted_{0};
   std::mutex mu_;
-  std::vector<int> fds_;               // guarded by mu_: every socket open, shut down on stop
-  std::vector<std::thread> relays_;    // guarded by mu_
+  std::vector<int> fds_;             // guarded by mu_: every socket open, shut down on stop
+  std::vector<std::thread> relays_;  // guarded by mu_
   std::thread acceptor_;
 };
 

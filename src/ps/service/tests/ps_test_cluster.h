@@ -60,6 +60,7 @@ struct Cluster {
   // The backup links' slowest_transfer_bytes_per_second (0: the default); set before Start.
   size_t slowest_transfer_bytes_per_second = 0;
   size_t max_dedup_clients = PsServerOptions{}.max_dedup_clients;  // set before Start
+  std::string restore_from;  // a checkpoint every server restores from (RestoreFrom) at Start
 
   // With `secret`, a cluster whose file names a secret_file (ClusterSpec::secret).
   // Without `promote`, every replica stays a backup (a leased monitor creates the epoch).
@@ -75,6 +76,10 @@ struct Cluster {
       for (int r = 0; r < replicas; ++r) {
         Result<std::unique_ptr<PsServer>> server = PsServer::Create(spec.tables, ServerOptions());
         ASSERT_TRUE(server.ok()) << server.status().ToString();
+        if (!restore_from.empty()) {
+          Status restored = (*server)->RestoreFrom(restore_from, s, shards);
+          ASSERT_TRUE(restored.ok()) << restored.ToString();
+        }
         ASSERT_TRUE((*server)->Start({scheme + "://127.0.0.1:0"}).ok());
         rpc::ReplicaAddress address = (*server)->address();
         shard.replicas.push_back({address.rdma_url, address.tcp_url});
