@@ -6,12 +6,14 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "bx/ps/cluster.h"
+#include "ps/npz_writer.h"
 
 namespace bx::ps {
 namespace {
@@ -139,8 +141,11 @@ Result<CheckpointManifest> ReadCheckpointManifest(const std::string& dir) {
     const uint64_t size = std::filesystem::file_size(dir + "/" + s.file, error);
     if (error || size != s.bytes) {
       return DataLoss("checkpoint " + dir + ": " + s.file +
-                      (error ? " is missing" : " has " + std::to_string(size) + " bytes, the "
-                                                   "manifest says " + std::to_string(s.bytes)));
+                      (error ? " is missing"
+                             : " has " + std::to_string(size) +
+                                   " bytes, the "
+                                   "manifest says " +
+                                   std::to_string(s.bytes)));
     }
     manifest.shards.push_back(std::move(s));
   }
@@ -174,6 +179,54 @@ Result<std::unique_ptr<ShardState>> LoadCheckpointShard(const std::string& dir, 
     }
   }
   return restored;
+}
+
+Result<uint64_t> ExportCheckpointTable(const std::string& dir, const std::string& table,
+                                       const std::string& npz_path, const ExportOptions& options) {
+  BX_ASSIGN_OR_RETURN(CheckpointManifest manifest, ReadCheckpointManifest(dir));
+  BX_ASSIGN_OR_RETURN(std::unique_ptr<NpzWriter> npz, NpzWriter::Create(npz_path));
+  NpzWriter::Array *keys = nullptr, *rows = nullptr, *state = nullptr;
+  std::set<std::string> names;
+  uint64_t exported = 0;
+  for (const CheckpointShard& s : manifest.shards) {
+    Result<std::unique_ptr<ShardState>> loaded = ShardState::Load(dir + "/" + s.file);
+    if (!loaded.ok()) return loaded.status().WithContext("export from " + dir);
+    for (uint32_t id : (*loaded)->table_ids()) {
+      const Table& from = *(*loaded)->table(id);
+      names.insert(from.config().name);
+      if (from.config().name != table) continue;
+      const uint32_t dim = from.dim(), extra = from.stride() - from.dim();
+      if (keys == nullptr) {
+        BX_ASSIGN_OR_RETURN(keys, npz->AddArray("keys", "<u8", sizeof(uint64_t), 0));
+        BX_ASSIGN_OR_RETURN(rows, npz->AddArray("rows", "<f4", sizeof(float), dim));
+        if (options.optimizer_state && extra > 0) {
+          BX_ASSIGN_OR_RETURN(state, npz->AddArray("state", "<f4", sizeof(float), extra));
+        }
+      }
+      // One shard's rows at a time: it is in memory already.
+      std::vector<uint64_t> shard_keys;
+      std::vector<float> shard_rows, shard_state;
+      from.ForEachRow([&](uint64_t key, std::span<const float> row) {
+        shard_keys.push_back(key);
+        shard_rows.insert(shard_rows.end(), row.begin(), row.begin() + dim);
+        if (state != nullptr) shard_state.insert(shard_state.end(), row.begin() + dim, row.end());
+      });
+      BX_RETURN_IF_ERROR(npz->Append(keys, std::as_bytes(std::span(shard_keys))));
+      BX_RETURN_IF_ERROR(npz->Append(rows, std::as_bytes(std::span(shard_rows))));
+      if (state != nullptr) {
+        BX_RETURN_IF_ERROR(npz->Append(state, std::as_bytes(std::span(shard_state))));
+      }
+      exported += shard_keys.size();
+    }
+  }
+  if (keys == nullptr) {
+    std::string known;
+    for (const std::string& name : names) known += (known.empty() ? "" : ", ") + name;
+    return NotFound("export: the checkpoint in " + dir + " has no table \"" + table +
+                    "\" (it has: " + (known.empty() ? "none" : known) + ")");
+  }
+  BX_RETURN_IF_ERROR(npz->Finish());
+  return exported;
 }
 
 }  // namespace bx::ps

@@ -42,6 +42,8 @@ Result<double> MeasureTcpHostCpuNsPerMessage(size_t size, int messages);
 void AddDemoCommand(CLI::App* app);
 // `bx ps serve|rank|train --cluster FILE`: the PS roles as processes (ps_command.cc).
 void AddPsCommand(CLI::App* app);
+// `bx ps checkpoint` and `bx ps export`, under `bx ps` (ps_checkpoint_command.cc).
+void AddPsCheckpointCommands(CLI::App* ps);
 
 // `bx bench alloc ...`: registered under the `bench` subcommand. Defined by tools/bx/bench_alloc.cc
 // (bemalloc).

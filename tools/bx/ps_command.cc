@@ -27,11 +27,40 @@
 #include "bx/ps/client.h"
 #include "bx/ps/server.h"
 #include "commands.h"
+#include "ps_common.h"
 #include "ps_reach.h"
 #include "ps_workload.h"
 #include "repeat_limiter.h"
 
 namespace bx::tools {
+
+[[noreturn]] void FailPs(const std::string& what, const Status& status) {
+  std::fprintf(stderr, "bx ps: %s: %s\n", what.c_str(), status.ToString().c_str());
+  throw CLI::RuntimeError(1);
+}
+
+// The cluster file's "rdma" settings become this process's BX_GID_INDEX, BX_TRAFFIC_CLASS and
+// BX_SERVICE_LEVEL, which every rdma:// transport it creates applies; a host that sets one
+// itself keeps its own.
+static void ExportRdmaSettings(const ps::ClusterSpec::RdmaSettings& rdma) {
+  const std::pair<const char*, int> settings[] = {{"BX_GID_INDEX", rdma.gid_index},
+                                                  {"BX_TRAFFIC_CLASS", rdma.traffic_class},
+                                                  {"BX_SERVICE_LEVEL", rdma.service_level}};
+  for (const auto& [name, value] : settings)
+    if (value >= 0) setenv(name, std::to_string(value).c_str(), /*overwrite=*/0);
+}
+
+ps::ClusterSpec LoadClusterOrFail(const std::string& path) {
+  Result<ps::ClusterSpec> spec = ps::LoadClusterFile(path);
+  if (!spec.ok()) FailPs("cluster file", spec.status());
+  ExportRdmaSettings(spec->rdma);  // before any transport exists
+  return std::move(spec).value();
+}
+
+void InitPsProcess() {
+  setenv("BX_VERBS", "sim", 0);  // the simnic unless the user chose otherwise
+  if (Status s = Init(); !s.ok()) FailPs("init", s);
+}
 
 namespace {
 
@@ -48,29 +77,6 @@ void StopOnSigintOrSigterm() {
   signal(SIGTERM, [](int) { g_stop = true; });
 }
 
-[[noreturn]] void Fail(const std::string& what, const Status& status) {
-  std::fprintf(stderr, "bx ps: %s: %s\n", what.c_str(), status.ToString().c_str());
-  throw CLI::RuntimeError(1);
-}
-
-// The cluster file's "rdma" settings become this process's BX_GID_INDEX, BX_TRAFFIC_CLASS and
-// BX_SERVICE_LEVEL, which every rdma:// transport it creates applies; a host that sets one
-// itself keeps its own.
-void ExportRdmaSettings(const ps::ClusterSpec::RdmaSettings& rdma) {
-  const std::pair<const char*, int> settings[] = {{"BX_GID_INDEX", rdma.gid_index},
-                                                  {"BX_TRAFFIC_CLASS", rdma.traffic_class},
-                                                  {"BX_SERVICE_LEVEL", rdma.service_level}};
-  for (const auto& [name, value] : settings)
-    if (value >= 0) setenv(name, std::to_string(value).c_str(), /*overwrite=*/0);
-}
-
-ps::ClusterSpec Load(const std::string& path) {
-  Result<ps::ClusterSpec> spec = ps::LoadClusterFile(path);
-  if (!spec.ok()) Fail("cluster file", spec.status());
-  ExportRdmaSettings(spec->rdma);  // before any transport exists
-  return std::move(spec).value();
-}
-
 // With --listen-any: the file's port on every interface (for a host behind NAT, whose address in
 // the file is not one of its own).
 std::string AnyHost(const std::string& url) {
@@ -80,11 +86,6 @@ std::string AnyHost(const std::string& url) {
     return url;
   }
   return url.substr(0, scheme_end + 3) + "0.0.0.0" + url.substr(port);
-}
-
-void InitProcess() {
-  setenv("BX_VERBS", "sim", 0);  // the simnic unless the user chose otherwise
-  if (Status s = Init(); !s.ok()) Fail("init", s);
 }
 
 struct FailoverFlags {
@@ -115,7 +116,7 @@ ps::FailoverOptions MonitorOptions(const ps::ClusterSpec& spec, int shard, int r
 std::unique_ptr<ps::FailoverMonitor> StartMonitor(ps::PsServer* server, ps::FailoverOptions fo) {
   Result<std::unique_ptr<ps::FailoverMonitor>> started =
       ps::FailoverMonitor::Start(server, std::move(fo));
-  if (!started.ok()) Fail("failover", started.status());
+  if (!started.ok()) FailPs("failover", started.status());
   return std::move(started).value();
 }
 
@@ -133,25 +134,26 @@ struct ServeOptions {
   size_t max_queued_request_mib = rpc::ServerOptions{}.max_queued_request_bytes >> 20;
   FailoverFlags failover;
   MetricsFlags metrics;
+  std::string restore;  // a checkpoint directory (bx ps checkpoint) to start from
 };
 
 void Serve(const ServeOptions& serve) {
   const int shard = serve.shard, replica = serve.replica;
   const FailoverFlags& failover = serve.failover;
-  ps::ClusterSpec spec = Load(serve.cluster);
+  ps::ClusterSpec spec = LoadClusterOrFail(serve.cluster);
   if (shard < 0 || size_t(shard) >= spec.shards.size()) {
-    Fail("serve", InvalidArgument("--shard " + std::to_string(shard) + ": the cluster file has " +
-                                  std::to_string(spec.shards.size()) + " shards (--shard 0.." +
-                                  std::to_string(spec.shards.size() - 1) + ")"));
+    FailPs("serve", InvalidArgument("--shard " + std::to_string(shard) + ": the cluster file has " +
+                                    std::to_string(spec.shards.size()) + " shards (--shard 0.." +
+                                    std::to_string(spec.shards.size() - 1) + ")"));
   }
   const size_t replicas = spec.shards[shard].replicas.size();
   if (replica < 0 || size_t(replica) >= replicas) {
-    Fail("serve", InvalidArgument("--replica " + std::to_string(replica) + ": shard " +
-                                  std::to_string(shard) + " has " + std::to_string(replicas) +
-                                  " replicas in the cluster file (--replica 0.." +
-                                  std::to_string(replicas - 1) + ")"));
+    FailPs("serve", InvalidArgument("--replica " + std::to_string(replica) + ": shard " +
+                                    std::to_string(shard) + " has " + std::to_string(replicas) +
+                                    " replicas in the cluster file (--replica 0.." +
+                                    std::to_string(replicas - 1) + ")"));
   }
-  InitProcess();
+  InitPsProcess();
 
   // The replica's own clients (to its backups; the failover monitor's pings and catch-up) on one
   // transport per scheme, not one each: left alone, every rpc::Client starts its own, with an
@@ -170,7 +172,7 @@ void Serve(const ServeOptions& serve) {
     }
     if (!r.tcp.empty() && client_tcp == nullptr) {
       Result<std::unique_ptr<Transport>> t = CreateTransport("tcp", client_transport_options);
-      if (!t.ok()) Fail("client transport", t.status());
+      if (!t.ok()) FailPs("client transport", t.status());
       client_tcp = std::move(t).value();
     }
   }
@@ -188,7 +190,16 @@ void Serve(const ServeOptions& serve) {
   options.rpc.idle_timeout = std::chrono::milliseconds(serve.idle_timeout_ms);
   options.rpc.max_queued_request_bytes = serve.max_queued_request_mib << 20;
   Result<std::unique_ptr<ps::PsServer>> server = ps::PsServer::Create(spec.tables, options);
-  if (!server.ok()) Fail("server", server.status());
+  if (!server.ok()) FailPs("server", server.status());
+  if (!serve.restore.empty()) {
+    if (Status s =
+            (*server)->RestoreFrom(serve.restore, uint32_t(shard), uint32_t(spec.shards.size()));
+        !s.ok()) {
+      FailPs("restore", s);
+    }
+    std::fprintf(stderr, "shard %d replica %d restored from the checkpoint in %s\n", shard, replica,
+                 serve.restore.c_str());
+  }
   const ps::ReplicaSpec& me = spec.shards[shard].replicas[replica];
   std::vector<std::string> urls;
   // The address the file names, so that a host name that is not this host's, or an address no
@@ -198,14 +209,14 @@ void Serve(const ServeOptions& serve) {
   if (Status s = (*server)->Start(urls); !s.ok()) {
     // An address no interface of this host has: say which flag serves the file's port anyway.
     if (!serve.listen_any && s.message().find("assign requested address") != std::string::npos) {
-      Fail("listen",
-           Status(s.code(), s.message() + "; the cluster file gives shard " +
-                                std::to_string(shard) + " replica " + std::to_string(replica) +
-                                " an address that is not this host's: run it on that "
-                                "host, or pass --listen-any (every interface, the "
-                                "file's port; a host behind NAT)"));
+      FailPs("listen",
+             Status(s.code(), s.message() + "; the cluster file gives shard " +
+                                  std::to_string(shard) + " replica " + std::to_string(replica) +
+                                  " an address that is not this host's: run it on that "
+                                  "host, or pass --listen-any (every interface, the "
+                                  "file's port; a host behind NAT)"));
     }
-    Fail("listen", s);
+    FailPs("listen", s);
   }
   std::unique_ptr<metrics::MetricsServer> metrics_endpoint =
       StartMetricsEndpoint(serve.metrics.port, serve.metrics.address);
@@ -218,11 +229,11 @@ void Serve(const ServeOptions& serve) {
                replica, (*server)->address().ToString().c_str(), options.min_in_sync,
                spec.shards[shard].replicas.size());
   if (replicas == 1) {
-    // There is no snapshot or checkpoint to disk: a lone replica's rows live in its memory only.
+    // A lone replica's rows live in its memory only, between checkpoints.
     std::fprintf(stderr,
-                 "not durable: shard %d has one replica and bx ps serve keeps no snapshot or "
-                 "checkpoint on disk, so its rows will not survive a restart of this process; "
-                 "list more replicas for it in the cluster file to keep them\n",
+                 "not durable: shard %d has one replica, so its rows since the last `bx ps "
+                 "checkpoint` will not survive a restart of this process; list more replicas "
+                 "for it in the cluster file to keep them\n",
                  shard);
   }
   if (spec.insecure) {
@@ -251,13 +262,13 @@ void Serve(const ServeOptions& serve) {
       rpc::ClientOptions probe_options;
       probe_options.transport.auth_secret = spec.secret;
       Result<std::unique_ptr<rpc::Client>> probe = rpc::Client::Create({address}, probe_options);
-      if (!probe.ok()) Fail("backup client", probe.status());
+      if (!probe.ok()) FailPs("backup client", probe.status());
       while (!g_stop && !(*probe)->WaitReady(1s).ok()) {
         std::fprintf(stderr, "waiting for backup %s\n", address.ToString().c_str());
       }
       backups.push_back(address);
     }
-    if (Status s = (*server)->BecomePrimary(1, backups); !s.ok()) Fail("promote", s);
+    if (Status s = (*server)->BecomePrimary(1, backups); !s.ok()) FailPs("promote", s);
     std::fprintf(stderr, "primary of epoch 1 with %zu backups\n", backups.size());
   }
   // "ready" once this replica's role is settled: a primary once it is primary with its backups
@@ -338,25 +349,25 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
   // push in flight, and the final read and the check run as at the end of --duration. (Set
   // first: a signal during the connects must not kill the run before it reports.)
   StopOnSigintOrSigterm();
-  if (spec.tables.empty()) Fail("verify", Status(StatusCode::kInvalidArgument, "no tables"));
+  if (spec.tables.empty()) FailPs("verify", Status(StatusCode::kInvalidArgument, "no tables"));
   const ps::TableConfig& table = spec.tables[0];
   if (table.optimizer.kind != ps::OptimizerKind::kSgd || table.optimizer.learning_rate != 1.0f ||
       table.init.kind != ps::InitializerKind::kZeros) {
-    Fail("verify", Status(StatusCode::kInvalidArgument,
-                          "the first table must be SGD with learning_rate 1 and zeros init"));
+    FailPs("verify", Status(StatusCode::kInvalidArgument,
+                            "the first table must be SGD with learning_rate 1 and zeros init"));
   }
-  InitProcess();
+  InitPsProcess();
   // As rank and train: one transport for the reachability check and every RPC client, and a
   // cluster that is not there fails the run at once, in one line.
   ps::PsClientOptions client_options;
   client_options.transport = spec.transport;
   Result<std::unique_ptr<Transport>> transport =
       CreateSharedClientTransport(spec, spec.transport, &client_options);
-  if (!transport.ok()) Fail("client transport", transport.status());
-  if (Status s = CheckShardsReachable(spec, **transport, 3s); !s.ok()) Fail("train --verify", s);
+  if (!transport.ok()) FailPs("client transport", transport.status());
+  if (Status s = CheckShardsReachable(spec, **transport, 3s); !s.ok()) FailPs("train --verify", s);
   RateLimitedStderrLog log;  // the run's errors, each kind once a second
   Result<std::unique_ptr<ps::PsClient>> client = ps::PsClient::Create(spec, client_options);
-  if (!client.ok()) Fail("client", client.status());
+  if (!client.ok()) FailPs("client", client.status());
 
   const size_t n = size_t(flags.keys);
   std::vector<uint64_t> keys(n);
@@ -409,7 +420,7 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
     if (attempt > 0) std::this_thread::sleep_for(250ms);
     fetched = (*client)->Fetch(table.id, keys, 2s);
   }
-  if (!fetched.ok()) Fail("final fetch", fetched.status());
+  if (!fetched.ok()) FailPs("final fetch", fetched.status());
 
   nlohmann::json out;
   uint64_t total_acked = 0, total_failed = 0, total_applied = 0, lost = 0, doubled = 0;
@@ -479,15 +490,21 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
 void AddPsCommand(CLI::App* app) {
   CLI::App* ps = app->add_subcommand("ps", "Parameter-server roles as separate processes");
   ps->require_subcommand(1);
+  AddPsCheckpointCommands(ps);
 
   auto serve = std::make_shared<ServeOptions>();
   CLI::App* s = ps->add_subcommand("serve", "Run one replica of one shard until SIGINT/SIGTERM");
   s->footer(
-      "Persistence: rows live in the replicas' memory only; bx ps serve has no snapshot or "
-      "checkpoint directory. A shard outlives a replica through its other replicas (with --etcd, "
-      "a restarted replica catches up from the primary); a shard with one replica loses its rows "
-      "when that process stops (it says so at start).");
+      "Persistence: rows live in the replicas' memory. A shard outlives a replica through its "
+      "other replicas (with --etcd, a restarted replica catches up from the primary); the whole "
+      "cluster outlives its processes through `bx ps checkpoint`, from which `--restore` starts "
+      "a new one (of any shard count). A shard with one replica loses the rows pushed since the "
+      "last checkpoint when that process stops (it says so at start).");
   s->add_option("--cluster", serve->cluster, "Cluster file (JSON)")->required();
+  s->add_option("--restore", serve->restore,
+                "Start from the checkpoint in this directory (bx ps checkpoint): this shard's "
+                "rows of it, whatever its shard count; every replica of the cluster restores "
+                "the same checkpoint");
   s->add_option("--shard", serve->shard, "Shard index")->required();
   s->add_option("--replica", serve->replica, "Replica index (0: primary)")->required();
   s->add_option("--etcd", serve->failover.etcd,
@@ -587,7 +604,7 @@ void AddPsCommand(CLI::App* app) {
           ->check(CLI::NonNegativeNumber);
     }
     w->callback([options, training] {
-      ps::ClusterSpec spec = Load(options->cluster);
+      ps::ClusterSpec spec = LoadClusterOrFail(options->cluster);
       if (options->verify.enabled) {
         return RunVerify(spec, options->seconds, options->threads, options->verify);
       }

@@ -60,4 +60,17 @@ BX_EXPORT Result<CheckpointManifest> WriteCheckpoint(const ClusterSpec& cluster,
 // one).
 BX_EXPORT Result<CheckpointManifest> ReadCheckpointManifest(const std::string& dir);
 
+struct BX_EXPORT ExportOptions {
+  // Also the optimiser's per-row state (AdaGrad's accumulators) as "state", rows x (floats per
+  // row beyond dim); a table whose optimiser keeps none has no "state".
+  bool optimizer_state = false;
+};
+
+// Writes table `table` (by name) of the checkpoint in `dir` as a NumPy .npz at `npz_path`:
+// "keys" (uint64, n) and "rows" (float32, n x dim), row i for key i, in no particular order.
+// Returns n. NotFound (naming the checkpoint's tables) when it has no such table.
+BX_EXPORT Result<uint64_t> ExportCheckpointTable(const std::string& dir, const std::string& table,
+                                                 const std::string& npz_path,
+                                                 const ExportOptions& options = {});
+
 }  // namespace bx::ps

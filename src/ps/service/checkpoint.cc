@@ -43,7 +43,8 @@ class PsServerCore::CheckpointDesk {
   Result<rpc::Message> Begin(uint64_t request, std::chrono::milliseconds durable_timeout) {
     std::lock_guard lock(mu_);
     if (request_ == request && request != 0) {
-      if (bytes_) return U64Message({token_, position_.epoch, position_.lsn, uint64_t(bytes_->size())});
+      if (bytes_)
+        return U64Message({token_, position_.epoch, position_.lsn, uint64_t(bytes_->size())});
       if (!failure_.ok()) {
         request_ = 0;  // the next ask starts again
         return failure_;
@@ -58,7 +59,8 @@ class PsServerCore::CheckpointDesk {
     failure_ = Status::Ok();
     busy_ = true;
     preparing_ = std::thread([this, token = token_, durable_timeout] {
-      Result<ShardReplica::JoinSnapshot> snapshot = replica_->SnapshotForCheckpoint(durable_timeout);
+      Result<ShardReplica::JoinSnapshot> snapshot =
+          replica_->SnapshotForCheckpoint(durable_timeout);
       std::lock_guard lock(mu_);
       busy_ = false;
       if (token != token_) return;
@@ -135,8 +137,8 @@ namespace {
 
 // Shard `shard`'s snapshot from whichever of its replicas is primary, written to `file`.
 Result<CheckpointShard> CheckpointOneShard(const ClusterSpec& cluster, uint32_t shard,
-                                           const std::string& dir,
-                                           const CheckpointOptions& options, uint64_t request) {
+                                           const std::string& dir, const CheckpointOptions& options,
+                                           uint64_t request) {
   const Clock::time_point deadline = Clock::now() + options.shard_timeout;
   rpc::ClientOptions client_options = options.client;
   if (client_options.transport.auth_secret.empty()) {
@@ -162,14 +164,13 @@ Result<CheckpointShard> CheckpointOneShard(const ClusterSpec& cluster, uint32_t 
     BX_ASSIGN_OR_RETURN(rpc::Message request_message, U64Message({request, durable_ms}));
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    Result<rpc::Message> offer =
-        CallOnce(client, kCheckpointMethod, std::move(request_message),
-                 std::max(left, std::chrono::milliseconds(1)));
+    Result<rpc::Message> offer = CallOnce(client, kCheckpointMethod, std::move(request_message),
+                                          std::max(left, std::chrono::milliseconds(1)));
     if (!offer.ok()) {
       last = offer.status();
       // Unavailable from the primary: preparing; ask the same replica again shortly.
-      if (last.code() == StatusCode::kUnavailable && last.message().find("ask again") !=
-                                                         std::string::npos) {
+      if (last.code() == StatusCode::kUnavailable &&
+          last.message().find("ask again") != std::string::npos) {
         --turn;
         std::this_thread::sleep_for(kAskAgain);
       } else if (last.code() != StatusCode::kFailedPrecondition &&
@@ -188,8 +189,7 @@ Result<CheckpointShard> CheckpointOneShard(const ClusterSpec& cluster, uint32_t 
     if (!GetU64s(Bytes(*offer), {&token, &out.epoch, &out.lsn, &size})) {
       return DataLoss("shard " + std::to_string(shard) + ": ps.Checkpoint: malformed reply");
     }
-    BX_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> file,
-                        AtomicFile::Create(dir + "/" + out.file));
+    BX_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFile> file, AtomicFile::Create(dir + "/" + out.file));
     BX_RETURN_IF_ERROR(ReadChunks(
         client, kCheckpointChunkMethod, token, size,
         std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),

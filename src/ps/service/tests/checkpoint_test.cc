@@ -26,9 +26,9 @@ using testing::kTable;
 class CheckpointDir {
  public:
   CheckpointDir()
-      : path_(std::filesystem::temp_directory_path() /
-              ("bx_checkpoint_test." + std::to_string(::getpid()) + "." +
-               std::to_string(next_++))) {
+      : path_(
+            std::filesystem::temp_directory_path() /
+            ("bx_checkpoint_test." + std::to_string(::getpid()) + "." + std::to_string(next_++))) {
     std::filesystem::remove_all(path_);
   }
   ~CheckpointDir() { std::filesystem::remove_all(path_); }
@@ -102,7 +102,8 @@ TEST_P(CheckpointTest, ATakenWhileTrainersPushCheckpointRestoresIntoAnyShardCoun
     rows_before = FetchEveryRow(*client, rows);
 
     std::vector<std::unique_ptr<CheckpointTrainer>> trainers;
-    for (const auto& keys : trainer_keys) trainers.push_back(std::make_unique<CheckpointTrainer>(*client, keys));
+    for (const auto& keys : trainer_keys)
+      trainers.push_back(std::make_unique<CheckpointTrainer>(*client, keys));
     ASSERT_TRUE(WaitFor([&] { return trainers[0]->acked > 20 && trainers[1]->acked > 20; }, 30s));
     for (auto& t : trainers) acked_before.push_back(t->acked);
     Result<CheckpointManifest> manifest = WriteCheckpoint(cluster.spec, dir.path());
@@ -142,8 +143,8 @@ TEST_P(CheckpointTest, ATakenWhileTrainersPushCheckpointRestoresIntoAnyShardCoun
       for (size_t k = 1; k < trainer_keys[t].size(); ++k) {
         for (size_t j = 0; j < k; ++j) {
           if (ShardOfKey(trainer_keys[t][j], 2) != ShardOfKey(trainer_keys[t][k], 2)) continue;
-          EXPECT_EQ(values[j * kDim], values[k * kDim]) << "trainer " << t << " keys " << j
-                                                        << ", " << k << " of one shard";
+          EXPECT_EQ(values[j * kDim], values[k * kDim])
+              << "trainer " << t << " keys " << j << ", " << k << " of one shard";
         }
       }
     }

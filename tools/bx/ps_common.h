@@ -1,0 +1,20 @@
+// What the `bx ps` commands share (ps_command.cc): reading the cluster file, starting the
+// library, and failing with one line.
+#pragma once
+
+#include <string>
+
+#include "bx/ps/cluster.h"
+#include "bx/status.h"
+
+namespace bx::tools {
+
+// Prints "bx ps: <what>: <status>" and exits the command with status 1.
+[[noreturn]] void FailPs(const std::string& what, const Status& status);
+// The cluster file at `path` (FailPs when it cannot be read); its "rdma" settings become this
+// process's BX_GID_INDEX, BX_TRAFFIC_CLASS and BX_SERVICE_LEVEL unless the host set them.
+ps::ClusterSpec LoadClusterOrFail(const std::string& path);
+// bx::Init on the simnic unless BX_VERBS says otherwise (FailPs on error).
+void InitPsProcess();
+
+}  // namespace bx::tools
