@@ -37,8 +37,8 @@ void PutText(std::vector<std::byte>& out, const std::string& text) {
 // The .npy header (format 1.0) of `array`, padded so that its data starts 64-byte aligned.
 std::vector<std::byte> NpyHeader(const std::string& dtype, uint64_t rows, uint64_t columns) {
   std::string dict = "{'descr': '" + dtype + "', 'fortran_order': False, 'shape': (" +
-                     std::to_string(rows) +
-                     (columns == 0 ? "," : ", " + std::to_string(columns)) + "), }";
+                     std::to_string(rows) + (columns == 0 ? "," : ", " + std::to_string(columns)) +
+                     "), }";
   const size_t unpadded = 10 + dict.size() + 1;  // magic, version, length; the newline
   dict.append((64 - unpadded % 64) % 64, ' ');
   dict.push_back('\n');
@@ -63,8 +63,8 @@ Status WriteAll(int fd, std::span<const std::byte> bytes, const std::string& wha
 }
 
 // A zip record's fixed part (local header or central directory entry), name appended.
-std::vector<std::byte> ZipRecord(bool central, uint32_t crc, uint64_t size,
-                                 const std::string& name, uint64_t local_offset) {
+std::vector<std::byte> ZipRecord(bool central, uint32_t crc, uint64_t size, const std::string& name,
+                                 uint64_t local_offset) {
   std::vector<std::byte> out;
   Put32(out, central ? 0x02014b50u : 0x04034b50u);
   if (central) Put16(out, 20);  // made by
@@ -178,7 +178,8 @@ Status NpzWriter::Finish() {
     if (!s.ok()) break;
   }
   if (s.ok() && offset + directory.size() >= kNoZip64) {
-    s = ResourceExhausted("npz: " + path_ + " would reach 4 GiB; that needs ZIP64, not written here");
+    s = ResourceExhausted("npz: " + path_ +
+                          " would reach 4 GiB; that needs ZIP64, not written here");
   }
   if (s.ok()) {
     std::vector<std::byte> end;

@@ -88,9 +88,12 @@ done
 fails_fast no-cluster-verify "shard 0: tcp://127.0.0.1:$P0 connection refused" -- \
   ps train --verify --cluster "$WORK/one.json" --duration 60
 
-# 2. One replica: its rows live in its memory only, and serve says so; --help too.
-"$BX" ps serve --help | tr -s ' \n' ' ' | grep -q "no snapshot or checkpoint directory" ||
-  fail "bx ps serve --help does not say that nothing is kept on disk"
+# 2. One replica: its rows live in its memory only, and serve says so; --help says how a
+# cluster outlives its processes.
+"$BX" ps serve --help | tr -s ' \n' ' ' | grep -q "rows live in the replicas' memory" ||
+  fail "bx ps serve --help does not say where the rows live"
+"$BX" ps serve --help | tr -s ' \n' ' ' | grep -q "bx ps checkpoint" ||
+  fail "bx ps serve --help does not name bx ps checkpoint"
 "$BX" ps serve --cluster "$WORK/one.json" --shard 0 --replica 0 >"$WORK/one.log" 2>&1 &
 PIDS+=($!)
 ONE=$!

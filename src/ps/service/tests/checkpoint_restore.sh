@@ -4,7 +4,8 @@
 # every server is killed. Clusters of 3 shards x 1 replica and 1 shard x 2 replicas start from
 # it (`bx ps serve --restore`) and are checkpointed in turn; `bx ps export` writes each
 # checkpoint's table as .npz, and NumPy, reading them, must find the same keys, rows and
-# optimiser state in all three. A restored cluster then takes `bx ps train` pushes.
+# optimiser state in all three. A restored cluster then takes `bx ps train` pushes. Beside the
+# training, `bx ps checkpoint --every 0.5 --keep 2` must leave the newest two, each readable.
 #
 #   checkpoint_restore.sh BX [--transport tcp|rdma] [--json]
 #
@@ -109,10 +110,26 @@ start_cluster trained 2 2
 "$BX" ps train --cluster "$WORK/trained.json" --threads 2 --duration 4 >"$WORK/train.log" 2>&1 &
 TRAINER=$!
 PIDS+=($TRAINER)
+# Periodic checkpoints beside it: every 0.5 s, the newest two kept.
+"$BX" ps checkpoint --cluster "$WORK/trained.json" --to "$WORK/periodic" --every 0.5 --keep 2 \
+  --json >"$WORK/periodic.json" 2>"$WORK/periodic.log" &
+PERIODIC=$!
+PIDS+=($PERIODIC)
 sleep 1.5
 checkpoint_and_export trained first
 wait "$TRAINER"
+kill -TERM "$PERIODIC"
+wait "$PERIODIC" || { echo "bx ps checkpoint --every failed" >&2; exit 1; }
 kill_cluster
+taken=$(wc -l <"$WORK/periodic.json")
+kept=$(find "$WORK/periodic" -mindepth 2 -maxdepth 2 -name manifest.json | wc -l)
+left=$(find "$WORK/periodic" -mindepth 1 -maxdepth 1 -type d | wc -l)
+if ((taken < 3 || kept != 2 || left != 2)); then
+  echo "periodic checkpoints: $taken taken, $kept complete and $left directories kept (want 2)" >&2
+  exit 1
+fi
+newest=$(find "$WORK/periodic" -mindepth 1 -maxdepth 1 -type d | sort | tail -n 1)
+"$BX" ps export --from "$newest" --table emb --to "$WORK/periodic.npz" >>"$WORK/periodic.log"
 
 # Restored into 3 shards of one replica, and into 1 shard of two.
 cluster_file wide 3 1
