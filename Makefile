@@ -12,7 +12,7 @@ CTEST_ARGS ?=
 CMAKE_ARGS ?=
 
 .PHONY: all deps configure build test demo demo-python format format-check clean asan tsan test-asan test-tsan \
-	test-stress build-variants conformance test-chaos test-catch-up bench-cluster install fuzz fuzz-smoke fuzz-build fuzz-corpus
+	test-stress build-variants conformance test-chaos test-catch-up bench-cluster bench-checkpoint install fuzz fuzz-smoke fuzz-build fuzz-corpus
 
 all: build
 
@@ -154,6 +154,13 @@ bench-cluster: build
 	bash tools/paper_cluster.sh $(BUILD)/bin/bx --servers $(CLUSTER_SERVERS) \
 	  --replicas $(CLUSTER_REPLICAS) --workers $(CLUSTER_WORKERS) --seconds $(CLUSTER_SECONDS) \
 	  --stagger-ms $(CLUSTER_STAGGER_MS) --transport both
+
+# What a checkpoint costs a training job (tools/checkpoint_bench.sh): CHECKPOINT_ROWS rows of a
+# dim-64 AdaGrad table on 2 shards x 2 replicas; `bx ps train` alone, then beside `bx ps
+# checkpoint --every 2`, over tcp and rdma: checkpoint MiB/s, push P50/P99, requests/s.
+CHECKPOINT_ROWS ?= 500000
+bench-checkpoint: build
+	bash tools/checkpoint_bench.sh $(BUILD)/bin/bx --rows $(CHECKPOINT_ROWS)
 
 # Installs headers, libbexpress.so, the CMake package, bexpress.pc, bx, the simnic and the Python
 # package, building only those (the target bx_installed, cmake/install.cmake), not the tests.
