@@ -12,9 +12,10 @@
 
 namespace bx::python {
 
-void BindPsClient(pybind11::module_& m);   // bx/ps/client.h, bx/ps/cluster.h
-void BindPsServer(pybind11::module_& m);   // bx/ps/server.h
-void BindTransport(pybind11::module_& m);  // bx/transport.h
+void BindPsClient(pybind11::module_& m);    // bx/ps/client.h, bx/ps/cluster.h
+void BindPsServer(pybind11::module_& m);    // bx/ps/server.h
+void BindCheckpoint(pybind11::module_& m);  // bx/ps/checkpoint.h
+void BindTransport(pybind11::module_& m);   // bx/transport.h
 
 // A Python timeout (seconds, a float) as the C++ calls take it, rounded up; InvalidArgument
 // unless positive and finite (and under a year).

@@ -94,4 +94,5 @@ PYBIND11_MODULE(_bexpress, m) {
   BindTransport(m);
   BindPsClient(m);
   BindPsServer(m);
+  BindCheckpoint(m);
 }

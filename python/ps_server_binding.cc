@@ -62,6 +62,16 @@ class PyPsServer {
     ThrowIfError(status);
   }
 
+  void RestoreFrom(const std::string& dir, uint32_t shard, uint32_t shard_count) {
+    ps::PsServer& s = server();
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = s.RestoreFrom(dir, shard, shard_count);
+    }
+    ThrowIfError(status);
+  }
+
   void Stop() {
     std::unique_ptr<ps::PsServer> stopping = std::move(server_);
     py::gil_scoped_release release;
@@ -133,6 +143,10 @@ void BindPsServer(py::module_& m) {
            "Listens on each url (port 0: any free port; .address says which).")
       .def("become_primary", &PyPsServer::BecomePrimary, py::arg("epoch"),
            py::arg("backups") = std::vector<std::string>{})
+      .def("restore_from", &PyPsServer::RestoreFrom, py::arg("dir"), py::arg("shard"),
+           py::arg("shard_count"),
+           "Before start: takes the rows of the checkpoint in `dir` that shard `shard` of "
+           "`shard_count` owns (any shard count; bexpress.checkpoint).")
       .def("stop", &PyPsServer::Stop)
       .def_property_readonly("address", &PyPsServer::Address)
       .def("counters", &PyPsServer::Counters)

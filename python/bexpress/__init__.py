@@ -39,12 +39,13 @@ except ImportError as e:
         "=4096 in its environment (or with LD_PRELOAD=libjemalloc.so.2).") from e
 from ._bexpress import Cluster, FetchedRows, PsServer, devices, init, is_initialized, metrics
 from ._bexpress import Listener, ReceivedMessage, Socket, Transport, shard_of_key, version
-from ._bexpress import set_log_level
+from ._bexpress import checkpoint, export_table, read_checkpoint, set_log_level
 from .errors import (Aborted, DataLoss, DeadlineExceeded, Error, FailedPrecondition, Internal,
                      InvalidArgument, NotFound, PermissionDenied, ResourceExhausted, Unavailable,
                      Unimplemented)
 
 __all__ = ["init", "is_initialized", "version", "devices", "metrics", "set_log_level",
+           "checkpoint", "read_checkpoint", "export_table",
            "Transport", "Listener", "Socket", "ReceivedMessage", "Cluster", "PsClient",
            "PsServer", "FetchedRows", "shard_of_key", "Error", "InvalidArgument", "NotFound",
            "Unavailable", "ResourceExhausted", "FailedPrecondition", "DeadlineExceeded",

@@ -22,8 +22,10 @@ What it cannot honour it refuses, rather than do something else:
   fetched, give zeros (PsEmbedding) or are left out of their bag (PsEmbeddingBag), and push no
   gradient. A negative padding_idx needs allow_negative_ids=True, as a negative id does.
 - state_dict() and load_state_dict() raise NotImplementedError, as do those of a model
-  holding a PsEmbedding: the rows are on the servers and are not checkpointed through torch
-  (save the model's other submodules' state_dicts instead).
+  holding a PsEmbedding: the rows are on the servers, and a state_dict would copy a whole
+  table into this process. Checkpoint the tables with bexpress.checkpoint (every shard, while
+  training goes on; restored by `bx ps serve --restore`, read by bexpress.export_table) and
+  save the model's other submodules' state_dicts beside it.
 """
 
 import collections
@@ -183,8 +185,9 @@ class PsEmbedding(nn.Module):
     def _no_state(self, prefix):
         name = prefix.rstrip(".") or "PsEmbedding"
         return (f"{name}: the rows of table {self.table!r} are on the parameter server, and a "
-                "state_dict would hold none of them (checkpointing PS tables is not supported "
-                "yet); save the state_dicts of the model's other submodules instead")
+                "state_dict would hold none of them: checkpoint the tables with "
+                "bexpress.checkpoint(cluster, dir) (restored by `bx ps serve --restore dir`) "
+                "and save the state_dicts of the model's other submodules beside it")
 
     def extra_repr(self):
         return (f"dim={self.dim}, table={self.table!r}, "
