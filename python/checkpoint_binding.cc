@@ -34,8 +34,7 @@ py::dict ManifestToDict(const ps::CheckpointManifest& manifest) {
   return out;
 }
 
-py::dict Checkpoint(const ps::ClusterSpec& cluster, const std::string& dir,
-                    double shard_timeout) {
+py::dict Checkpoint(const ps::ClusterSpec& cluster, const std::string& dir, double shard_timeout) {
   ps::CheckpointOptions options;
   options.shard_timeout = std::chrono::milliseconds(int64_t(shard_timeout * 1000));
   options.client.log = [](std::string_view) {};

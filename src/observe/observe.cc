@@ -302,6 +302,15 @@ CollectorHandle ExportPsServer(ps::PsServer& server, Labels labels, Registry& re
             double(c.dedup_clients));
     w.Counter("bx_ps_dedup_evictions_total", "Clients evicted from the replica's dedup record.",
               labels, double(c.dedup_evictions));
+    w.Counter("bx_ps_server_checkpoints_total", "Checkpoint snapshots offered as primary.", labels,
+              double(c.checkpoints));
+    for (const ps::PsTableStats& t : server.table_stats()) {
+      const Labels table = With(labels, {{"table", t.name}});
+      w.Gauge("bx_ps_table_rows", "Rows a table holds on this replica.", table, double(t.rows));
+      w.Gauge("bx_ps_table_bytes",
+              "Bytes of a table's rows on this replica (keys, weights, optimiser state).", table,
+              double(t.bytes));
+    }
     WriteServerStats(w, server.rpc_stats(), labels);
   });
 }

@@ -639,6 +639,10 @@ Status ShardReplica::InstallSnapshot(std::span<const std::byte> bytes) {
   return result;
 }
 
+void ShardReplica::ForEachTable(const std::function<void(const Table&)>& fn) const {
+  for (uint32_t id : state_->table_ids()) fn(*state_->table(id));
+}
+
 Status ShardReplica::Restore(ShardState& restored) {
   OrderSection order(order_mu_, this);
   {

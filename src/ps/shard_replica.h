@@ -221,6 +221,8 @@ class ShardReplica {
   // Fetches from any role. `out` is dim * keys.size() floats' worth of bytes (e.g.
   // FetchResponseValues of a response buffer).
   Status Fetch(uint32_t table_id, std::span<const uint64_t> keys, std::span<std::byte> out) const;
+  // Calls fn for every table, in id order (their rows may change meanwhile).
+  void ForEachTable(const std::function<void(const Table&)>& fn) const;
   // The dim of a table, to size a fetch response (NotFound if absent).
   Result<uint32_t> TableDim(uint32_t table_id) const;
   // Encodes a whole fetch response for `request` into `out`, which must be exactly

@@ -44,6 +44,8 @@ void AddDemoCommand(CLI::App* app);
 void AddPsCommand(CLI::App* app);
 // `bx ps checkpoint` and `bx ps export`, under `bx ps` (ps_checkpoint_command.cc).
 void AddPsCheckpointCommands(CLI::App* ps);
+// `bx ps stat`, under `bx ps` (ps_stat_command.cc).
+void AddPsStatCommand(CLI::App* ps);
 
 // `bx bench alloc ...`: registered under the `bench` subcommand. Defined by tools/bx/bench_alloc.cc
 // (bemalloc).

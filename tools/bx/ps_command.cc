@@ -491,6 +491,7 @@ void AddPsCommand(CLI::App* app) {
   CLI::App* ps = app->add_subcommand("ps", "Parameter-server roles as separate processes");
   ps->require_subcommand(1);
   AddPsCheckpointCommands(ps);
+  AddPsStatCommand(ps);
 
   auto serve = std::make_shared<ServeOptions>();
   CLI::App* s = ps->add_subcommand("serve", "Run one replica of one shard until SIGINT/SIGTERM");

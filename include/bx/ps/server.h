@@ -49,6 +49,18 @@ struct BX_EXPORT PsServerCounters {
   // Clients the dedup record remembers (bounded by max_dedup_clients), and clients it evicted.
   uint64_t dedup_clients = 0;
   uint64_t dedup_evictions = 0;
+  // Checkpoint snapshots this replica offered as primary (bx/ps/checkpoint.h).
+  uint64_t checkpoints = 0;
+};
+
+// One table as a replica holds it: the rows stored and the bytes they take (keys, weights and
+// optimiser state; not the index's own overhead).
+struct BX_EXPORT PsTableStats {
+  uint32_t id = 0;
+  std::string name;
+  uint32_t dim = 0;
+  uint64_t rows = 0;
+  uint64_t bytes = 0;
 };
 
 struct BX_EXPORT PsServerOptions {
@@ -121,6 +133,8 @@ class BX_EXPORT PsServer {
   void Stop();
 
   PsServerCounters counters() const;
+  // Every table's rows and bytes, in id order.
+  std::vector<PsTableStats> table_stats() const;
   // The epoch this replica serves as primary now (pushes are taken here), 0 while it is not
   // primary: a health check, or a start-up script waiting for its shard to take pushes.
   uint64_t primary_epoch() const;

@@ -115,6 +115,7 @@ void PsServerCore::OnCheckpoint(rpc::ServerCall call) {
   Result<rpc::Message> offer =
       checkpoints_->Begin(request, std::chrono::milliseconds(durable_timeout_ms));
   if (!offer.ok()) return call.Fail(offer.status());
+  CountCheckpointOffered();
   call.Respond(std::move(offer).value());
 }
 

@@ -152,6 +152,8 @@ Status PsServerCore::Register() {
       server_->AddMethod(std::string(kJoinChunkMethod), replicas_only(&PsServerCore::OnJoinChunk)));
   BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kJoinAttachMethod),
                                         replicas_only(&PsServerCore::OnJoinAttach)));
+  BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kStatMethod),
+                                        [this](rpc::ServerCall call) { OnStat(std::move(call)); }));
   BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kCheckpointMethod),
                                         replicas_only(&PsServerCore::OnCheckpoint)));
   BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kCheckpointChunkMethod),
@@ -282,7 +284,18 @@ PsServerCounters PsServerCore::counters() const {
           replica_.below_min_in_sync_refusals(),
           replica_.session_refusals(),
           replica_.dedup_clients(),
-          replica_.dedup_evictions()};
+          replica_.dedup_evictions(),
+          checkpoints_offered_.load()};
+}
+
+std::vector<PsTableStats> PsServerCore::TableStats() const {
+  std::vector<PsTableStats> out;
+  replica_.ForEachTable([&](const Table& t) {
+    const uint64_t rows = t.row_count();
+    out.push_back({t.config().id, t.config().name, t.dim(), rows,
+                   rows * (sizeof(uint64_t) + uint64_t{t.stride()} * sizeof(float))});
+  });
+  return out;
 }
 
 }  // namespace bx::ps

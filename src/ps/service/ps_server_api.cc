@@ -39,6 +39,10 @@ PsServerCounters PsServer::counters() const {
   return core_->counters();
 }
 
+std::vector<PsTableStats> PsServer::table_stats() const {
+  return core_->TableStats();
+}
+
 uint64_t PsServer::primary_epoch() const {
   const ShardReplica& replica = core_->replica();
   return replica.role() == ShardReplica::Role::kPrimary ? replica.position().epoch : 0;

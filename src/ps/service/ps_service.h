@@ -58,6 +58,9 @@ inline constexpr size_t kJoinChunksAhead = 8;
 // u64 offset -> up to kJoinChunkBytes). Replicas' methods: with a replica secret, only for
 // callers that proved it.
 inline constexpr std::string_view kCheckpointMethod = "ps.Checkpoint";
+// "ps.Stat" (docs/PS.md "Inspection"): an empty request -> a JSON object: role, epoch, lsn,
+// live_backups, counters, tables. For any caller that passed the cluster's secret.
+inline constexpr std::string_view kStatMethod = "ps.Stat";
 inline constexpr std::string_view kCheckpointChunkMethod = "ps.CheckpointChunk";
 
 // "ps.Ping": an empty request; the reply is kPingReplyBytes: u8 role (0 backup, 1 primary,
@@ -191,7 +194,9 @@ class PsServerCore {
   // only for want of a secret would promote a second one).
   void LendSecrets(TransportOptions* transport) const;
   PsServerCounters counters() const;
+  std::vector<PsTableStats> TableStats() const;
   rpc::ServerStats rpc_stats() const { return server_->stats(); }
+  void CountCheckpointOffered() { checkpoints_offered_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   explicit PsServerCore(PsServerOptions options);
@@ -205,6 +210,7 @@ class PsServerCore {
   void OnJoin(rpc::ServerCall call);
   void OnJoinChunk(rpc::ServerCall call);
   void OnJoinAttach(rpc::ServerCall call);
+  void OnStat(rpc::ServerCall call);
   void OnCheckpoint(rpc::ServerCall call);
   void OnCheckpointChunk(rpc::ServerCall call);
 
@@ -220,7 +226,7 @@ class PsServerCore {
   std::vector<std::shared_ptr<rpc::Client>> backup_clients_;
   std::map<std::string, std::shared_ptr<rpc::Client>> join_clients_;  // LinkTo, by address
   std::atomic<uint64_t> fetches_{0}, pushes_acked_{0}, pushes_duplicate_{0}, push_errors_{0},
-      forwards_{0}, replica_method_refusals_{0};
+      forwards_{0}, replica_method_refusals_{0}, checkpoints_offered_{0};
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 # checkpoint's table as .npz, and NumPy, reading them, must find the same keys, rows and
 # optimiser state in all three. A restored cluster then takes `bx ps train` pushes. Beside the
 # training, `bx ps checkpoint --every 0.5 --keep 2` must leave the newest two, each readable.
+# `bx ps stat` must count the export's rows on the restored primaries, and name a dead replica.
 #
 #   checkpoint_restore.sh BX [--transport tcp|rdma] [--json]
 #
@@ -134,12 +135,22 @@ newest=$(find "$WORK/periodic" -mindepth 1 -maxdepth 1 -type d | sort | tail -n 
 # Restored into 3 shards of one replica, and into 1 shard of two.
 cluster_file wide 3 1
 start_cluster wide 3 1 --restore "$WORK/first"
+"$BX" ps stat --cluster "$WORK/wide.json" --interval 0 --json >"$WORK/wide-stat.json"
 checkpoint_and_export wide from_wide
 "$BX" ps train --cluster "$WORK/wide.json" --threads 1 --duration 1 >"$WORK/train-wide.log" 2>&1
 kill_cluster
 cluster_file narrow 1 2
 start_cluster narrow 1 2 --restore "$WORK/first"
 checkpoint_and_export narrow from_narrow
+# bx ps stat names a replica that does not answer, and fails.
+kill -KILL "${CLUSTER_PIDS[1]}"
+wait "${CLUSTER_PIDS[1]}" 2>/dev/null || true
+if "$BX" ps stat --cluster "$WORK/narrow.json" --interval 0 >"$WORK/narrow-stat.txt" 2>&1 ||
+  ! grep -q "^0     1       .*UNAVAILABLE" "$WORK/narrow-stat.txt"; then
+  echo "bx ps stat did not report the dead replica" >&2
+  cat "$WORK/narrow-stat.txt" >&2
+  exit 1
+fi
 kill_cluster
 
 /usr/bin/python3 - "$WORK" "$JSON" <<'PY'
@@ -161,6 +172,11 @@ for name in ("from_wide", "from_narrow"):
     assert np.unique(other["keys"]).size == len(other["keys"]), f"{name}: a key twice"
     for k in ("keys", "rows", "state"):
         assert np.array_equal(first[k], other[k]), f"{name}: {k} differ from the first checkpoint"
+# bx ps stat of the 3-shard restore: its primaries hold every row of the checkpoint, once.
+stat = json.load(open(f"{work}/wide-stat.json"))
+assert len(stat) == 3 and all(r["role"] == "primary" for r in stat), stat
+held = sum(t["rows"] for r in stat for t in r["tables"] if t["name"] == "emb")
+assert held == n, f"bx ps stat counts {held} rows on the restored primaries, the export {n}"
 meta = json.load(open(f"{work}/first.json"))
 summary = {"rows": n, "bytes": meta["bytes"], "seconds": meta["seconds"],
            "mib_per_second": meta["mib_per_second"], "shards": len(meta["shards"])}

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "bx/ps/checkpoint.h"
+#include "bx/ps/stats.h"
 #include "ps/service/tests/ps_test_cluster.h"
 
 namespace bx::ps {
@@ -126,6 +127,17 @@ TEST_P(CheckpointTest, ATakenWhileTrainersPushCheckpointRestoresIntoAnyShardCoun
       EXPECT_EQ(s.epoch, 1u);
     }
     EXPECT_FALSE(WriteCheckpoint(cluster.spec, dir.path()).ok()) << "a checkpoint overwritten";
+    // ps.Stat: each primary offered one checkpoint; both replicas of a shard hold its rows.
+    std::vector<ReplicaStats> stats = QueryClusterStats(cluster.spec);
+    ASSERT_EQ(stats.size(), 4u);
+    for (const ReplicaStats& r : stats) {
+      ASSERT_TRUE(r.status.ok()) << r.address << ": " << r.status.ToString();
+      ASSERT_EQ(r.tables.size(), 1u);
+      EXPECT_EQ(r.role, r.replica == 0 ? "primary" : "backup");
+      EXPECT_EQ(r.counters.checkpoints, r.replica == 0 ? 1u : 0u);
+      EXPECT_EQ(r.tables[0].rows, stats[r.shard * 2].tables[0].rows);
+    }
+    EXPECT_EQ(stats[0].tables[0].rows + stats[2].tables[0].rows, rows.size() + 32);
   }  // every server gone
 
   std::vector<float> first_restore;
@@ -137,6 +149,12 @@ TEST_P(CheckpointTest, ATakenWhileTrainersPushCheckpointRestoresIntoAnyShardCoun
     auto client = testing::MakeClient(restored);
     ASSERT_TRUE(client);
     EXPECT_EQ(FetchEveryRow(*client, rows), rows_before);
+    uint64_t restored_rows = 0;
+    for (const ReplicaStats& r : QueryClusterStats(restored.spec)) {
+      ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+      if (r.replica == 0) restored_rows += r.tables.at(0).rows;
+    }
+    EXPECT_EQ(restored_rows, rows.size() + 32) << "every row once, on the shard that owns it";
     std::vector<float> counts;
     for (size_t t = 0; t < trainer_keys.size(); ++t) {
       const std::vector<float> values = FetchEveryRow(*client, trainer_keys[t]);

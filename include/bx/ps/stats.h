@@ -1,0 +1,38 @@
+// What every replica of a cluster holds and does, asked over the network (`bx ps stat`,
+// docs/PS.md "Inspection"): role, position, backups, counters and per-table rows and bytes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bx/export.h"
+#include "bx/ps/cluster.h"
+#include "bx/ps/server.h"
+#include "bx/rpc.h"
+#include "bx/status.h"
+
+namespace bx::ps {
+
+struct BX_EXPORT ReplicaStats {
+  uint32_t shard = 0;
+  uint32_t replica = 0;
+  std::string address;  // the replica's address as asked
+  Status status;        // of the ask; when not OK the fields below are empty
+  std::string role;     // "primary", "backup" or "fenced"
+  uint64_t epoch = 0;
+  uint64_t lsn = 0;           // the last push applied
+  uint64_t live_backups = 0;  // a primary's
+  PsServerCounters counters;
+  std::vector<PsTableStats> tables;
+};
+
+// Asks every replica of `cluster`, all at once, each within `timeout`: one entry per replica,
+// in cluster-file order. A replica that does not answer has its status set, not an error of
+// the whole call. `client`'s transport secret, when empty, is the cluster's.
+BX_EXPORT std::vector<ReplicaStats> QueryClusterStats(
+    const ClusterSpec& cluster, std::chrono::milliseconds timeout = std::chrono::seconds(3),
+    rpc::ClientOptions client = {});
+
+}  // namespace bx::ps

@@ -1,0 +1,148 @@
+// "ps.Stat" (docs/PS.md "Inspection"): a replica's role, position, counters and tables as a
+// JSON object, and QueryClusterStats, which asks every replica of a cluster at once.
+#include <future>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "bx/ps/stats.h"
+#include "ps/service/ps_service.h"
+
+namespace bx::ps {
+namespace {
+
+using nlohmann::json;
+
+const char* RoleText(ShardReplica::Role role) {
+  switch (role) {
+    case ShardReplica::Role::kPrimary:
+      return "primary";
+    case ShardReplica::Role::kBackup:
+      return "backup";
+    case ShardReplica::Role::kFenced:
+      return "fenced";
+  }
+  return "unknown";
+}
+
+// The counters by name, both ways (the JSON object and PsServerCounters).
+template <typename Counters, typename Fn>
+void ForEachCounter(Counters& c, Fn fn) {
+  fn("fetches", c.fetches);
+  fn("pushes_acked", c.pushes_acked);
+  fn("pushes_duplicate", c.pushes_duplicate);
+  fn("push_errors", c.push_errors);
+  fn("forwards", c.forwards);
+  fn("replica_method_refusals", c.replica_method_refusals);
+  fn("pushes_below_min_in_sync", c.pushes_below_min_in_sync);
+  fn("pushes_session_refused", c.pushes_session_refused);
+  fn("dedup_clients", c.dedup_clients);
+  fn("dedup_evictions", c.dedup_evictions);
+  fn("checkpoints", c.checkpoints);
+}
+
+Status ParseStats(std::span<const std::byte> bytes, ReplicaStats* out) {
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  json j = json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  auto u64 = [&](const json& object, const char* key, uint64_t* value) {
+    auto it = object.find(key);
+    if (it == object.end() || !it->is_number_unsigned()) return false;
+    *value = it->get<uint64_t>();
+    return true;
+  };
+  if (j.is_discarded() || !j.is_object() || !j["role"].is_string() ||
+      !u64(j, "epoch", &out->epoch) || !u64(j, "lsn", &out->lsn) ||
+      !u64(j, "live_backups", &out->live_backups) || !j["counters"].is_object() ||
+      !j["tables"].is_array()) {
+    return DataLoss("ps.Stat: malformed reply");
+  }
+  out->role = j["role"].get<std::string>();
+  bool ok = true;
+  ForEachCounter(out->counters, [&](const char* name, uint64_t& v) {
+    ok = ok && u64(j["counters"], name, &v);
+  });
+  for (const json& t : j["tables"]) {
+    PsTableStats table;
+    uint64_t id = 0, dim = 0;
+    ok = ok && t.is_object() && u64(t, "id", &id) && u64(t, "dim", &dim) &&
+         u64(t, "rows", &table.rows) && u64(t, "bytes", &table.bytes) && t["name"].is_string();
+    if (!ok) break;
+    table.id = uint32_t(id);
+    table.dim = uint32_t(dim);
+    table.name = t["name"].get<std::string>();
+    out->tables.push_back(std::move(table));
+  }
+  return ok ? Status::Ok() : DataLoss("ps.Stat: malformed reply");
+}
+
+}  // namespace
+
+void PsServerCore::OnStat(rpc::ServerCall call) {
+  json out;
+  out["role"] = RoleText(replica_.role());
+  const ShardReplica::Position position = replica_.position();
+  out["epoch"] = position.epoch;
+  out["lsn"] = position.lsn;
+  out["live_backups"] = uint64_t(replica_.live_backups());
+  PsServerCounters c = counters();
+  json counters_json = json::object();
+  ForEachCounter(c, [&](const char* name, uint64_t v) { counters_json[name] = v; });
+  out["counters"] = std::move(counters_json);
+  json tables = json::array();
+  for (const PsTableStats& t : TableStats()) {
+    tables.push_back(
+        {{"id", t.id}, {"name", t.name}, {"dim", t.dim}, {"rows", t.rows}, {"bytes", t.bytes}});
+  }
+  out["tables"] = std::move(tables);
+  const std::string text = out.dump();
+  Result<rpc::Message> reply = rpc::Message::Allocate(text.size());
+  if (!reply.ok()) return call.Fail(reply.status());
+  std::copy(text.begin(), text.end(), reinterpret_cast<char*>(reply->data()));
+  call.Respond(std::move(reply).value());
+}
+
+std::vector<ReplicaStats> QueryClusterStats(const ClusterSpec& cluster,
+                                            std::chrono::milliseconds timeout,
+                                            rpc::ClientOptions client) {
+  if (client.transport.auth_secret.empty()) client.transport.auth_secret = cluster.secret;
+  client.log = client.log ? client.log : [](std::string_view) {};
+  std::vector<ReplicaStats> out;
+  std::vector<rpc::ReplicaAddress> addresses;  // rdma preferred, tcp the fallback
+  std::vector<std::future<Status>> asked;
+  for (uint32_t s = 0; s < cluster.shards.size(); ++s) {
+    for (uint32_t r = 0; r < cluster.shards[s].replicas.size(); ++r) {
+      const ReplicaSpec& spec = cluster.shards[s].replicas[r];
+      ReplicaStats stats;
+      stats.shard = s;
+      stats.replica = r;
+      addresses.push_back({cluster.transport == "tcp" ? "" : spec.rdma, spec.tcp});
+      stats.address = addresses.back().ToString();
+      out.push_back(std::move(stats));
+    }
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    asked.push_back(std::async(std::launch::async, [&stats = out[i], &address = addresses[i],
+                                                    &client, timeout] {
+      BX_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Client> rpc_client,
+                          rpc::Client::Create({address}, client));
+      BX_ASSIGN_OR_RETURN(rpc::Message request, rpc::Message::Allocate(0));
+      BX_ASSIGN_OR_RETURN(rpc::Message reply,
+                          CallOnce(*rpc_client, kStatMethod, std::move(request), timeout));
+      return ParseStats(Bytes(reply), &stats);
+    }));
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].status = asked[i].get();
+    if (!out[i].status.ok()) {
+      const ReplicaStats failed = out[i];
+      out[i] = ReplicaStats{};
+      out[i].shard = failed.shard;
+      out[i].replica = failed.replica;
+      out[i].address = failed.address;
+      out[i].status = failed.status;
+    }
+  }
+  return out;
+}
+
+}  // namespace bx::ps
