@@ -49,7 +49,9 @@ void RunStat(const StatFlags& flags) {
     if (!r.status.ok()) {
       all_answered = false;
       if (flags.json) {
-        out.push_back({{"shard", r.shard}, {"replica", r.replica}, {"address", r.address},
+        out.push_back({{"shard", r.shard},
+                       {"replica", r.replica},
+                       {"address", r.address},
                        {"error", r.status.ToString()}});
       } else {
         std::printf("%-6u%-8u%s: %s\n", r.shard, r.replica, r.address.c_str(),
@@ -69,8 +71,8 @@ void RunStat(const StatFlags& flags) {
       }
     }
     const double fetches = rate(i, &ps::PsServerCounters::fetches);
-    const double pushes = rate(i, &ps::PsServerCounters::pushes_acked) +
-                          rate(i, &ps::PsServerCounters::forwards);
+    const double pushes =
+        rate(i, &ps::PsServerCounters::pushes_acked) + rate(i, &ps::PsServerCounters::forwards);
     if (flags.json) {
       out.push_back({{"shard", r.shard},
                      {"replica", r.replica},

@@ -58,9 +58,8 @@ Status ParseStats(std::span<const std::byte> bytes, ReplicaStats* out) {
   }
   out->role = j["role"].get<std::string>();
   bool ok = true;
-  ForEachCounter(out->counters, [&](const char* name, uint64_t& v) {
-    ok = ok && u64(j["counters"], name, &v);
-  });
+  ForEachCounter(out->counters,
+                 [&](const char* name, uint64_t& v) { ok = ok && u64(j["counters"], name, &v); });
   for (const json& t : j["tables"]) {
     PsTableStats table;
     uint64_t id = 0, dim = 0;
@@ -121,15 +120,15 @@ std::vector<ReplicaStats> QueryClusterStats(const ClusterSpec& cluster,
     }
   }
   for (size_t i = 0; i < out.size(); ++i) {
-    asked.push_back(std::async(std::launch::async, [&stats = out[i], &address = addresses[i],
-                                                    &client, timeout] {
-      BX_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Client> rpc_client,
-                          rpc::Client::Create({address}, client));
-      BX_ASSIGN_OR_RETURN(rpc::Message request, rpc::Message::Allocate(0));
-      BX_ASSIGN_OR_RETURN(rpc::Message reply,
-                          CallOnce(*rpc_client, kStatMethod, std::move(request), timeout));
-      return ParseStats(Bytes(reply), &stats);
-    }));
+    asked.push_back(std::async(
+        std::launch::async, [&stats = out[i], &address = addresses[i], &client, timeout] {
+          BX_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Client> rpc_client,
+                              rpc::Client::Create({address}, client));
+          BX_ASSIGN_OR_RETURN(rpc::Message request, rpc::Message::Allocate(0));
+          BX_ASSIGN_OR_RETURN(rpc::Message reply,
+                              CallOnce(*rpc_client, kStatMethod, std::move(request), timeout));
+          return ParseStats(Bytes(reply), &stats);
+        }));
   }
   for (size_t i = 0; i < out.size(); ++i) {
     out[i].status = asked[i].get();

@@ -40,35 +40,6 @@ class CheckpointDir {
   std::filesystem::path path_;
 };
 
-// Pushes ones to its own keys, one push (every key) at a time, counting the acknowledged ones.
-class CheckpointTrainer {
- public:
-  CheckpointTrainer(PsClient& client, std::vector<uint64_t> keys)
-      : keys_(std::move(keys)), thread_([this, &client] {
-          const std::vector<float> ones(keys_.size() * kDim, 1.0f);
-          while (!stop_) {
-            Status s = client.Push(kTable, kDim, keys_, ones, 60s);
-            if (!s.ok()) {
-              ADD_FAILURE() << "push: " << s.ToString();
-              return;
-            }
-            ++acked;
-          }
-        }) {}
-  ~CheckpointTrainer() { Stop(); }
-  void Stop() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-  const std::vector<uint64_t>& keys() const { return keys_; }
-  std::atomic<int> acked{0};
-
- private:
-  const std::vector<uint64_t> keys_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
 std::vector<float> FetchEveryRow(PsClient& client, std::span<const uint64_t> keys) {
   Result<FetchResult> fetched = client.Fetch(kTable, keys, 30s);
   EXPECT_TRUE(fetched.ok()) << fetched.status().ToString();
@@ -111,9 +82,9 @@ TEST_P(CheckpointTest, ATakenWhileTrainersPushCheckpointRestoresIntoAnyShardCoun
     }
     rows_before = FetchEveryRow(*client, rows);
 
-    std::vector<std::unique_ptr<CheckpointTrainer>> trainers;
+    std::vector<std::unique_ptr<testing::OnesTrainer>> trainers;
     for (const auto& keys : trainer_keys)
-      trainers.push_back(std::make_unique<CheckpointTrainer>(*client, keys));
+      trainers.push_back(std::make_unique<testing::OnesTrainer>(*client, keys));
     ASSERT_TRUE(WaitFor([&] { return trainers[0]->acked > 20 && trainers[1]->acked > 20; }, 30s));
     for (auto& t : trainers) acked_before.push_back(t->acked);
     Result<CheckpointManifest> manifest = WriteCheckpoint(cluster.spec, dir.path());

@@ -16,34 +16,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using rpc::testing::WaitFor;
-
-// A trainer thread pushing ones to `key`, one push at a time, until Stop (or destruction); a
-// push that fails is a test failure. acked: the pushes acknowledged so far.
-class OnesTrainer {
- public:
-  OnesTrainer(PsClient& client, uint64_t key)
-      : thread_([this, &client, key] {
-          const std::vector<float> ones(kDim, 1.0f);
-          while (!stop_) {
-            Status s = client.Push(kTable, kDim, {&key, 1}, ones, 60s);
-            if (!s.ok()) {
-              ADD_FAILURE() << "push to key " << key << ": " << s.ToString();
-              return;
-            }
-            ++acked;
-          }
-        }) {}
-  ~OnesTrainer() { Stop(); }
-  void Stop() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-  std::atomic<int> acked{0};
-
- private:
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
+using testing::OnesTrainer;
 
 class LeasedFailoverTest : public ::testing::TestWithParam<std::string> {
  public:

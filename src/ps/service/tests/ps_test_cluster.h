@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <future>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ps/service/ps_internals.h"
@@ -177,6 +179,36 @@ class MonitorLog {
  private:
   mutable std::mutex mu_;
   std::vector<std::string> lines_;
+};
+
+// A trainer thread: pushes ones to `keys` (all of them in each push, one push at a time) until
+// stopped, counting the acknowledged pushes; a failed push fails the test.
+class OnesTrainer {
+ public:
+  OnesTrainer(PsClient& client, std::vector<uint64_t> keys)
+      : keys_(std::move(keys)), thread_([this, &client] {
+          const std::vector<float> ones(keys_.size() * kDim, 1.0f);
+          while (!stop_) {
+            Status s = client.Push(kTable, kDim, keys_, ones, 60s);
+            if (!s.ok()) {
+              ADD_FAILURE() << "push to key " << keys_.front() << "...: " << s.ToString();
+              return;
+            }
+            ++acked;
+          }
+        }) {}
+  OnesTrainer(PsClient& client, uint64_t key) : OnesTrainer(client, std::vector<uint64_t>{key}) {}
+  ~OnesTrainer() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  std::atomic<int> acked{0};
+
+ private:
+  const std::vector<uint64_t> keys_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 // `n` pushes of a gradient of ones to `key`, one after another, each within 10 s.
