@@ -89,10 +89,13 @@ done
 start_server() {
   local log=$1
   shift
+  # A log reused from an earlier server must not be read before the new one truncates it: that
+  # race gave an empty url (CI, stop 65). Gone first, and then read once it holds a whole line.
+  rm -f "$log"
   exec_clean_env "$@" >"$log" 2>&1 &
   servers+=($!)
   for _ in $(seq 1 300); do
-    [[ -s $log ]] && break
+    [[ -f $log ]] && (($(wc -l <"$log") >= 1)) && break
     sleep 0.1
   done
   started=$(head -1 "$log" | awk '{print $NF}')
