@@ -41,8 +41,8 @@ void RunStat(const StatFlags& flags) {
   // Per table, over the shards' primaries: the cluster's rows and bytes.
   std::map<std::string, std::pair<uint64_t, uint64_t>> totals;
   if (!flags.json) {
-    std::printf("%-6s%-8s%-9s%7s%12s%8s%10s%10s%12s%10s\n", "shard", "replica", "role", "epoch",
-                "lsn", "backups", "fetch/s", "push/s", "rows", "MiB");
+    std::printf("%-6s%-8s%-9s%7s%12s%8s%10s%10s%12s%10s%10s\n", "shard", "replica", "role", "epoch",
+                "lsn", "backups", "fetch/s", "push/s", "rows", "MiB", "ckpt age");
   }
   for (size_t i = 0; i < last.size(); ++i) {
     const ps::ReplicaStats& r = last[i];
@@ -84,13 +84,25 @@ void RunStat(const StatFlags& flags) {
                      {"fetches_per_second", fetches},
                      {"pushes_per_second", pushes},
                      {"checkpoints", r.counters.checkpoints},
+                     {"last_checkpoint",
+                      {{"unix_ms", r.last_checkpoint_unix_ms},
+                       {"epoch", r.last_checkpoint_epoch},
+                       {"lsn", r.last_checkpoint_lsn}}},
                      {"dedup_clients", r.counters.dedup_clients},
                      {"tables", tables}});
     } else {
-      std::printf("%-6u%-8u%-9s%7llu%12llu%8llu%10.0f%10.0f%12llu%10.1f\n", r.shard, r.replica,
+      // Seconds since this replica last served a checkpoint as primary ("-": never).
+      std::string age = "-";
+      if (r.last_checkpoint_unix_ms != 0) {
+        const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+        age = std::to_string((now_ms - int64_t(r.last_checkpoint_unix_ms)) / 1000) + " s";
+      }
+      std::printf("%-6u%-8u%-9s%7llu%12llu%8llu%10.0f%10.0f%12llu%10.1f%10s\n", r.shard, r.replica,
                   r.role.c_str(), (unsigned long long)r.epoch, (unsigned long long)r.lsn,
                   (unsigned long long)r.live_backups, fetches, pushes, (unsigned long long)rows,
-                  double(bytes) / double(1 << 20));
+                  double(bytes) / double(1 << 20), age.c_str());
     }
   }
   if (flags.json) {

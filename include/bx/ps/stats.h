@@ -26,6 +26,11 @@ struct BX_EXPORT ReplicaStats {
   uint64_t live_backups = 0;  // a primary's
   PsServerCounters counters;
   std::vector<PsTableStats> tables;
+  // The last checkpoint this replica served whole as primary (bx/ps/checkpoint.h): its
+  // position and wall-clock time in ms since the Unix epoch; 0: none since it started.
+  uint64_t last_checkpoint_unix_ms = 0;
+  uint64_t last_checkpoint_epoch = 0;
+  uint64_t last_checkpoint_lsn = 0;
 };
 
 // Asks every replica of `cluster`, all at once, each within `timeout`: one entry per replica,

@@ -87,8 +87,19 @@ class PsServerCore::CheckpointDesk {
     if (!bytes) return call.Fail(NotFound("ps.CheckpointChunk: no such checkpoint snapshot"));
     if (RespondWithChunk(std::move(call), *bytes, offset)) {
       std::lock_guard lock(mu_);  // read to its end: its memory goes back
-      if (token == token_) bytes_.reset();
+      if (token == token_) {
+        bytes_.reset();
+        last_ = {position_, uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count())};
+      }
     }
+  }
+
+  // The position and time of the last checkpoint snapshot read to its end ({}, 0: none).
+  std::pair<ShardReplica::Position, uint64_t> Last() {
+    std::lock_guard lock(mu_);
+    return last_;
   }
 
  private:
@@ -99,6 +110,7 @@ class PsServerCore::CheckpointDesk {
   ShardReplica::Position position_;
   std::shared_ptr<const std::vector<std::byte>> bytes_;
   Status failure_;
+  std::pair<ShardReplica::Position, uint64_t> last_{};
   std::thread preparing_;
 };
 
@@ -121,6 +133,10 @@ void PsServerCore::OnCheckpoint(rpc::ServerCall call) {
 
 void PsServerCore::OnCheckpointChunk(rpc::ServerCall call) {
   checkpoints_->Chunk(std::move(call));
+}
+
+std::pair<ShardReplica::Position, uint64_t> PsServerCore::LastCheckpoint() const {
+  return checkpoints_->Last();
 }
 
 Status PsServerCore::RestoreFrom(const std::string& dir, uint32_t shard, uint32_t shard_count) {

@@ -197,6 +197,9 @@ class PsServerCore {
   std::vector<PsTableStats> TableStats() const;
   rpc::ServerStats rpc_stats() const { return server_->stats(); }
   void CountCheckpointOffered() { checkpoints_offered_.fetch_add(1, std::memory_order_relaxed); }
+  // The position and wall-clock time (ms since the epoch) of the last checkpoint this replica
+  // served to its end as primary; 0: none.
+  std::pair<ShardReplica::Position, uint64_t> LastCheckpoint() const;
 
  private:
   explicit PsServerCore(PsServerOptions options);

@@ -57,7 +57,10 @@ Status ParseStats(std::span<const std::byte> bytes, ReplicaStats* out) {
     return DataLoss("ps.Stat: malformed reply");
   }
   out->role = j["role"].get<std::string>();
-  bool ok = true;
+  const json& last = j["last_checkpoint"];
+  bool ok = last.is_object() && u64(last, "unix_ms", &out->last_checkpoint_unix_ms) &&
+            u64(last, "epoch", &out->last_checkpoint_epoch) &&
+            u64(last, "lsn", &out->last_checkpoint_lsn);
   ForEachCounter(out->counters,
                  [&](const char* name, uint64_t& v) { ok = ok && u64(j["counters"], name, &v); });
   for (const json& t : j["tables"]) {
@@ -93,6 +96,8 @@ void PsServerCore::OnStat(rpc::ServerCall call) {
         {{"id", t.id}, {"name", t.name}, {"dim", t.dim}, {"rows", t.rows}, {"bytes", t.bytes}});
   }
   out["tables"] = std::move(tables);
+  const auto [at, unix_ms] = LastCheckpoint();
+  out["last_checkpoint"] = {{"unix_ms", unix_ms}, {"epoch", at.epoch}, {"lsn", at.lsn}};
   const std::string text = out.dump();
   Result<rpc::Message> reply = rpc::Message::Allocate(text.size());
   if (!reply.ok()) return call.Fail(reply.status());

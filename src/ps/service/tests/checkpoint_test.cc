@@ -106,6 +106,9 @@ TEST_P(CheckpointTest, ATakenWhileTrainersPushCheckpointRestoresIntoAnyShardCoun
       ASSERT_EQ(r.tables.size(), 1u);
       EXPECT_EQ(r.role, r.replica == 0 ? "primary" : "backup");
       EXPECT_EQ(r.counters.checkpoints, r.replica == 0 ? 1u : 0u);
+      // A primary knows the position it checkpointed last.
+      EXPECT_EQ(r.last_checkpoint_lsn, r.replica == 0 ? manifest->shards[r.shard].lsn : 0u);
+      EXPECT_EQ(r.last_checkpoint_unix_ms != 0, r.replica == 0);
       EXPECT_EQ(r.tables[0].rows, stats[r.shard * 2].tables[0].rows);
     }
     EXPECT_EQ(stats[0].tables[0].rows + stats[2].tables[0].rows, rows.size() + 32);
