@@ -464,7 +464,8 @@ void ShardReplica::ForgetBackupLocked(uint64_t bit) {
 
 // ---- Catch-up --------------------------------------------------------------------------------
 
-Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForJoin(uint32_t joiner) {
+Result<ShardReplica::JoinSnapshot> ShardReplica::CopyAndEncodeAsPrimary(
+    const std::function<void(const Position&)>& pin) {
   Result<std::unique_ptr<ShardState>> copy = FailedPrecondition(
       "replica is not the primary of "
       "its shard");
@@ -477,7 +478,7 @@ Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForJoin(uint32_t joiner
     }
     // Pushes wait only for the copy; the encoding below runs beside them.
     if (primary) copy = state_->Copy();
-    if (copy.ok()) join_pins_[joiner] = Position{(*copy)->epoch, (*copy)->applied_lsn};
+    if (copy.ok()) pin(Position{(*copy)->epoch, (*copy)->applied_lsn});
   }
   RunDeferred();
   if (!copy.ok()) return copy.status();
@@ -485,41 +486,29 @@ Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForJoin(uint32_t joiner
   return JoinSnapshot{Position{(*copy)->epoch, (*copy)->applied_lsn}, std::move(bytes)};
 }
 
+Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForJoin(uint32_t joiner) {
+  return CopyAndEncodeAsPrimary([&](const Position& at) { join_pins_[joiner] = at; });
+}
+
 Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForCheckpoint(
     std::chrono::milliseconds timeout) {
-  Result<std::unique_ptr<ShardState>> copy = FailedPrecondition(
-      "replica is not the primary of "
-      "its shard");
   auto durable = std::make_shared<std::promise<Status>>();
   std::future<Status> durable_future = durable->get_future();
-  {
-    OrderSection order(order_mu_, this);
-    bool primary;
-    {
-      std::lock_guard lock(mu_);
-      primary = role_ == Role::kPrimary && LeaseHeldLocked();
-    }
-    if (primary) copy = state_->Copy();
-    // The copy's last push is the one to wait for: every one before it is durable first.
-    if (copy.ok()) {
-      AddWaiterLocked((*copy)->applied_lsn,
-                      Waiter{PushAck{}, [durable](Result<PushAck> r) {
-                               durable->set_value(r.ok() ? Status::Ok() : r.status());
-                             }});
-    }
-  }
-  RunDeferred();
-  if (!copy.ok()) return copy.status();
-  const Position at{(*copy)->epoch, (*copy)->applied_lsn};
-  BX_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, (*copy)->Encode());
-  copy->reset();  // the encoded bytes are what is kept
+  // The copy's last push is the one to wait for: every one before it is durable first.
+  BX_ASSIGN_OR_RETURN(JoinSnapshot snapshot, CopyAndEncodeAsPrimary([&](const Position& at) {
+                        AddWaiterLocked(
+                            at.lsn, Waiter{PushAck{}, [durable](Result<PushAck> r) {
+                                             durable->set_value(r.ok() ? Status::Ok() : r.status());
+                                           }});
+                      }));
+  const Position at = snapshot.position;
   if (durable_future.wait_for(timeout) != std::future_status::ready) {
     return DeadlineExceeded("checkpoint: lsn " + std::to_string(at.lsn) + " of epoch " +
                             std::to_string(at.epoch) + " not on min_in_sync replicas within " +
                             std::to_string(timeout.count()) + " ms");
   }
   if (Status s = durable_future.get(); !s.ok()) return s.WithContext("checkpoint");
-  return JoinSnapshot{at, std::move(bytes)};
+  return snapshot;
 }
 
 Status ShardReplica::AttachLearner(uint32_t joiner, std::shared_ptr<BackupLink> link,

@@ -333,6 +333,10 @@ class ShardReplica {
   uint64_t LogBytesAfterLocked(uint64_t lsn) const;
   // Ends an order_mu_ section: runs the callbacks deferred while it held the lock.
   void RunDeferred();
+  // The state of a primary with a valid lease, copied while pushes wait (order_mu_ taken here)
+  // and encoded after they resume; `pin` runs with the copy's position inside the same order
+  // section (a joiner's pin, a checkpoint's durability wait). FailedPrecondition otherwise.
+  Result<JoinSnapshot> CopyAndEncodeAsPrimary(const std::function<void(const Position&)>& pin);
 
   const Options options_;
   std::unique_ptr<ShardState> state_;
