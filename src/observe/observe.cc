@@ -214,18 +214,6 @@ void WriteServerStats(SampleWriter& w, const rpc::ServerStats& s, const Labels& 
   }
 }
 
-std::string_view RoleName(ps::ShardReplica::Role role) {
-  switch (role) {
-    case ps::ShardReplica::Role::kBackup:
-      return "backup";
-    case ps::ShardReplica::Role::kPrimary:
-      return "primary";
-    case ps::ShardReplica::Role::kFenced:
-      return "fenced";
-  }
-  return "unknown";
-}
-
 }  // namespace
 
 // -----------------------------------------------------------------------------------------------
@@ -281,7 +269,8 @@ CollectorHandle ExportPsServer(ps::PsServer& server, Labels labels, Registry& re
          {ps::ShardReplica::Role::kBackup, ps::ShardReplica::Role::kPrimary,
           ps::ShardReplica::Role::kFenced}) {
       w.Gauge("bx_ps_replica_role", "1 for the replica's current role, else 0.",
-              With(labels, {{"role", std::string(RoleName(r))}}), r == role ? 1 : 0);
+              With(labels, {{"role", std::string(ps::ShardReplica::RoleName(r))}}),
+              r == role ? 1 : 0);
     }
     ps::ShardReplica::Position position = replica.position();
     w.Gauge("bx_ps_replica_epoch", "The replica's epoch.", labels, double(position.epoch));

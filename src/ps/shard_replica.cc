@@ -871,6 +871,18 @@ Status ShardReplica::Save(const std::string& path) {
   return state_->Save(path);
 }
 
+std::string_view ShardReplica::RoleName(Role role) {
+  switch (role) {
+    case Role::kBackup:
+      return "backup";
+    case Role::kPrimary:
+      return "primary";
+    case Role::kFenced:
+      return "fenced";
+  }
+  return "unknown";
+}
+
 ShardReplica::Role ShardReplica::role() const {
   std::lock_guard lock(mu_);
   return role_;

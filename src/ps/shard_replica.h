@@ -78,6 +78,8 @@ class ShardReplica {
     kPrimary,  // applies client pushes and forwards them
     kFenced,   // a deposed primary: may hold pushes nobody else has; rebuild from a snapshot
   };
+  // "backup", "primary" or "fenced" (metrics labels, ps.Stat, logs).
+  static std::string_view RoleName(Role role);
 
   struct Options {
     PushDedup::Options dedup;

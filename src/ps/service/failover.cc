@@ -150,8 +150,7 @@ void FailoverMonitorCore::Run() {
   do {
     ShardReplica::Role role = server_->replica().role();
     if (role != ShardReplica::Role::kBackup) {
-      Log(std::string("this replica is ") +
-          (role == ShardReplica::Role::kPrimary ? "primary" : "fenced") + "; monitor stops");
+      Log("this replica is " + std::string(ShardReplica::RoleName(role)) + "; monitor stops");
       return;
     }
     if (!client) {

@@ -13,18 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-const char* RoleText(ShardReplica::Role role) {
-  switch (role) {
-    case ShardReplica::Role::kPrimary:
-      return "primary";
-    case ShardReplica::Role::kBackup:
-      return "backup";
-    case ShardReplica::Role::kFenced:
-      return "fenced";
-  }
-  return "unknown";
-}
-
 // The counters by name, both ways (the JSON object and PsServerCounters).
 template <typename Counters, typename Fn>
 void ForEachCounter(Counters& c, Fn fn) {
@@ -41,7 +29,9 @@ void ForEachCounter(Counters& c, Fn fn) {
   fn("checkpoints", c.checkpoints);
 }
 
-Status ParseStats(std::span<const std::byte> bytes, ReplicaStats* out) {
+// The fields a replica reports (not shard, replica, address or status: the asker's).
+Result<ReplicaStats> ParseStats(std::span<const std::byte> bytes) {
+  ReplicaStats stats;
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   json j = json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
   auto u64 = [&](const json& object, const char* key, uint64_t* value) {
@@ -51,17 +41,17 @@ Status ParseStats(std::span<const std::byte> bytes, ReplicaStats* out) {
     return true;
   };
   if (j.is_discarded() || !j.is_object() || !j["role"].is_string() ||
-      !u64(j, "epoch", &out->epoch) || !u64(j, "lsn", &out->lsn) ||
-      !u64(j, "live_backups", &out->live_backups) || !j["counters"].is_object() ||
+      !u64(j, "epoch", &stats.epoch) || !u64(j, "lsn", &stats.lsn) ||
+      !u64(j, "live_backups", &stats.live_backups) || !j["counters"].is_object() ||
       !j["tables"].is_array()) {
     return DataLoss("ps.Stat: malformed reply");
   }
-  out->role = j["role"].get<std::string>();
+  stats.role = j["role"].get<std::string>();
   const json& last = j["last_checkpoint"];
-  bool ok = last.is_object() && u64(last, "unix_ms", &out->last_checkpoint_unix_ms) &&
-            u64(last, "epoch", &out->last_checkpoint_epoch) &&
-            u64(last, "lsn", &out->last_checkpoint_lsn);
-  ForEachCounter(out->counters,
+  bool ok = last.is_object() && u64(last, "unix_ms", &stats.last_checkpoint_unix_ms) &&
+            u64(last, "epoch", &stats.last_checkpoint_epoch) &&
+            u64(last, "lsn", &stats.last_checkpoint_lsn);
+  ForEachCounter(stats.counters,
                  [&](const char* name, uint64_t& v) { ok = ok && u64(j["counters"], name, &v); });
   for (const json& t : j["tables"]) {
     PsTableStats table;
@@ -72,16 +62,17 @@ Status ParseStats(std::span<const std::byte> bytes, ReplicaStats* out) {
     table.id = uint32_t(id);
     table.dim = uint32_t(dim);
     table.name = t["name"].get<std::string>();
-    out->tables.push_back(std::move(table));
+    stats.tables.push_back(std::move(table));
   }
-  return ok ? Status::Ok() : DataLoss("ps.Stat: malformed reply");
+  if (!ok) return DataLoss("ps.Stat: malformed reply");
+  return stats;
 }
 
 }  // namespace
 
 void PsServerCore::OnStat(rpc::ServerCall call) {
   json out;
-  out["role"] = RoleText(replica_.role());
+  out["role"] = ShardReplica::RoleName(replica_.role());
   const ShardReplica::Position position = replica_.position();
   out["epoch"] = position.epoch;
   out["lsn"] = position.lsn;
@@ -112,7 +103,7 @@ std::vector<ReplicaStats> QueryClusterStats(const ClusterSpec& cluster,
   client.log = client.log ? client.log : [](std::string_view) {};
   std::vector<ReplicaStats> out;
   std::vector<rpc::ReplicaAddress> addresses;  // rdma preferred, tcp the fallback
-  std::vector<std::future<Status>> asked;
+  std::vector<std::future<Result<ReplicaStats>>> asked;
   for (uint32_t s = 0; s < cluster.shards.size(); ++s) {
     for (uint32_t r = 0; r < cluster.shards[s].replicas.size(); ++r) {
       const ReplicaSpec& spec = cluster.shards[s].replicas[r];
@@ -124,27 +115,27 @@ std::vector<ReplicaStats> QueryClusterStats(const ClusterSpec& cluster,
       out.push_back(std::move(stats));
     }
   }
-  for (size_t i = 0; i < out.size(); ++i) {
-    asked.push_back(std::async(
-        std::launch::async, [&stats = out[i], &address = addresses[i], &client, timeout] {
+  for (const rpc::ReplicaAddress& address : addresses) {
+    asked.push_back(
+        std::async(std::launch::async, [&address, &client, timeout]() -> Result<ReplicaStats> {
           BX_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Client> rpc_client,
                               rpc::Client::Create({address}, client));
           BX_ASSIGN_OR_RETURN(rpc::Message request, rpc::Message::Allocate(0));
           BX_ASSIGN_OR_RETURN(rpc::Message reply,
                               CallOnce(*rpc_client, kStatMethod, std::move(request), timeout));
-          return ParseStats(Bytes(reply), &stats);
+          return ParseStats(Bytes(reply));
         }));
   }
   for (size_t i = 0; i < out.size(); ++i) {
-    out[i].status = asked[i].get();
-    if (!out[i].status.ok()) {
-      const ReplicaStats failed = out[i];
-      out[i] = ReplicaStats{};
-      out[i].shard = failed.shard;
-      out[i].replica = failed.replica;
-      out[i].address = failed.address;
-      out[i].status = failed.status;
+    Result<ReplicaStats> answer = asked[i].get();
+    if (!answer.ok()) {
+      out[i].status = answer.status();
+      continue;
     }
+    answer->shard = out[i].shard;
+    answer->replica = out[i].replica;
+    answer->address = std::move(out[i].address);
+    out[i] = std::move(answer).value();
   }
   return out;
 }
