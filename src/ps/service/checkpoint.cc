@@ -18,8 +18,17 @@ namespace bx::ps {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// A checkpoint's caller asks again this often while the primary prepares its snapshot.
+// A checkpoint's caller asks again this often while the primary prepares its snapshot, which
+// it says with an Unavailable whose message holds kAskAgainMark (an Unavailable without it, a
+// replica that cannot be reached, sends the caller on to the next replica).
 constexpr std::chrono::milliseconds kAskAgain{20};
+constexpr std::string_view kAskAgainMark = "; ask again";
+
+uint64_t UnixMillis() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count());
+}
 
 }  // namespace
 
@@ -49,9 +58,9 @@ class PsServerCore::CheckpointDesk {
         request_ = 0;  // the next ask starts again
         return failure_;
       }
-      return Unavailable("preparing the checkpoint snapshot; ask again");
+      return Unavailable("preparing the checkpoint snapshot" + std::string(kAskAgainMark));
     }
-    if (busy_) return Unavailable("preparing another checkpoint; ask again");
+    if (busy_) return Unavailable("preparing another checkpoint" + std::string(kAskAgainMark));
     if (preparing_.joinable()) preparing_.join();  // finished
     request_ = request;
     token_ = ++last_token_;
@@ -71,7 +80,7 @@ class PsServerCore::CheckpointDesk {
       position_ = snapshot->position;
       bytes_ = std::make_shared<const std::vector<std::byte>>(std::move(snapshot->bytes));
     });
-    return Unavailable("preparing the checkpoint snapshot; ask again");
+    return Unavailable("preparing the checkpoint snapshot" + std::string(kAskAgainMark));
   }
 
   void Chunk(rpc::ServerCall call) {
@@ -89,9 +98,7 @@ class PsServerCore::CheckpointDesk {
       std::lock_guard lock(mu_);  // read to its end: its memory goes back
       if (token == token_) {
         bytes_.reset();
-        last_ = {position_, uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         std::chrono::system_clock::now().time_since_epoch())
-                                         .count())};
+        last_ = {position_, UnixMillis()};
       }
     }
   }
@@ -152,7 +159,8 @@ Status PsServer::RestoreFrom(const std::string& checkpoint_dir, uint32_t shard,
 
 namespace {
 
-// Shard `shard`'s snapshot from whichever of its replicas is primary, written to `file`.
+// Shard `shard`'s snapshot from whichever of its replicas is primary, written to
+// dir/CheckpointShardFile(shard).
 Result<CheckpointShard> CheckpointOneShard(const ClusterSpec& cluster, uint32_t shard,
                                            const std::string& dir, const CheckpointOptions& options,
                                            uint64_t request) {
@@ -187,7 +195,7 @@ Result<CheckpointShard> CheckpointOneShard(const ClusterSpec& cluster, uint32_t 
       last = offer.status();
       // Unavailable from the primary: preparing; ask the same replica again shortly.
       if (last.code() == StatusCode::kUnavailable &&
-          last.message().find("ask again") != std::string::npos) {
+          last.message().find(kAskAgainMark) != std::string::npos) {
         --turn;
         std::this_thread::sleep_for(kAskAgain);
       } else if (last.code() != StatusCode::kFailedPrecondition &&
@@ -234,9 +242,7 @@ Result<CheckpointManifest> WriteCheckpoint(const ClusterSpec& cluster, const std
   }
   CheckpointManifest manifest;
   manifest.shard_count = uint32_t(cluster.shards.size());
-  manifest.created_unix_ms = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                          std::chrono::system_clock::now().time_since_epoch())
-                                          .count());
+  manifest.created_unix_ms = UnixMillis();
   // Names this checkpoint at the primaries (a retried ask finds its own snapshot).
   const uint64_t request = manifest.created_unix_ms * 1000 + uint64_t(::getpid() % 1000) + 1;
   for (uint32_t s = 0; s < manifest.shard_count; ++s) {
