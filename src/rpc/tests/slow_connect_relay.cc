@@ -35,11 +35,6 @@ bool Pass(int from, int to) {
 
 }  // namespace
 
-uint16_t PortOf(const std::string& url) {
-  size_t colon = url.rfind(':');
-  return colon == std::string::npos ? 0 : uint16_t(std::atoi(url.c_str() + colon + 1));
-}
-
 SlowConnectRelay::SlowConnectRelay(uint16_t target_port, std::chrono::milliseconds delay)
     : target_port_(target_port), delay_(delay) {
   listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -42,7 +42,4 @@ class SlowConnectRelay {
   std::thread acceptor_;
 };
 
-// The port of a "tcp://host:port" url (0 when it has none).
-uint16_t PortOf(const std::string& url);
-
 }  // namespace bx::rpc::testing

@@ -152,7 +152,9 @@ TEST(PsBackupLinkTest, ABackupWhoseConnectionsAreAnsweredLateIsKeptWithinTheForw
   Result<std::unique_ptr<PsServer>> backup = PsServer::Create(tables, options);
   ASSERT_TRUE(backup.ok()) << backup.status().ToString();
   ASSERT_TRUE((*backup)->Start({"tcp://127.0.0.1:0"}).ok());
-  rpc::testing::SlowConnectRelay relay(rpc::testing::PortOf((*backup)->address().tcp_url), 1500ms);
+  Result<Url> backup_url = ParseUrl((*backup)->address().tcp_url);
+  ASSERT_TRUE(backup_url.ok()) << backup_url.status().ToString();
+  rpc::testing::SlowConnectRelay relay(backup_url->port, 1500ms);
 
   Result<std::unique_ptr<PsServer>> primary = PsServer::Create(tables, options);
   ASSERT_TRUE(primary.ok()) << primary.status().ToString();
