@@ -333,7 +333,7 @@ Result<std::vector<std::byte>> ShardState::Encode() const {
   size_t rows_bytes = 0;
   for (uint32_t id : table_ids()) {
     const Table& t = *table(id);
-    rows_bytes += t.row_count() * (sizeof(uint64_t) + size_t{t.stride()} * sizeof(float));
+    rows_bytes += t.RowBytes(t.row_count());
   }
   out.reserve(kSnapshotHeader + rows_bytes + (size_t{1} << 20));
   SnapshotWriter w(&out);

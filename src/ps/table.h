@@ -53,6 +53,10 @@ class Table {
 
   // Rows stored (pushed at least once).
   size_t row_count() const;
+  // The bytes `rows` rows take as stored and snapshotted: each a key and stride() floats.
+  uint64_t RowBytes(uint64_t rows) const {
+    return rows * (sizeof(uint64_t) + uint64_t{stride_} * sizeof(float));
+  }
 
   // Calls fn(key, state) for every stored row (state = stride() floats). Each stripe is read
   // under its lock; rows pushed concurrently may or may not be visited.

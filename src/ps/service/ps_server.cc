@@ -292,8 +292,7 @@ std::vector<PsTableStats> PsServerCore::TableStats() const {
   std::vector<PsTableStats> out;
   replica_.ForEachTable([&](const Table& t) {
     const uint64_t rows = t.row_count();
-    out.push_back({t.config().id, t.config().name, t.dim(), rows,
-                   rows * (sizeof(uint64_t) + uint64_t{t.stride()} * sizeof(float))});
+    out.push_back({t.config().id, t.config().name, t.dim(), rows, t.RowBytes(rows)});
   });
   return out;
 }
