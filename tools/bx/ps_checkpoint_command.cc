@@ -3,9 +3,7 @@
 // one table of a checkpoint as NumPy arrays. `bx ps serve --restore DIR` (ps_command.cc) starts
 // a cluster from a checkpoint. docs/PS.md "Checkpoints".
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -31,9 +29,6 @@ struct CheckpointFlags {
   bool json = false;
 };
 
-// Set by SIGINT/SIGTERM in --every mode: the checkpoint being written is finished first.
-std::atomic<bool> g_stop_checkpoints{false};
-
 // "20261207-031502.123": checkpoints of one --every run sort by name as by time.
 std::string TimestampName() {
   const auto now = std::chrono::system_clock::now();
@@ -47,13 +42,14 @@ std::string TimestampName() {
   return std::string(name) + "." + std::to_string(1000 + ms).substr(1);
 }
 
-// Keeps the newest `keep` complete checkpoints under `parent` and removes the others, and every
-// unfinished one older than the newest complete one (left by a crash mid-write).
+// Keeps the newest `keep` complete checkpoints under `parent` (whose manifest reads back, its
+// files present) and removes the others, and every unfinished one older than the newest
+// complete one (left by a crash mid-write).
 void Prune(const std::string& parent, int keep) {
   std::vector<std::string> complete, unfinished;
   for (const auto& entry : std::filesystem::directory_iterator(parent)) {
     if (!entry.is_directory()) continue;
-    const bool done = std::filesystem::exists(entry.path() / "manifest.json");
+    const bool done = ps::ReadCheckpointManifest(entry.path().string()).ok();
     (done ? complete : unfinished).push_back(entry.path().string());
   }
   std::sort(complete.begin(), complete.end());
@@ -119,17 +115,16 @@ void RunCheckpoint(const CheckpointFlags& flags) {
 // --every: a checkpoint into a new timestamped directory under flags.dir every period, the
 // newest --keep kept, until SIGINT or SIGTERM.
 void RunPeriodicCheckpoints(const CheckpointFlags& flags) {
-  signal(SIGINT, [](int) { g_stop_checkpoints = true; });
-  signal(SIGTERM, [](int) { g_stop_checkpoints = true; });
+  StopOnSigintOrSigterm();  // the checkpoint being written is finished first
   const auto period = std::chrono::duration<double>(flags.every_seconds);
   auto next = std::chrono::steady_clock::now();
   ps::ClusterSpec spec = LoadClusterOrFail(flags.cluster);
   InitPsProcess();
-  while (!g_stop_checkpoints) {
+  while (!PsStopRequested()) {
     // A failed one (a failover under way) is reported and the next one tried on time.
     if (WriteOne(spec, flags, flags.dir + "/" + TimestampName())) Prune(flags.dir, flags.keep);
     next += std::chrono::duration_cast<std::chrono::steady_clock::duration>(period);
-    while (!g_stop_checkpoints && std::chrono::steady_clock::now() < next) {
+    while (!PsStopRequested() && std::chrono::steady_clock::now() < next) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }

@@ -62,20 +62,23 @@ void InitPsProcess() {
   if (Status s = Init(); !s.ok()) FailPs("init", s);
 }
 
-namespace {
-
-using namespace std::chrono_literals;
-
 // Set by SIGINT/SIGTERM, read by every thread of a run (a lock-free atomic: safe in a signal
 // handler, and not a data race between the threads as a volatile would be).
-std::atomic<bool> g_stop{false};
+static std::atomic<bool> g_stop{false};
 static_assert(std::atomic<bool>::is_always_lock_free);
 
-// From now on SIGINT and SIGTERM set g_stop instead of ending the process.
 void StopOnSigintOrSigterm() {
   signal(SIGINT, [](int) { g_stop = true; });
   signal(SIGTERM, [](int) { g_stop = true; });
 }
+
+bool PsStopRequested() {
+  return g_stop.load();
+}
+
+namespace {
+
+using namespace std::chrono_literals;
 
 // With --listen-any: the file's port on every interface (for a host behind NAT, whose address in
 // the file is not one of its own).

@@ -1,5 +1,5 @@
 // What the `bx ps` commands share (ps_command.cc): reading the cluster file, starting the
-// library, and failing with one line.
+// library, failing with one line, and stopping on a signal.
 #pragma once
 
 #include <string>
@@ -16,5 +16,10 @@ namespace bx::tools {
 ps::ClusterSpec LoadClusterOrFail(const std::string& path);
 // bx::Init on the simnic unless BX_VERBS says otherwise (FailPs on error).
 void InitPsProcess();
+// From now on SIGINT and SIGTERM ask the command to stop (PsStopRequested) instead of ending
+// the process: a server stops serving, a trainer ends its run, a checkpoint being written is
+// finished first.
+void StopOnSigintOrSigterm();
+bool PsStopRequested();
 
 }  // namespace bx::tools
