@@ -1,11 +1,10 @@
 // Checkpoints on the network (docs/PS.md "Checkpoints"): the "ps.Checkpoint*" methods a
 // primary serves, WriteCheckpoint that asks every shard's primary in turn and writes the files,
 // and a new server's RestoreFrom.
-#include <unistd.h>
-
 #include <chrono>
 #include <filesystem>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <utility>
 
@@ -23,6 +22,8 @@ using Clock = std::chrono::steady_clock;
 // replica that cannot be reached, sends the caller on to the next replica).
 constexpr std::chrono::milliseconds kAskAgain{20};
 constexpr std::string_view kAskAgainMark = "; ask again";
+// A snapshot nobody read a piece of for this long is taken as abandoned by its caller.
+constexpr std::chrono::seconds kAbandoned{30};
 
 uint64_t UnixMillis() {
   return uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -61,6 +62,12 @@ class PsServerCore::CheckpointDesk {
       return Unavailable("preparing the checkpoint snapshot" + std::string(kAskAgainMark));
     }
     if (busy_) return Unavailable("preparing another checkpoint" + std::string(kAskAgainMark));
+    // Another caller's snapshot still being read is not replaced under it (two checkpoints at
+    // once, a periodic one beside a manual one, failed the first with NotFound mid-transfer);
+    // one left unread for kAbandoned is.
+    if (bytes_ && Clock::now() - last_read_ < kAbandoned) {
+      return Unavailable("another checkpoint is being read" + std::string(kAskAgainMark));
+    }
     if (preparing_.joinable()) preparing_.join();  // finished
     request_ = request;
     token_ = ++last_token_;
@@ -79,6 +86,7 @@ class PsServerCore::CheckpointDesk {
       }
       position_ = snapshot->position;
       bytes_ = std::make_shared<const std::vector<std::byte>>(std::move(snapshot->bytes));
+      last_read_ = Clock::now();
     });
     return Unavailable("preparing the checkpoint snapshot" + std::string(kAskAgainMark));
   }
@@ -91,7 +99,10 @@ class PsServerCore::CheckpointDesk {
     std::shared_ptr<const std::vector<std::byte>> bytes;
     {
       std::lock_guard lock(mu_);
-      if (token == token_) bytes = bytes_;
+      if (token == token_) {
+        bytes = bytes_;
+        last_read_ = Clock::now();
+      }
     }
     if (!bytes) return call.Fail(NotFound("ps.CheckpointChunk: no such checkpoint snapshot"));
     if (RespondWithChunk(std::move(call), *bytes, offset)) {
@@ -118,6 +129,7 @@ class PsServerCore::CheckpointDesk {
   std::shared_ptr<const std::vector<std::byte>> bytes_;
   Status failure_;
   std::pair<ShardReplica::Position, uint64_t> last_{};
+  Clock::time_point last_read_;  // of bytes_: when it was ready, or a piece of it last read
   std::thread preparing_;
 };
 
@@ -243,8 +255,10 @@ Result<CheckpointManifest> WriteCheckpoint(const ClusterSpec& cluster, const std
   CheckpointManifest manifest;
   manifest.shard_count = uint32_t(cluster.shards.size());
   manifest.created_unix_ms = UnixMillis();
-  // Names this checkpoint at the primaries (a retried ask finds its own snapshot).
-  const uint64_t request = manifest.created_unix_ms * 1000 + uint64_t(::getpid() % 1000) + 1;
+  // Names this checkpoint at the primaries (a retried ask finds its own snapshot): random, so
+  // that two checkpoints started in the same millisecond (two threads) are not taken for one.
+  std::random_device entropy;
+  const uint64_t request = ((uint64_t(entropy()) << 32) | entropy()) | 1;
   for (uint32_t s = 0; s < manifest.shard_count; ++s) {
     BX_ASSIGN_OR_RETURN(CheckpointShard shard,
                         CheckpointOneShard(cluster, s, dir, options, request));
