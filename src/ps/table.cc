@@ -123,29 +123,38 @@ Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradie
                            std::to_string(keys.size()) + " keys of dim " + std::to_string(dim));
   }
   BX_RETURN_IF_ERROR(ValidateKeys(keys));
-  // Every row the push touches is updated aside and checked, then stored, so a push whose step
-  // would leave a value or an accumulator non-finite (an SGD step with a large learning rate
-  // overflows float) changes nothing and is refused whole. The stripes it touches are held, in
-  // stripe order, from the first read to the last write: concurrent pushes stay atomic with
-  // each other, and a fetch sees each row whole.
+  // A push whose step would leave a value or an accumulator non-finite (an SGD step with a large
+  // learning rate overflows float) changes nothing and is refused whole, so every update is
+  // computed and checked before any is stored. The stripes the push touches are held, in stripe
+  // order, from the first read to the last write: concurrent pushes stay atomic with each other,
+  // and a fetch sees each row whole.
   std::array<bool, kStripes> touched{};
   for (uint64_t key : keys) touched[StripeIndex(key)] = true;
   std::vector<std::unique_lock<std::shared_mutex>> locks;
   for (size_t i = 0; i < kStripes; ++i) {
     if (touched[i]) locks.emplace_back(stripes_[i].mu);
   }
-  std::vector<float> updated;
-  updated.reserve(keys.size() * stride_);
-  std::unordered_map<uint64_t, size_t> staged;  // key -> its row in `updated` (keys may repeat)
-  staged.reserve(keys.size());
+  // Check pass. A key pushed once is updated in a scratch row and the result dropped; the store
+  // pass computes it again, in place. A copy of every updated row (what this used to keep) is a
+  // second table the size of the push: a 64 MiB push allocated and faulted in 64 MiB more on
+  // every replica. A key pushed more than once keeps its running state aside, since each of its
+  // updates starts from the one before.
+  std::unordered_map<uint64_t, uint32_t> pushes;  // key -> times in this push
+  pushes.reserve(keys.size());
+  for (uint64_t key : keys) ++pushes[key];
+  std::unordered_map<uint64_t, size_t> running_row;  // repeated key -> its row in `running`
+  std::vector<float> running;
+  std::vector<float> scratch(stride_);
   for (size_t i = 0; i < keys.size(); ++i) {
-    auto [slot, first] = staged.try_emplace(keys[i], updated.size() / stride_);
-    if (first) updated.resize(updated.size() + stride_);
-    std::span<float> row(updated.data() + slot->second * stride_, stride_);
-    if (first && !ReadRowLocked(keys[i], row)) {
-      InitializeRow(config_.init, keys[i], row.first(dim));
-      InitializeOptimizerState(config_.optimizer, config_.dim, row);
+    std::span<float> row(scratch);
+    bool start = true;
+    if (pushes[keys[i]] > 1) {
+      auto [slot, first] = running_row.try_emplace(keys[i], running.size() / stride_);
+      if (first) running.resize(running.size() + stride_);
+      row = std::span<float>(running.data() + slot->second * stride_, stride_);
+      start = first;
     }
+    if (start) LoadRowLocked(keys[i], row);
     ApplyGradient(config_.optimizer, config_.dim, row, gradients.subspan(i * dim, dim));
     for (size_t j = 0; j < stride_; ++j) {
       if (!std::isfinite(row[j])) {
@@ -156,14 +165,33 @@ Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradie
       }
     }
   }
-  for (const auto& [key, index] : staged) {
-    Stripe& stripe = StripeOf(key);  // held above
+  // Store pass: the same arithmetic on the same rows, now in place.
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (pushes[keys[i]] > 1) continue;
+    Stripe& stripe = StripeOf(keys[i]);  // held above
+    auto [it, inserted] = stripe.index.try_emplace(keys[i], stripe.rows.size() / stride_);
+    if (inserted) stripe.rows.resize(stripe.rows.size() + stride_);
+    std::span<float> row(stripe.rows.data() + it->second * stride_, stride_);
+    if (inserted) InitializeStoredRow(keys[i], row);
+    ApplyGradient(config_.optimizer, config_.dim, row, gradients.subspan(i * dim, dim));
+  }
+  for (const auto& [key, index] : running_row) {
+    Stripe& stripe = StripeOf(key);
     auto [it, inserted] = stripe.index.try_emplace(key, stripe.rows.size() / stride_);
     if (inserted) stripe.rows.resize(stripe.rows.size() + stride_);
-    std::memcpy(stripe.rows.data() + it->second * stride_, updated.data() + index * stride_,
+    std::memcpy(stripe.rows.data() + it->second * stride_, running.data() + index * stride_,
                 stride_ * sizeof(float));
   }
   return Status::Ok();
+}
+
+void Table::InitializeStoredRow(uint64_t key, std::span<float> row) const {
+  InitializeRow(config_.init, key, row.first(config_.dim));
+  InitializeOptimizerState(config_.optimizer, config_.dim, row);
+}
+
+void Table::LoadRowLocked(uint64_t key, std::span<float> out) const {
+  if (!ReadRowLocked(key, out)) InitializeStoredRow(key, out);
 }
 
 bool Table::ReadRowLocked(uint64_t key, std::span<float> out) const {

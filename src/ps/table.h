@@ -88,6 +88,10 @@ class Table {
   // Copies `key`'s stored state (stride floats) into `out`, its stripe held by the caller; false
   // when it has none.
   bool ReadRowLocked(uint64_t key, std::span<float> out) const;
+  // A new row's state (weights from the initialiser, then the optimiser's) into `row`.
+  void InitializeStoredRow(uint64_t key, std::span<float> row) const;
+  // `key`'s state as a push starts from it: stored, or a new row's.
+  void LoadRowLocked(uint64_t key, std::span<float> out) const;
 
   const TableConfig config_;
   const uint32_t stride_;

@@ -116,6 +116,13 @@ TEST(Table, APushThatWouldOverflowARowChangesNothing) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("key 2"), std::string::npos) << s.ToString();
   EXPECT_EQ(t->row_count(), 0u);
+  // The same when only a repeated key's second update overflows (its first alone would not).
+  const std::vector<uint64_t> repeated = {1, 3, 3};
+  const std::vector<float> steps = {1e-30f, 0, 1e-30f, 0, 1e9f, 0};
+  s = t->Push(repeated, steps);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("key 3"), std::string::npos) << s.ToString();
+  EXPECT_EQ(t->row_count(), 0u);
 
   config.optimizer.learning_rate = 0.25f;
   auto u = Make(config);
@@ -123,6 +130,11 @@ TEST(Table, APushThatWouldOverflowARowChangesNothing) {
   std::vector<float> v(2);
   ASSERT_TRUE(u->Fetch(std::vector<uint64_t>{5}, std::span<float>(v)).ok());
   EXPECT_EQ(v[0], -0.5f);
+  // Repeated and single keys in one push, new and stored rows: each key gets all its gradients.
+  ASSERT_TRUE(u->Push(std::vector<uint64_t>{6, 5, 6, 7, 6}, std::vector<float>(10, 1)).ok());
+  std::vector<float> rows(6);
+  ASSERT_TRUE(u->Fetch(std::vector<uint64_t>{5, 6, 7}, std::span<float>(rows)).ok());
+  EXPECT_EQ(rows, (std::vector<float>{-0.75f, -0.75f, -0.75f, -0.75f, -0.25f, -0.25f}));
 }
 
 // Eight threads push +1 gradients to 64 shared keys while others fetch. With lr = 0.25 and
