@@ -294,6 +294,9 @@ struct BX_EXPORT ClientStats {
   uint64_t connections_opened = 0;
   uint64_t connections_failed = 0;  // connections declared dead or closed by error
   uint64_t heartbeats_sent = 0;
+  // Times the client's timer thread woke (heartbeats, probes, deadlines, retries): what keeping
+  // the client's connections watched costs a host whose cores are busy.
+  uint64_t timer_wakeups = 0;
   std::map<std::string, LatencyHistogram> latency;  // per method, successful calls
   std::vector<ReplicaInfo> replicas;
 };

@@ -164,6 +164,9 @@ void WriteClientStats(SampleWriter& w, const rpc::ClientStats& s, const Labels& 
             double(s.connections_failed));
   w.Counter("bx_rpc_client_heartbeats_sent_total", "Heartbeats sent.", labels,
             double(s.heartbeats_sent));
+  w.Counter("bx_rpc_client_timer_wakeups_total",
+            "Times the client's timer thread woke (heartbeats, probes, deadlines, retries).",
+            labels, double(s.timer_wakeups));
   for (const auto& [method, h] : s.latency) {
     WriteLatency(w, "bx_rpc_client_call_latency_seconds", "Successful call latency",
                  With(labels, {{"method", method}}), h);

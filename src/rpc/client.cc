@@ -138,6 +138,12 @@ void Client::Core::PushTimerLocked(TimerEvent event) {
   }
 }
 
+void Client::Core::MaintenanceChangedLocked() {
+  if (timer_wakes_at == Clock::time_point::min()) return;  // awake: it plans after this
+  timer_wakes_at = Clock::time_point::min();
+  timer_changed.notify_one();
+}
+
 void Client::Core::StartCall(std::string method, Message request, const CallOptions& call_options,
                              Callback done) {
   const Clock::time_point now = Clock::now();

@@ -24,12 +24,6 @@ std::string Ms(std::chrono::milliseconds ms) {
 
 }  // namespace
 
-std::chrono::milliseconds Client::Core::Tick() const {
-  auto tick = std::min(
-      {options.heartbeat_interval / 4, options.probe_interval / 4, std::chrono::milliseconds(10)});
-  return std::max(tick, std::chrono::milliseconds(1));
-}
-
 void Client::Core::QueueConnectLocked(size_t replica, std::vector<std::string> schemes,
                                       bool candidate) {
   (candidate ? replicas[replica].candidate_connecting : replicas[replica].connecting) = true;
@@ -109,6 +103,7 @@ void Client::Core::RunConnectTask(const ConnectTask& task) {
           if (scheme == "rdma") replica.rdma_error = Status::Ok();
         }
         SendControlLocked(*connection, FrameKind::kHello, actions);
+        MaintenanceChangedLocked();  // its set-up deadline
         connected = true;
       }
     }
@@ -125,10 +120,12 @@ void Client::Core::RunConnectTask(const ConnectTask& task) {
     if (task.candidate) {
       replica.candidate_connecting = false;
       replica.next_rdma_try = now + options.rdma_retry_interval;
+      MaintenanceChangedLocked();
       return;
     }
     replica.connecting = false;
     replica.next_probe = now + options.probe_interval;
+    MaintenanceChangedLocked();
     // The transports say a peer's refusal with FailedPrecondition (or PermissionDenied).
     replica.refused = last_error.code() == StatusCode::kFailedPrecondition ||
                       last_error.code() == StatusCode::kPermissionDenied;
@@ -222,6 +219,7 @@ void Client::Core::OnHelloAckLocked(const std::shared_ptr<Connection>& connectio
   }
   connection->methods = std::move(methods).value();
   connection->state = Connection::State::kReady;
+  MaintenanceChangedLocked();  // its heartbeats, and an RDMA retry after a fall-back
   Replica& replica = replicas[connection->replica];
   if (replica.candidate == connection) {
     // RDMA works again: new calls go to it; the TCP connection finishes what it carries.
@@ -308,6 +306,7 @@ void Client::Core::FailConnectionLocked(const std::shared_ptr<Connection>& conne
                         /*never_left=*/false, now, actions);
   }
   if (connection->socket) actions.closes.push_back(std::move(connection->socket));
+  MaintenanceChangedLocked();  // a probe or an RDMA retry to plan
   RedispatchWaitingLocked(now, actions);
 }
 
@@ -320,16 +319,26 @@ Clock::duration Client::Core::SilenceAllowedLocked(const Connection& connection)
          TransferTime(moving, options.slowest_transfer_bytes_per_second);
 }
 
-void Client::Core::MaintainLocked(Clock::time_point now, Actions& actions) {
+Clock::time_point Client::Core::MaintainLocked(Clock::time_point now, Actions& actions) {
+  // The earliest moment a check below can next come true; past it the timer looks again.
+  Clock::time_point due = now + options.heartbeat_interval;
+  const auto due_at = [&due, now](Clock::time_point at) { due = std::min(due, std::max(at, now)); };
   for (size_t i = 0; i < replicas.size(); ++i) {
     Replica& replica = replicas[i];
-    if (replica.AwaitingProbe() && now >= replica.next_probe) {
-      QueueConnectLocked(i, {"rdma", "tcp"}, false);
+    if (replica.AwaitingProbe()) {
+      if (now >= replica.next_probe) {
+        QueueConnectLocked(i, {"rdma", "tcp"}, false);
+      } else {
+        due_at(replica.next_probe);
+      }
     }
     if (replica.on_tcp_fallback && replica.Ready() && !replica.candidate &&
-        !replica.candidate_connecting && rdma != nullptr && !replica.address.rdma_url.empty() &&
-        now >= replica.next_rdma_try) {
-      QueueConnectLocked(i, {"rdma"}, true);
+        !replica.candidate_connecting && rdma != nullptr && !replica.address.rdma_url.empty()) {
+      if (now >= replica.next_rdma_try) {
+        QueueConnectLocked(i, {"rdma"}, true);
+      } else {
+        due_at(replica.next_rdma_try);
+      }
     }
     std::vector<std::shared_ptr<Connection>> connections = replica.draining;
     if (replica.active) connections.push_back(replica.active);
@@ -341,6 +350,8 @@ void Client::Core::MaintainLocked(Clock::time_point now, Actions& actions) {
                                Status(StatusCode::kDeadlineExceeded,
                                       "no method table within " + Ms(options.connect_timeout)),
                                now, actions);
+        } else {
+          due_at(connection->opened + options.connect_timeout);
         }
         continue;
       }
@@ -354,7 +365,8 @@ void Client::Core::MaintainLocked(Clock::time_point now, Actions& actions) {
         continue;
       }
       const auto silent = now - connection->last_receive;
-      if (silent >= SilenceAllowedLocked(*connection)) {
+      const Clock::duration allowed = SilenceAllowedLocked(*connection);
+      if (silent >= allowed) {
         FailConnectionLocked(
             connection,
             Unavailable("nothing received for " +
@@ -367,13 +379,31 @@ void Client::Core::MaintainLocked(Clock::time_point now, Actions& actions) {
         SendControlLocked(*connection, FrameKind::kHeartbeat, actions,
                           connection->large_bytes_sent);
       }
+      if (connection->state == Connection::State::kReady) {
+        due_at(connection->last_receive + allowed);
+        due_at(std::max(connection->last_receive, connection->last_heartbeat) +
+               options.heartbeat_interval);
+      }
     }
   }
+  return due;
+}
+
+bool Client::Core::TimerStillDueLocked(const TimerEvent& event) const {
+  auto it = calls.find(event.call_id);
+  if (it == calls.end()) return false;
+  const CallState& call = *it->second;
+  return !event.retry || (call.phase == CallState::Phase::kBackoff && call.retry_at == event.at);
 }
 
 void Client::Core::TimerLoop() {
   pthread_setname_np(pthread_self(), "bx-rpc-timer");
   std::unique_lock lock(mutex);
+  // Each client's maintenance used to run every 10 ms whatever was due: a worker process with a
+  // client per shard woke thousands of times a second doing nothing (a 16-shard x 2-replica
+  // cluster with 16 workers on one 2-core host: 788 timer threads, 400 of them runnable at once,
+  // etcd starved). Now the timer sleeps until the next check is due, at most a heartbeat
+  // interval; a change that brings one forward wakes it (MaintenanceChangedLocked).
   Clock::time_point next_maintenance = Clock::now();
   while (!stopping) {
     const Clock::time_point now = Clock::now();
@@ -418,8 +448,7 @@ void Client::Core::TimerLoop() {
       }
     }
     if (now >= next_maintenance) {
-      MaintainLocked(now, actions);
-      next_maintenance = now + Tick();
+      next_maintenance = MaintainLocked(now, actions);
     }
     if (!actions.empty()) {
       lock.unlock();
@@ -427,9 +456,13 @@ void Client::Core::TimerLoop() {
       lock.lock();
       continue;
     }
+    // Calls that ended leave their deadlines in the heap: drop those on top, so the thread does
+    // not wake for each finished call's deadline (one wake-up per call, a second later).
+    while (!timers.empty() && !TimerStillDueLocked(timers.top())) timers.pop();
     timer_wakes_at = next_maintenance;
     if (!timers.empty()) timer_wakes_at = std::min(timer_wakes_at, timers.top().at);
     timer_changed.wait_until(lock, timer_wakes_at);
+    ++stats.timer_wakeups;
     timer_wakes_at = Clock::time_point::min();  // awake: pushes need not notify
   }
 }

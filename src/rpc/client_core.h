@@ -172,7 +172,12 @@ struct BX_HIDDEN Client::Core : std::enable_shared_from_this<Client::Core> {
                         Clock::time_point now, Actions& actions);
   void SetReplicaStateLocked(Replica& replica, ReplicaState state, const std::string& why,
                              Actions& actions);
-  void MaintainLocked(Clock::time_point now, Actions& actions);
+  // Probes, RDMA retries, set-up deadlines, heartbeats and silence checks that are due; returns
+  // when the next one is (at most a heartbeat interval on).
+  Clock::time_point MaintainLocked(Clock::time_point now, Actions& actions);
+  // Something maintenance watches changed (a connection opened, became ready or failed, a probe
+  // was scheduled): a sleeping timer thread wakes to plan again.
+  void MaintenanceChangedLocked();
   // How long `connection` may receive nothing before it is declared dead: heartbeat_timeout,
   // plus the time its large messages in motion take at slowest_transfer_bytes_per_second.
   Clock::duration SilenceAllowedLocked(const Connection& connection) const;
@@ -180,7 +185,9 @@ struct BX_HIDDEN Client::Core : std::enable_shared_from_this<Client::Core> {
   void SendControlLocked(Connection& connection, FrameKind kind, Actions& actions,
                          uint64_t call_id = 0);
   void TimerLoop();
-  std::chrono::milliseconds Tick() const;
+  // Whether a timer event still has work: its call is under way (and, for a retry, still
+  // waiting for this retry).
+  bool TimerStillDueLocked(const TimerEvent& event) const;
 
   ClientOptions options;
   std::unique_ptr<Transport> owned_rdma;

@@ -548,6 +548,7 @@ PsClientStats PsClientCore::stats() const {
     out.rpc.connections_opened += s.connections_opened;
     out.rpc.connections_failed += s.connections_failed;
     out.rpc.heartbeats_sent += s.heartbeats_sent;
+    out.rpc.timer_wakeups += s.timer_wakeups;
     for (auto& [method, h] : s.latency) out.rpc.latency[method].Merge(h);
   };
   for (const auto& shard : shards_) {

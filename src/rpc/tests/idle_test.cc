@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 
 #include "bx/transport.h"
 #include "rpc/tests/rpc_test_util.h"
@@ -58,6 +59,38 @@ TEST_P(RpcIdleTest, ASilentPeerIsClosedAndAHeartbeatingClientIsNot) {
   EXPECT_EQ((*server)->stats().connections, 2u) << "the client had to reconnect";
   EXPECT_EQ((*server)->stats().idle_closed, 1u);
   (*silent)->Close();
+}
+
+// A client's timer thread wakes when something is due (a heartbeat, a deadline of a call still
+// under way), not on a fixed tick, and not for the deadlines of calls that already ended. It
+// used to wake every 10 ms, and a host running a worker with a client per shard replica (the
+// paper-shaped cluster: 49 clients a worker) spent its cores waking timers. A loaded machine
+// can only make the thread wake less often, never more.
+TEST_P(RpcIdleTest, AnIdleClientsTimerWakesForHeartbeatsNotEveryTick) {
+  const std::string scheme = GetParam();
+  ServerOptions options;
+  options.worker_threads = 1;
+  options.log = [](std::string_view) {};
+  auto server = Server::Create(options);
+  ASSERT_TRUE(server.ok());
+  TestService service;
+  ASSERT_TRUE(service.Register(**server).ok());
+  ASSERT_TRUE((*server)->Start({scheme + "://127.0.0.1:0"}).ok());
+  ClientOptions client_options;  // the default 100 ms heartbeat interval
+  client_options.log = [](std::string_view) {};
+  auto client = Client::Create({(*server)->address()}, client_options);
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->WaitReady(5s).ok());
+  // 300 calls whose 500 ms deadlines all fall inside the idle window below.
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_EQ(TextOf((*client)->Call("echo", Text("hi"), {.timeout = 500ms}).get()), "hi");
+  }
+  const uint64_t before = (*client)->stats().timer_wakeups;
+  std::this_thread::sleep_for(1500ms);  // idle: heartbeats only
+  const uint64_t wakeups = (*client)->stats().timer_wakeups - before;
+  // About 15 heartbeat intervals; the fixed tick took 150, a wake-up per ended call 300 more.
+  EXPECT_LE(wakeups, 45u) << "timer wake-ups in 1.5 s of idle";
+  EXPECT_EQ(TextOf((*client)->Call("echo", Text("still here")).get()), "still here");
 }
 
 TEST(RpcIdleTest, ANegativeTimeoutIsRefused) {
