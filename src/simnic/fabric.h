@@ -157,7 +157,8 @@ class Fabric {
   std::atomic<int> control_waiting_{0};
   bool inline_service_;                 // BX_SIM_INLINE (default on)
   uint64_t inline_bytes_;               // BX_SIM_INLINE_BYTES
-  std::atomic<uint64_t> inline_ns_{0};  // time doorbells spent doing the hardware's work
+  std::atomic<uint64_t> inline_ns_{0};  // CPU doorbells spent doing the hardware's work (sampled)
+  std::atomic<uint64_t> inline_services_{0};  // doorbells serviced inline (sampling)
 
   std::mutex ready_mu_;
   std::condition_variable ready_cv_;

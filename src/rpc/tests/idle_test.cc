@@ -67,18 +67,11 @@ TEST_P(RpcIdleTest, ASilentPeerIsClosedAndAHeartbeatingClientIsNot) {
 // paper-shaped cluster: 49 clients a worker) spent its cores waking timers. A loaded machine
 // can only make the thread wake less often, never more.
 TEST_P(RpcIdleTest, AnIdleClientsTimerWakesForHeartbeatsNotEveryTick) {
-  const std::string scheme = GetParam();
-  ServerOptions options;
-  options.worker_threads = 1;
-  options.log = [](std::string_view) {};
-  auto server = Server::Create(options);
-  ASSERT_TRUE(server.ok());
-  TestService service;
-  ASSERT_TRUE(service.Register(**server).ok());
-  ASSERT_TRUE((*server)->Start({scheme + "://127.0.0.1:0"}).ok());
+  std::unique_ptr<TestServer> server = StartTestServer(1, GetParam());
+  ASSERT_TRUE(server);
   ClientOptions client_options;  // the default 100 ms heartbeat interval
   client_options.log = [](std::string_view) {};
-  auto client = Client::Create({(*server)->address()}, client_options);
+  auto client = Client::Create({server->address}, client_options);
   ASSERT_TRUE(client.ok());
   ASSERT_TRUE((*client)->WaitReady(5s).ok());
   // 300 calls whose 500 ms deadlines all fall inside the idle window below.
