@@ -581,7 +581,8 @@ void AddPsCommand(CLI::App* app) {
         ->check(CLI::Range(0, 65535));
     w->add_option("--heartbeat-timeout-ms", options->heartbeat_timeout_ms,
                   "Declare a connection dead after this long without a byte (0: the RPC client's "
-                  "default, 500 ms; a host with far more processes than cores needs more)")
+                  "default, 500 ms; a host with far more processes than cores needs more); "
+                  "heartbeats go every fifth of it")
         ->check(CLI::NonNegativeNumber);
     w->add_option("--start-file", options->start_file,
                   "First connect to every shard (a fetch, retried up to 300 s), then wait for "
