@@ -78,7 +78,7 @@ struct BX_EXPORT PsServerOptions {
   rpc::ServerOptions rpc;
   // Clients this server opens to its backups when it becomes primary. Their heartbeat_timeout and
   // connect_timeout are raised to forward_timeout where below it (a link found dead, or not
-  // connected in time, drops its backup).
+  // connected in time, drops its backup), and heartbeat_interval to a fifth of that timeout.
   rpc::ClientOptions backup_client;
   // A forward not acknowledged by a backup within this drops that backup; to it are added the
   // time the forward's bytes, and those of the forwards ahead of it to the same backup, take
