@@ -109,8 +109,8 @@ Result<std::unique_ptr<PsServerCore>> PsServerCore::Create(const std::vector<Tab
   options.backup_client.heartbeat_timeout =
       std::max(options.backup_client.heartbeat_timeout, forward_bound);
   // Heartbeats keep the client default's ratio to that bound (five per timeout), not its 100 ms.
-  options.backup_client.heartbeat_interval = std::max(
-      options.backup_client.heartbeat_interval, options.backup_client.heartbeat_timeout / 5);
+  options.backup_client.heartbeat_interval = std::max(options.backup_client.heartbeat_interval,
+                                                      options.backup_client.heartbeat_timeout / 5);
   options.backup_client.connect_timeout =
       std::max(options.backup_client.connect_timeout, forward_bound);
   std::unique_ptr<PsServerCore> server(new PsServerCore(std::move(options)));
