@@ -23,12 +23,18 @@ class ThreadCpuClock {
   // CPU nanoseconds the thread has used; 0 before CaptureCurrentThread.
   uint64_t Ns() const {
     uint64_t clock = clock_plus_one_.load(std::memory_order_acquire);
+    return clock == 0 ? 0 : Read(clockid_t(clock - 1));
+  }
+  // CPU nanoseconds the calling thread has used (a system call: no vDSO for CPU clocks).
+  static uint64_t CallingThreadNs() { return Read(CLOCK_THREAD_CPUTIME_ID); }
+
+ private:
+  static uint64_t Read(clockid_t clock) {
     timespec ts;
-    if (clock == 0 || clock_gettime(clockid_t(clock - 1), &ts) != 0) return 0;
+    if (clock_gettime(clock, &ts) != 0) return 0;
     return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
   }
 
- private:
   std::atomic<uint64_t> clock_plus_one_{0};  // 0: not captured yet
 };
 

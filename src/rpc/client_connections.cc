@@ -411,13 +411,10 @@ void Client::Core::TimerLoop() {
     while (!timers.empty() && timers.top().at <= now) {
       TimerEvent event = timers.top();
       timers.pop();
-      auto it = calls.find(event.call_id);
-      if (it == calls.end()) continue;  // the call already ended
-      CallState* call = it->second.get();
+      if (!TimerStillDueLocked(event)) continue;  // the call ended, or this retry is stale
+      CallState* call = calls.at(event.call_id).get();
       if (event.retry) {
-        if (call->phase == CallState::Phase::kBackoff && call->retry_at == event.at) {
-          DispatchLocked(call, now, actions);
-        }
+        DispatchLocked(call, now, actions);
         continue;
       }
       // The deadline: the call ends now, whatever it is doing.

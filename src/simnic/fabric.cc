@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 
 #include "simnic/device_sysfs.h"
 #include "simnic/ib_timers.h"
@@ -20,13 +19,6 @@ int EnvInt(const char* name, int fallback, int lo, int hi) {
   if (v == nullptr || *v == '\0') return fallback;
   int n = std::atoi(v);
   return std::clamp(n, lo, hi);
-}
-
-// CPU time the calling thread has used.
-uint64_t ThisThreadCpuNs() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
 }
 
 // One inline service in this many is timed for the hardware CPU figure (HardwareCpuNs).
@@ -135,12 +127,12 @@ void Fabric::ServiceInline() {
     }
     const bool timed =
         inline_services_.fetch_add(1, std::memory_order_relaxed) % kInlineCpuSample == 0;
-    const uint64_t start = timed ? ThisThreadCpuNs() : 0;
+    const uint64_t start = timed ? ThreadCpuClock::CallingThreadNs() : 0;
     const size_t timers = timers_.size();
     ServiceBatch(batch, budget);
     const bool new_timer = timers_.size() > timers;
     if (timed) {
-      inline_ns_.fetch_add((ThisThreadCpuNs() - start) * kInlineCpuSample,
+      inline_ns_.fetch_add((ThreadCpuClock::CallingThreadNs() - start) * kInlineCpuSample,
                            std::memory_order_relaxed);
     }
     hw.unlock();
