@@ -242,8 +242,8 @@ void PsSnapshotSeeds(const fs::path& dir) {
 }
 
 // Fabric streams (the cut-seed byte, the all-zero cookie, then frames from pid 4242,
-// simnic_frame_fuzz.cc's peer): a request with a payload followed by a reply without one, and a
-// header announcing 2 GiB.
+// simnic_frame_fuzz.cc's peer): a request with a payload followed by a reply without one, a UD
+// datagram, and a header announcing 2 GiB.
 void SimnicFrameSeeds(const fs::path& dir) {
   auto frame = [](uint8_t kind, uint32_t payload_length) {
     bx::simnic::IpcHeader h{};
@@ -262,6 +262,11 @@ void SimnicFrameSeeds(const fs::path& dir) {
   for (const Bytes& f : {frame(bx::simnic::kIpcRequest, 16), frame(bx::simnic::kIpcReply, 0)})
     two.insert(two.end(), f.begin(), f.end());
   Write(dir, "request_then_reply", two);
+  Bytes datagram{5};
+  datagram.insert(datagram.end(), cookie.begin(), cookie.end());
+  Bytes one = frame(bx::simnic::kIpcDatagram, 32);
+  datagram.insert(datagram.end(), one.begin(), one.end());
+  Write(dir, "datagram", datagram);
   Bytes huge{3};
   huge.insert(huge.end(), cookie.begin(), cookie.end());
   Bytes announced = frame(bx::simnic::kIpcRequest, bx::simnic::kIpcMaxPayload);

@@ -3,7 +3,8 @@
 # the simnic between two processes, each run bounded in time: the RC latency and bandwidth tests
 # at 8 B, 4 KiB, 64 KiB and 1 MiB, one with every size (-a), the shared-receive-queue programs
 # (ib_send_bw --use-srq, also over 4 QPs; ibv_srq_pingpong, 16 QPs on one SRQ), ibv_rc_pingpong
-# (also with -N, the ibv_wr_* send API) and ibv_devinfo -v must finish and print their figures.
+# (also with -N, the ibv_wr_* send API), the UD programs (ibv_ud_pingpong, ib_send_lat/bw -c UD)
+# and ibv_devinfo -v must finish and print their figures.
 #
 #   tools/perftest.sh build/lib/libbx_simnic.so
 set -uo pipefail
@@ -17,7 +18,7 @@ if [[ -z ${BX_PERFTEST_NETNS:-} ]] && unshare -n true 2>/dev/null; then
     "$0" "$simnic"
 fi
 for program in ib_send_lat ib_write_lat ib_read_lat ib_send_bw ib_write_bw ib_read_bw \
-  ibv_rc_pingpong ibv_srq_pingpong ibv_devinfo ss; do
+  ibv_rc_pingpong ibv_srq_pingpong ibv_ud_pingpong ibv_devinfo ss; do
   command -v "$program" >/dev/null ||
     { echo "perftest: $program is missing (tools/install-deps.sh installs perftest, ibverbs-utils)"; exit 1; }
 done
@@ -137,6 +138,19 @@ if ((client_rc == 0 && server_rc == 0)) && grep -q 'iters in' "$work/client.log"
 else
   report "ibv_srq_pingpong (16 QPs, one SRQ)" FAIL "client exit $client_rc, server exit $server_rc"
 fi
+
+# Unreliable datagrams: one MTU each, addressed by an AH (ibv_ud_pingpong builds its way back
+# from the first datagram's GRH), and perftest's send tests over UD.
+pair ibv_ud_pingpong -d bxsim0 -g 0 -n 200 -s 1024 -- -d bxsim0 -g 0 -n 200 -s 1024
+if ((client_rc == 0 && server_rc == 0)) && grep -q 'iters in' "$work/client.log"; then
+  report "ibv_ud_pingpong -s 1024" ok "$(grep -m1 'bytes in' "$work/client.log")"
+else
+  report "ibv_ud_pingpong -s 1024" FAIL "client exit $client_rc, server exit $server_rc"
+fi
+for program in ib_send_lat ib_send_bw; do
+  pair "$program" "${common[@]}" -c UD -s 1024 -- "${common[@]}" -c UD -s 1024
+  expect_figures "$program -c UD -s 1024"
+done
 
 timeout $limit ibv_devinfo -v -d bxsim0 >"$work/client.log" 2>&1
 client_rc=$? server_rc=0

@@ -34,6 +34,9 @@ struct bxsim_device_counters {
   // usually lossy, class). Always 0 on an InfiniBand port.
   uint64_t roce_v1_packets;
   uint64_t unmarked_packets;
+  // UD datagrams this device dropped as a receiver: no such UD QP, a wrong Q_Key, or no receive
+  // posted (UD is unreliable: the sender is not told).
+  uint64_t datagrams_dropped;
 };
 
 // Reads the device's counters.

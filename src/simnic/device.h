@@ -31,7 +31,7 @@ struct MrView {
 struct DeviceCounters {
   std::atomic<uint64_t> rnr_naks{0}, rnr_retry_exceeded{0}, packets_sent{0}, bytes_sent{0},
       packets_received{0}, bytes_received{0}, doorbells{0}, cq_overruns{0}, registered_bytes{0},
-      memory_regions{0}, roce_v1_packets{0}, unmarked_packets{0};
+      memory_regions{0}, roce_v1_packets{0}, unmarked_packets{0}, datagrams_dropped{0};
 };
 
 class Device {

@@ -34,6 +34,7 @@ int bxsim_query_counters(ibv_context* context, bxsim_device_counters* out) {
   out->memory_regions = c.memory_regions.load();
   out->roce_v1_packets = c.roce_v1_packets.load();
   out->unmarked_packets = c.unmarked_packets.load();
+  out->datagrams_dropped = c.datagrams_dropped.load();
   return 0;
 }
 

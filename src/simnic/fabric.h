@@ -38,6 +38,8 @@ enum class Reply : uint8_t {
   kNoResponse,       // dropped: no such QP, wrong PSN, peer down; the requester times out
   kLocalProtection,  // requester side: a local SGE failed its lkey, bounds or access check
   kPending,          // requester side: sent to another process, the reply comes later
+  kLocalLength,      // requester side: a UD send longer than the MTU
+  kFlushed,          // requester side: the QP went to error meanwhile; the flush completed it
 };
 
 class Fabric {
@@ -120,6 +122,10 @@ class Fabric {
   void OnIpcReply(IpcFrame& frame);
   void OnIpcPeerLost(uint32_t pid);
 
+  // Unreliable datagrams (ud_transport.cc).
+  Reply TransmitDatagram(SimQp* qp, SendWqe& wqe);
+  void OnIpcDatagram(IpcFrame& frame);
+
  public:
   // Responder (rc_responder.cc): executes one request arriving at `device`.
   struct Request {
@@ -140,6 +146,30 @@ class Fabric {
   };
   Reply Respond(Device* device, const Request& request, uint8_t* rnr_timer);
   bool SendIpcRequest(uint32_t pid, uint32_t device_index, const Request& request);
+
+  // Unreliable datagrams (ud_transport.cc). A UD send completes once it has left the port,
+  // whether or not anyone receives it.
+  struct Datagram {
+    uint32_t dest_qpn;
+    uint32_t src_qpn;
+    uint32_t qkey;
+    bool with_imm;
+    bool solicited;
+    uint32_t imm_data;
+    uint16_t src_lid;
+    uint8_t sl;
+    bool global;  // a GRH is carried: the fields below fill it
+    uint8_t traffic_class;
+    uint8_t hop_limit;
+    uint32_t flow_label;
+    ibv_gid source_gid;
+    ibv_gid dest_gid;
+    uint32_t length;
+    const iovec* payload;
+    int payload_count;
+  };
+  // Receives one datagram arriving at `device` (or drops it).
+  void DeliverDatagram(Device* device, const Datagram& datagram);
 
   // Writes one completion; false (and the CQ broken) on overrun.
   bool PushCompletion(SimCq* cq, const ibv_wc& wc, SimQp* qp, uint64_t retire_up_to, bool is_send,

@@ -19,8 +19,11 @@ IpcCookie MakeIpcCookie(std::string_view text) {
 std::string_view CheckIpcHeader(const IpcHeader& header, uint32_t peer_pid) {
   if (header.magic != kIpcMagic) return "bad magic";
   if (header.src_pid != peer_pid) return "the frame names another process as its sender";
-  if (header.kind != kIpcRequest && header.kind != kIpcReply) return "unknown frame kind";
+  if (header.kind != kIpcRequest && header.kind != kIpcReply && header.kind != kIpcDatagram)
+    return "unknown frame kind";
   if (header.payload_length > kIpcMaxPayload) return "payload above the largest message";
+  if (header.kind == kIpcDatagram && header.payload_length > kIpcMaxDatagram)
+    return "datagram above the largest MTU";
   return {};
 }
 

@@ -37,11 +37,24 @@ struct IpcHeader {
   uint32_t length;
   uint32_t payload_length;
   uint8_t src_gid[16];
+  // Datagrams (kIpcDatagram) only: what the receiver's completion and GRH show.
+  uint8_t dest_gid[16];
+  uint32_t qkey;
+  uint32_t flow_label;
+  uint16_t src_lid;
+  uint8_t sl;
+  uint8_t traffic_class;
+  uint8_t hop_limit;
+  uint8_t global;  // a GRH was sent
+  uint8_t reserved[2];
 };
 
 inline constexpr uint32_t kIpcMagic = 0xb5e1c0de;
 inline constexpr uint8_t kIpcRequest = 1;
 inline constexpr uint8_t kIpcReply = 2;
+inline constexpr uint8_t kIpcDatagram = 3;  // UD: unanswered
+// A datagram carries at most one MTU (4096 is the largest IB MTU).
+inline constexpr uint32_t kIpcMaxDatagram = 4096;
 // No frame carries more than the largest RC message (2 GiB, sim_objects.h's kMaxMsgSize).
 inline constexpr uint32_t kIpcMaxPayload = 1u << 31;
 

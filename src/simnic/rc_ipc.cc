@@ -38,6 +38,8 @@ void Fabric::OnIpcFrame(IpcFrame& frame) {
     OnIpcRequest(frame);
   } else if (frame.header.kind == kIpcReply) {
     OnIpcReply(frame);
+  } else if (frame.header.kind == kIpcDatagram) {
+    OnIpcDatagram(frame);
   }
 }
 

@@ -109,6 +109,7 @@ void Fabric::ServiceQp(SimQp* qp, uint64_t byte_budget) {
 }
 
 Reply Fabric::Transmit(SimQp* qp, SendWqe& wqe, uint8_t* rnr_timer) {
+  if (qp->qp.qp_type == IBV_QPT_UD) return TransmitDatagram(qp, wqe);
   Device* dev = qp->device;
   iovec local[kMaxSge];
   int local_count = 0;
@@ -198,7 +199,10 @@ void Fabric::HandleReply(SimQp* qp, uint64_t index, Reply reply, uint8_t rnr_tim
       return FailSend(qp, index, IBV_WC_REM_OP_ERR);
     case Reply::kLocalProtection:
       return FailSend(qp, index, IBV_WC_LOC_PROT_ERR);
+    case Reply::kLocalLength:
+      return FailSend(qp, index, IBV_WC_LOC_LEN_ERR);
     case Reply::kPending:
+    case Reply::kFlushed:
       return;
   }
 }

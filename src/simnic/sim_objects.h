@@ -37,6 +37,9 @@ inline constexpr int kMaxMw = 1 << 20;
 inline constexpr uint32_t kMwKeyBit = 1u << 31;
 inline constexpr uint64_t kMaxMrSize = 1ull << 40;
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;  // RC: 2 GB
+// A UD receive buffer starts with room for the Global Route Header, filled when the datagram
+// carried one (always on RoCE); the payload follows it, and byte_len counts both.
+inline constexpr uint32_t kGrhBytes = 40;
 
 inline constexpr uint32_t kContextMagic = 0xb5c0a7e1;
 
@@ -97,6 +100,34 @@ struct SimMw {
   int access = 0;  // IBV_ACCESS_REMOTE_* granted through the window
   bool zero_based = false;
   const SimQp* qp = nullptr;  // type 2B: only this QP may use the window
+};
+
+// An address handle (verbs_ah.cc): the address vector as given, and what it resolved to when it
+// was created, so that the hardware routes a datagram without looking at GIDs or LIDs.
+struct SimAh {
+  ibv_ah ah;
+  ibv_ah_attr attr;
+  SimPd* protection_domain;
+  ibv_gid peer_address;  // the destination's fabric address; all zero when nothing answers it
+  ibv_gid source_gid;    // the GID the datagrams leave from (the AV's sgid_index)
+};
+inline SimAh* ToSim(ibv_ah* a) {
+  return reinterpret_cast<SimAh*>(a);
+}
+
+// A UD send's destination, copied from its AH and work request at post time, as a NIC's WQE
+// holds the address vector: the AH may be destroyed once the post returns.
+struct UdAddress {
+  ibv_gid peer_address;  // fabric address (SimAh::peer_address)
+  ibv_gid source_gid;
+  ibv_gid dest_gid;  // as the AV names it: what the receiver's GRH shows
+  bool global;       // a GRH is carried
+  uint8_t sl;
+  uint8_t traffic_class;
+  uint8_t hop_limit;
+  uint32_t flow_label;
+  uint32_t remote_qpn;
+  uint32_t qkey;  // the WR's, or the QP's own when the WR's has its top bit set
 };
 
 struct SimChannel {
@@ -185,6 +216,7 @@ struct SendWqe {
   // meanwhile is not touched), its new rkey, and what the bind grants.
   uint32_t bind_mw_handle;
   uint32_t bind_rkey;
+  UdAddress ud;      // IBV_QPT_UD sends
   bool bind_has_mr;  // a type 2 bind names an MR; without one it fails
   uint32_t bind_mr_lkey;
   uint64_t bind_addr;

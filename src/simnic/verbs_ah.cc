@@ -1,9 +1,8 @@
-// Address handles (ibv_create_ah(3), ibv_init_ah_from_wc(3)). The simnic has no UD QPs, so no
-// work request uses one; they exist so that programs that build a path before choosing a QP
-// type, or check one, find what a RoCE device gives them:
+// Address handles (ibv_create_ah(3), ibv_init_ah_from_wc(3)): where a UD send goes.
 //   create          port 1; the address vector must be global (RoCE carries a GRH on every
 //                   packet: EINVAL otherwise, as rdma-core's test_create_ah_roce expects), with
-//                   a source GID index inside the GID table. The attributes are kept.
+//                   a source GID index inside the GID table. InfiniBand may address by LID
+//                   alone. The destination is resolved to a fabric address now, once.
 //   init from wc    needs the GRH (IBV_WC_GRH and a buffer holding it): the reply path goes to
 //                   the sender's GID, from the local GID the packet was sent to.
 #include <endian.h>
@@ -12,18 +11,6 @@
 #include <cstring>
 
 #include "simnic/verbs_internal.h"
-
-namespace bx::simnic {
-namespace {
-
-struct SimAh {
-  ibv_ah ah;
-  ibv_ah_attr attr;
-  SimPd* protection_domain;
-};
-
-}  // namespace
-}  // namespace bx::simnic
 
 using namespace bx::simnic;
 
@@ -46,6 +33,9 @@ ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   auto* sim = new SimAh{};
   sim->attr = *attr;
   sim->protection_domain = Protection(pd);
+  sim->peer_address = ResolveAddressVector(*attr);
+  sim->source_gid =
+      attr->is_global ? device.gid_table(attr->port_num)[attr->grh.sgid_index].gid : device.gid();
   sim->ah.context = pd->context;
   sim->ah.pd = pd;
   sim->ah.handle = uint32_t(reinterpret_cast<uintptr_t>(sim) >> 4);
@@ -55,7 +45,7 @@ ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
 
 int ibv_destroy_ah(ibv_ah* ah) {
   if (ah == nullptr) return EINVAL;
-  auto* sim = reinterpret_cast<SimAh*>(ah);
+  SimAh* sim = ToSim(ah);
   sim->protection_domain->users.fetch_sub(1);
   delete sim;
   return 0;
@@ -70,8 +60,12 @@ int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_
     return -1;
   }
   // The packet was sent to one of our GIDs: the reply leaves from it.
-  const ibv_gid& ours = ToSim(context)->device->gid();
-  if (std::memcmp(grh->dgid.raw, ours.raw, sizeof(ours.raw)) != 0) {
+  const auto& table = ToSim(context)->device->gid_table(port_num);
+  uint8_t sgid_index = 0;
+  while (sgid_index < table.size() &&
+         std::memcmp(grh->dgid.raw, table[sgid_index].gid.raw, sizeof(grh->dgid.raw)) != 0)
+    ++sgid_index;
+  if (sgid_index == table.size()) {
     errno = ENOENT;
     return -1;
   }
@@ -86,7 +80,7 @@ int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_
   ah_attr->grh.flow_label = version & 0xfffff;
   ah_attr->grh.traffic_class = uint8_t((version >> 20) & 0xff);
   ah_attr->grh.hop_limit = 0xff;
-  ah_attr->grh.sgid_index = 0;
+  ah_attr->grh.sgid_index = sgid_index;
   return 0;
 }
 

@@ -41,7 +41,10 @@ void InitCqExOps(SimContext* c);
 void InitQpExOps(SimContext* c);
 // Fills an extended QP's ibv_wr_* functions (verbs_qp_ex.cc).
 void FillWrOps(ibv_qp_ex* q);
-// Creates an RC QP; `ext` when it came through ibv_create_qp_ex (verbs_queues.cc).
+// An address vector's destination as a fabric address (fe80::<pid>:<index>), or all zero when
+// no device holds its GID or LID: requests to it go unanswered, as on a real fabric.
+ibv_gid ResolveAddressVector(const ibv_ah_attr& av);
+// Creates an RC or UD QP; `ext` when it came through ibv_create_qp_ex (verbs_queues.cc).
 ibv_qp* CreateQp(ibv_pd* pd, ibv_qp_init_attr* init, const ibv_qp_init_attr_ex* ext);
 // Creates a CQ (ibv_create_cq, and ibv_create_cq_ex before it makes the CQ extended).
 SimCq* CreateCq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,

@@ -12,11 +12,12 @@
 namespace bx::simnic {
 namespace {
 
-// The operations of an RC QP on this NIC: no atomics, no TSO, no UD or XRC addressing.
+// The operations of an RC QP on this NIC: no atomics, no TSO, no XRC addressing. A UD QP sends.
 constexpr uint64_t kSupportedSendOps =
     IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_LOCAL_INV |
     IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV;
+constexpr uint64_t kSupportedUdSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 constexpr uint32_t kKnownQpCompMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
                                       IBV_QP_INIT_ATTR_CREATE_FLAGS |
                                       IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE |
@@ -124,8 +125,17 @@ void AtomicWrite(ibv_qp_ex* q, uint32_t, uint64_t, const void*) {
 void SendTso(ibv_qp_ex* q, void*, uint16_t, uint16_t) {
   Fail(ToSim(q), EOPNOTSUPP);
 }
-void SetUdAddr(ibv_qp_ex* q, ibv_ah*, uint32_t, uint32_t) {
-  Fail(ToSim(q), EOPNOTSUPP);
+// The destination of the last request begun: checked with the rest at ibv_wr_complete.
+void SetUdAddr(ibv_qp_ex* q, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+  StagedWr* s = Last(q);
+  if (s == nullptr) return;
+  if (q->qp_base.qp_type != IBV_QPT_UD) {
+    Fail(ToSim(q), EINVAL);
+    return;
+  }
+  s->wr.wr.ud.ah = ah;
+  s->wr.wr.ud.remote_qpn = remote_qpn;
+  s->wr.wr.ud.remote_qkey = remote_qkey;
 }
 void SetXrcSrqn(ibv_qp_ex* q, uint32_t) {
   Fail(ToSim(q), EOPNOTSUPP);
@@ -221,14 +231,17 @@ ibv_qp* CreateQpExOp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
+  const uint64_t supported_ops =
+      attr->qp_type == IBV_QPT_UD ? kSupportedUdSendOps : kSupportedSendOps;
   const bool unsupported =
-      attr->qp_type != IBV_QPT_RC || (attr->comp_mask & kUnsupportedCompMask) != 0 ||
+      (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD) ||
+      (attr->comp_mask & kUnsupportedCompMask) != 0 ||
       ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags != 0) ||
       ((attr->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && attr->max_tso_header != 0) ||
       ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
-       (attr->send_ops_flags & ~kSupportedSendOps) != 0);
+       (attr->send_ops_flags & ~supported_ops) != 0);
   if (unsupported) {
-    errno = EOPNOTSUPP;  // the simnic implements RC only, with the operations above
+    errno = EOPNOTSUPP;  // the simnic implements RC and UD, with the operations above
     return nullptr;
   }
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || attr->pd == nullptr ||

@@ -25,7 +25,9 @@ inline void CpuRelax() {
 // Empty polls after which poll_cq gives the core to the simnic's hardware thread.
 constexpr uint32_t kEmptyPollsBeforeYield = 64;
 
-bool SupportedOpcode(ibv_wr_opcode op) {
+bool SupportedOpcode(const SimQp& qp, ibv_wr_opcode op) {
+  // A datagram is a send: UD has no remote memory access and no memory windows.
+  if (qp.qp.qp_type == IBV_QPT_UD) return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
   return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
          op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ || op == IBV_WR_SEND_WITH_INV ||
          op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
@@ -155,21 +157,25 @@ uint64_t RoundUpPow2(uint64_t n) {
   return p;
 }
 
-// Which attributes each transition requires (IBA 11.2.5, table 91, for RC).
+// Which attributes each transition requires (IBA 11.2.5, table 91): an RC QP is connected to
+// one peer; a UD QP has a Q_Key and no peer (each send names its destination).
 constexpr int kResetToInit = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
 constexpr int kInitToRtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
 constexpr int kRtrToRts = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                           IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+constexpr int kUdResetToInit = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+constexpr int kUdInitToRtr = IBV_QP_STATE;
+constexpr int kUdRtrToRts = IBV_QP_STATE | IBV_QP_SQ_PSN;
 
-int CheckTransition(int from, int to, int mask) {
+int CheckTransition(ibv_qp_type type, int from, int to, int mask) {
+  const bool ud = type == IBV_QPT_UD;
+  auto has = [mask](int needed) { return (mask & needed) == needed ? 0 : EINVAL; };
   if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) return 0;
-  if (from == IBV_QPS_RESET && to == IBV_QPS_INIT)
-    return (mask & kResetToInit) == kResetToInit ? 0 : EINVAL;
+  if (from == IBV_QPS_RESET && to == IBV_QPS_INIT) return has(ud ? kUdResetToInit : kResetToInit);
   if (from == IBV_QPS_INIT && to == IBV_QPS_INIT) return 0;
-  if (from == IBV_QPS_INIT && to == IBV_QPS_RTR)
-    return (mask & kInitToRtr) == kInitToRtr ? 0 : EINVAL;
-  if (from == IBV_QPS_RTR && to == IBV_QPS_RTS) return (mask & kRtrToRts) == kRtrToRts ? 0 : EINVAL;
+  if (from == IBV_QPS_INIT && to == IBV_QPS_RTR) return has(ud ? kUdInitToRtr : kInitToRtr);
+  if (from == IBV_QPS_RTR && to == IBV_QPS_RTS) return has(ud ? kUdRtrToRts : kRtrToRts);
   if (from == IBV_QPS_RTS && to == IBV_QPS_RTS) return 0;
   return EINVAL;
 }
@@ -240,7 +246,7 @@ bool SendQueueFull(const SimQp& qp, uint64_t index) {
 }
 
 int CheckSendWr(const SimQp& qp, const ibv_send_wr& wr) {
-  if (!SupportedOpcode(wr.opcode) || wr.num_sge < 0 || uint32_t(wr.num_sge) > qp.max_send_sge)
+  if (!SupportedOpcode(qp, wr.opcode) || wr.num_sge < 0 || uint32_t(wr.num_sge) > qp.max_send_sge)
     return EINVAL;
   const SendWrShape shape = ShapeOf(wr);
   if (shape.total > kMaxMsgSize || (shape.inlined && shape.total > qp.max_inline_data))
@@ -248,8 +254,35 @@ int CheckSendWr(const SimQp& qp, const ibv_send_wr& wr) {
   if (wr.opcode == IBV_WR_BIND_MW &&
       (wr.bind_mw.mw == nullptr || wr.bind_mw.mw->type != IBV_MW_TYPE_2))
     return EINVAL;
+  // A datagram names its destination, on this device. (Its length is checked against the MTU
+  // when it is sent, and fails there with a completion, as hardware reports it.)
+  if (qp.qp.qp_type == IBV_QPT_UD &&
+      (wr.wr.ud.ah == nullptr || wr.wr.ud.ah->context != qp.qp.context))
+    return EINVAL;
   return 0;
 }
+
+namespace {
+
+// The destination of a datagram, as the WQE holds it. The Q_Key with its top bit set means
+// "the QP's own" (IBA 10.2.5: a privileged Q_Key cannot be sent from an ordinary QP).
+UdAddress DatagramAddress(const SimQp& qp, const ibv_send_wr& wr) {
+  const SimAh& ah = *ToSim(wr.wr.ud.ah);
+  UdAddress a{};
+  a.peer_address = ah.peer_address;
+  a.source_gid = ah.source_gid;
+  a.dest_gid = ah.attr.grh.dgid;
+  a.global = ah.attr.is_global != 0;
+  a.sl = ah.attr.sl;
+  a.traffic_class = ah.attr.grh.traffic_class;
+  a.hop_limit = ah.attr.grh.hop_limit;
+  a.flow_label = ah.attr.grh.flow_label;
+  a.remote_qpn = wr.wr.ud.remote_qpn & 0xffffff;
+  a.qkey = (wr.wr.ud.remote_qkey & 0x80000000u) ? qp.attr.qkey : wr.wr.ud.remote_qkey;
+  return a;
+}
+
+}  // namespace
 
 void WriteSendWqe(SimQp* qp, uint64_t index, const ibv_send_wr& wr) {
   const SendWrShape shape = ShapeOf(wr);
@@ -261,8 +294,14 @@ void WriteSendWqe(SimQp* qp, uint64_t index, const ibv_send_wr& wr) {
   wqe.solicited = (wr.send_flags & IBV_SEND_SOLICITED) != 0;
   wqe.inlined = shape.inlined;
   wqe.imm_data = wr.imm_data;
-  wqe.remote_addr = wr.wr.rdma.remote_addr;
-  wqe.rkey = wr.wr.rdma.rkey;
+  if (qp->qp.qp_type == IBV_QPT_UD) {
+    wqe.ud = DatagramAddress(*qp, wr);
+    wqe.remote_addr = 0;
+    wqe.rkey = 0;
+  } else {
+    wqe.remote_addr = wr.wr.rdma.remote_addr;
+    wqe.rkey = wr.wr.rdma.rkey;
+  }
   wqe.length = uint32_t(shape.total);
   wqe.num_sge = shape.num_sge;
   if (wqe.inlined) {
@@ -358,12 +397,7 @@ uint32_t PathPort(const SimQp& qp, const ibv_ah_attr& av) {
 // routes without looking at GIDs or LIDs. An address nobody holds resolves to zero, so requests
 // go unanswered and fail after the transport retries, as on a real fabric.
 void ApplyAddressVector(const Device& device, uint32_t port, const ibv_ah_attr& av, SimQp* qp) {
-  qp->peer_address = ibv_gid{};
-  if (av.is_global) {
-    (void)ResolveGid(av.grh.dgid, &qp->peer_address);
-  } else if (uint32_t pid = 0, index = 0; LookupLid(av.dlid, &pid, &index)) {
-    qp->peer_address = MakeGid(pid, index);
-  }
+  qp->peer_address = ResolveAddressVector(av);
   const bool ethernet = device.profile().link_layer == IBV_LINK_LAYER_ETHERNET;
   const auto& table = device.gid_table(port);
   qp->roce_v1 = ethernet && av.is_global && av.grh.sgid_index < table.size() &&
@@ -374,6 +408,16 @@ void ApplyAddressVector(const Device& device, uint32_t port, const ibv_ah_attr& 
 }  // namespace
 
 namespace bx::simnic {
+
+ibv_gid ResolveAddressVector(const ibv_ah_attr& av) {
+  ibv_gid address{};
+  if (av.is_global) {
+    (void)ResolveGid(av.grh.dgid, &address);
+  } else if (uint32_t pid = 0, index = 0; LookupLid(av.dlid, &pid, &index)) {
+    address = MakeGid(pid, index);
+  }
+  return address;
+}
 
 SimCq* CreateCq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
                 int comp_vector) {
@@ -400,8 +444,8 @@ ibv_qp* CreateQp(ibv_pd* pd, ibv_qp_init_attr* init, const ibv_qp_init_attr_ex* 
     errno = EINVAL;
     return nullptr;
   }
-  if (init->qp_type != IBV_QPT_RC) {
-    errno = EOPNOTSUPP;  // the simnic implements RC only
+  if (init->qp_type != IBV_QPT_RC && init->qp_type != IBV_QPT_UD) {
+    errno = EOPNOTSUPP;  // the simnic implements RC and UD
     return nullptr;
   }
   ibv_qp_cap& cap = init->cap;
@@ -439,7 +483,7 @@ ibv_qp* CreateQp(ibv_pd* pd, ibv_qp_init_attr* init, const ibv_qp_init_attr_ex* 
   q.pd = pd;
   q.send_cq = init->send_cq;
   q.recv_cq = init->recv_cq;
-  q.qp_type = IBV_QPT_RC;
+  q.qp_type = init->qp_type;
   q.state = IBV_QPS_RESET;
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
@@ -498,7 +542,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   int from = qp->state.load();
   if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != from) return EINVAL;
   int to = (mask & IBV_QP_STATE) ? attr->qp_state : from;
-  if (int rc = CheckTransition(from, to, mask); rc != 0) return rc;
+  if (int rc = CheckTransition(ibqp->qp_type, from, to, mask); rc != 0) return rc;
   if ((mask & IBV_QP_PORT) && !qp->device->PortExists(attr->port_num)) return EINVAL;
   if (mask & IBV_QP_AV) {
     const uint32_t port = PathPort(*qp, attr->ah_attr);
@@ -511,6 +555,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
 
   ibv_qp_attr& a = qp->attr;
   if (mask & IBV_QP_PKEY_INDEX) a.pkey_index = attr->pkey_index;
+  if (mask & IBV_QP_QKEY) a.qkey = attr->qkey;
   if (mask & IBV_QP_PORT) a.port_num = attr->port_num;
   if (mask & IBV_QP_ACCESS_FLAGS) a.qp_access_flags = attr->qp_access_flags;
   if (mask & IBV_QP_AV) {
@@ -563,7 +608,7 @@ int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
     init->send_cq = ibqp->send_cq;
     init->recv_cq = ibqp->recv_cq;
     init->cap = attr->cap;
-    init->qp_type = IBV_QPT_RC;
+    init->qp_type = ibqp->qp_type;
     init->sq_sig_all = qp->sq_sig_all;
     init->srq = qp->srq != nullptr ? &qp->srq->srq : nullptr;
   }

@@ -242,8 +242,12 @@ TEST_F(SimPairTest, CreationRefusesWhatTheNicLacks) {
   init.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP;
   EXPECT_EQ(create(), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
+  init.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+  init.qp_type = IBV_QPT_UD;  // a UD QP sends datagrams: no remote memory access
+  EXPECT_EQ(create(), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
   init.send_ops_flags = IBV_QP_EX_WITH_SEND;
-  init.qp_type = IBV_QPT_UD;
+  init.qp_type = IBV_QPT_UC;
   EXPECT_EQ(create(), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
   init.qp_type = IBV_QPT_RC;

@@ -77,11 +77,14 @@ TEST(IpcFrameParserTest, HeadersAreCheckedBeforeAnythingIsAllocated) {
   bad_magic.magic = 1;
   IpcHeader bad_kind = Header(0);
   bad_kind.kind = 9;
+  IpcHeader jumbo_datagram = Header(kIpcMaxDatagram + 1);
+  jumbo_datagram.kind = kIpcDatagram;
   const Case cases[] = {
       {bad_magic, "bad magic", false},
       {Header(0, kPeer + 1), "the frame names another process as its sender", true},
       {bad_kind, "unknown frame kind", false},
       {Header(kIpcMaxPayload + 1), "payload above the largest message", false},
+      {jumbo_datagram, "datagram above the largest MTU", false},
   };
   for (const Case& c : cases) {
     IpcFrameParser parser(kPeer, IpcCookie{});
