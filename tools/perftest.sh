@@ -3,8 +3,9 @@
 # the simnic between two processes, each run bounded in time: the RC latency and bandwidth tests
 # at 8 B, 4 KiB, 64 KiB and 1 MiB, one with every size (-a), the shared-receive-queue programs
 # (ib_send_bw --use-srq, also over 4 QPs; ibv_srq_pingpong, 16 QPs on one SRQ), ibv_rc_pingpong
-# (also with -N, the ibv_wr_* send API), the UD programs (ibv_ud_pingpong, ib_send_lat/bw -c UD)
-# and ibv_devinfo -v must finish and print their figures.
+# (also with -N, the ibv_wr_* send API), the UD programs (ibv_ud_pingpong, ib_send_lat/bw -c UD),
+# UCX's ucx_perftest (UCP tag and put tests over rc_verbs) and ibv_devinfo -v must finish and
+# print their figures.
 #
 #   tools/perftest.sh build/lib/libbx_simnic.so
 set -uo pipefail
@@ -151,6 +152,27 @@ for program in ib_send_lat ib_send_bw; do
   pair "$program" "${common[@]}" -c UD -s 1024 -- "${common[@]}" -c UD -s 1024
   expect_figures "$program -c UD -s 1024"
 done
+
+# UCX (Debian's ucx-utils) on the simnic: UCP's tag and put tests over its rc_verbs transport,
+# wired up over ud_verbs, in a mount namespace holding the device nodes UCX looks for
+# (tools/with-simnic-devices.sh). A slice: `make bench-peer` runs the four sizes and the ratios.
+if command -v ucx_perftest >/dev/null && unshare -m true 2>/dev/null; then
+  ucx=$work/ucx_perftest
+  printf '#!/bin/bash\nUCX_TLS=rc_verbs,ud_verbs UCX_NET_DEVICES=bxsim0:1 exec bash %q %q ucx_perftest "$@"\n' \
+    "$(dirname "$0")/with-simnic-devices.sh" "$simnic" >"$ucx"
+  chmod +x "$ucx"
+  for spec in "tag_lat 8 2000" "tag_bw 65536 300" "ucp_put_bw 1048576 100"; do
+    read -r test size iterations <<<"$spec"
+    pair "$ucx" -- -t "$test" -s "$size" -n "$iterations"
+    if ((client_rc == 0 && server_rc == 0)) && grep -q '^Final:' "$work/client.log"; then
+      report "ucx_perftest -t $test -s $size" ok "$(grep '^Final:' "$work/client.log" | tr -s ' ')"
+    else
+      report "ucx_perftest -t $test -s $size" FAIL "client exit $client_rc, server exit $server_rc"
+    fi
+  done
+else
+  report "ucx_perftest" FAIL "ucx-utils missing (tools/install-deps.sh), or no mount namespace"
+fi
 
 timeout $limit ibv_devinfo -v -d bxsim0 >"$work/client.log" 2>&1
 client_rc=$? server_rc=0
