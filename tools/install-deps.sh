@@ -7,7 +7,7 @@ packages=(
   lld                                # the linker of the Makefile's builds
   libibverbs-dev ibverbs-utils       # verbs.h for the loader and the ABI test; real libibverbs
   perftest                           # ib_*_lat/bw over the simnic (tools/perftest.sh)
-  ucx-utils                          # ucx_perftest over the simnic (perftest.sh, make bench-peer)
+  ucx-utils dapl2-utils              # ucx_perftest and DAPL's dtest over the simnic (perftest.sh)
   libjemalloc-dev                    # bemalloc's base allocator
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev

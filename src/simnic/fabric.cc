@@ -177,6 +177,19 @@ void Fabric::FailQp(SimQp* qp, bool fatal_event) {
   Enqueue(qp);
 }
 
+void Fabric::SettleArrivals(const SimQp* qp) {
+  // Only a request sent to another process and not yet completed can have an answer on the way.
+  if (!ipc_ || qp->state.load(std::memory_order_acquire) != IBV_QPS_RTS ||
+      qp->sq_hw_done >= qp->sq_hw_next)
+    return;
+  ipc_->Settle();
+  std::vector<IpcFrame> frames;
+  std::vector<uint32_t> lost;
+  ipc_->Drain(&frames, &lost);
+  for (IpcFrame& f : frames) OnIpcFrame(f);
+  for (uint32_t pid : lost) OnIpcPeerLost(pid);
+}
+
 void Fabric::ForgetQp(SimQp* qp) {
   qp->destroyed = true;
   {

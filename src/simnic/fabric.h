@@ -76,6 +76,12 @@ class Fabric {
   void Enqueue(SimQp* qp, bool wake = true);
   // Under ControlLock: moves a QP to the error state and lets the hardware flush it.
   void FailQp(SimQp* qp, bool fatal_event);
+  // Under ControlLock, before the application moves `qp` to error: the replies that had reached
+  // this process complete the requests they answer first, as a NIC handles the packets it has
+  // received before a later state change. Without this, a request whose ACK was in the reader's
+  // queue or its socket was flushed when the peer, having seen the data, disconnected through a
+  // connection manager (DAPL's dtest: the last RDMA WRITE flushed in 1 of 20 runs idle).
+  void SettleArrivals(const SimQp* qp);
   // Under ControlLock: forgets a QP being destroyed (ready list, CQ entries).
   void ForgetQp(SimQp* qp);
 

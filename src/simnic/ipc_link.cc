@@ -2,11 +2,13 @@
 
 #include <pthread.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -77,6 +79,9 @@ IpcLink::IpcLink(uint32_t pid, std::function<void()> wake)
   ev.events = EPOLLIN;
   ev.data.fd = listen_fd_;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  settle_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  ev.data.fd = settle_fd_;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, settle_fd_, &ev);
   reader_ = std::thread([this] { ReadLoop(); });
   reader_.detach();  // lives as long as the process, like the hardware thread
 }
@@ -186,6 +191,38 @@ bool IpcLink::HasInbound() const {
   return has_inbound_.load(std::memory_order_acquire);
 }
 
+void IpcLink::Settle() {
+  if (listen_fd_ < 0 || settle_fd_ < 0) return;
+  std::unique_lock lock(settle_mu_);
+  const uint64_t ticket = ++settle_asked_;
+  const uint64_t one = 1;
+  ssize_t n = write(settle_fd_, &one, sizeof(one));
+  (void)n;
+  settle_cv_.wait_for(lock, std::chrono::seconds(1), [&] { return settle_served_ >= ticket; });
+}
+
+void IpcLink::ServeSettle() {
+  uint64_t count = 0;
+  ssize_t n = read(settle_fd_, &count, sizeof(count));
+  (void)n;
+  uint64_t asked;
+  {
+    std::lock_guard lock(settle_mu_);
+    asked = settle_asked_;  // requests made before this read of the connections
+  }
+  std::vector<int> fds;
+  for (const auto& [fd, parser] : incoming_) fds.push_back(fd);
+  for (int fd : fds) {
+    auto it = incoming_.find(fd);
+    if (it != incoming_.end()) ReadFrom(fd, it->second);
+  }
+  {
+    std::lock_guard lock(settle_mu_);
+    settle_served_ = asked;
+  }
+  settle_cv_.notify_all();
+}
+
 void IpcLink::ReadFrom(int fd, IpcFrameParser& parser) {
   // What the socket has now, up to 4 MiB a turn (epoll comes back for the rest, after the other
   // peers): a peer that sent half a frame holds its own connection, not the reader.
@@ -269,6 +306,10 @@ void IpcLink::ReadLoop() {
         ev.events = EPOLLIN;
         ev.data.fd = conn;
         epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, conn, &ev);
+        continue;
+      }
+      if (fd == settle_fd_) {
+        ServeSettle();
         continue;
       }
       auto it = incoming_.find(fd);

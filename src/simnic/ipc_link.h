@@ -15,6 +15,7 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -43,6 +44,11 @@ class IpcLink {
   // Hardware thread: takes the queued frames and the pids whose connections closed.
   void Drain(std::vector<IpcFrame>* frames, std::vector<uint32_t>* lost_peers);
   bool HasInbound() const;
+  // Has the reader take in what the incoming connections hold now, so that Drain() then returns
+  // every frame that had arrived when this was called. Waits for the reader (at most a second).
+  // Why: a frame a peer wrote before it spoke to this process by another way (its application
+  // saw the data and disconnected through a connection manager) must not lose the race to it.
+  void Settle();
 
   // CPU time of the reader thread, nanoseconds.
   uint64_t ThreadCpuNs() const { return reader_cpu_clock_.Ns(); }
@@ -76,6 +82,14 @@ class IpcLink {
   std::unordered_map<int, uint32_t> outgoing_watch_;  // fd -> pid, for the reader (watch_mu_)
   // Reader thread only: each incoming connection's framing (its peer's pid inside).
   std::unordered_map<int, IpcFrameParser> incoming_;
+  // Settle(): a request rings settle_fd_ (an eventfd the reader polls); the reader reads every
+  // incoming connection and reports the requests it has served in settled_.
+  void ServeSettle();
+  int settle_fd_ = -1;
+  std::mutex settle_mu_;
+  std::condition_variable settle_cv_;
+  uint64_t settle_asked_ = 0;   // (settle_mu_)
+  uint64_t settle_served_ = 0;  // (settle_mu_)
 
   mutable std::mutex inbound_mu_;
   std::deque<IpcFrame> inbound_;

@@ -574,6 +574,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if (mask & IBV_QP_MAX_QP_RD_ATOMIC) a.max_rd_atomic = attr->max_rd_atomic;
 
   if (to == IBV_QPS_ERR) {
+    fabric.SettleArrivals(qp);
     fabric.FailQp(qp, false);
     return 0;
   }

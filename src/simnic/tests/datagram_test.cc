@@ -60,9 +60,9 @@ class DatagramTest : public ::testing::Test {
     attr.qp_state = IBV_QPS_INIT;
     attr.port_num = 1;
     attr.qkey = kUdQkey;
-    ASSERT_EQ(ibv_modify_qp(ep.qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                              IBV_QP_QKEY),
-              0);
+    ASSERT_EQ(
+        ibv_modify_qp(ep.qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
+        0);
     attr.qp_state = IBV_QPS_RTR;
     ASSERT_EQ(ibv_modify_qp(ep.qp, &attr, IBV_QP_STATE), 0);
     attr.qp_state = IBV_QPS_RTS;
@@ -116,8 +116,7 @@ class DatagramTest : public ::testing::Test {
 TEST_F(DatagramTest, ArrivesAfterItsGrhAndTheReplyGoesBackThroughAnAhFromTheCompletion) {
   FillRandom(a_.buffer->data(), 1000, 11);
   Receive(b_, 41, kUdGrhBytes + 1000);
-  ASSERT_EQ(Send(a_, ah_to_b_, b_.qp->qp_num, 1000, kUdQkey, IBV_WR_SEND_WITH_IMM, htobe32(99)),
-            0);
+  ASSERT_EQ(Send(a_, ah_to_b_, b_.qp->qp_num, 1000, kUdQkey, IBV_WR_SEND_WITH_IMM, htobe32(99)), 0);
   auto sent = PollN(a_.cq, 1);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
