@@ -155,7 +155,7 @@ done
 
 # UCX (Debian's ucx-utils) on the simnic: UCP's tag and put tests over its rc_verbs transport,
 # wired up over ud_verbs, in a mount namespace holding the device nodes UCX looks for
-# (tools/with-simnic-devices.sh). A slice: `make bench-peer` runs the four sizes and the ratios.
+# (tools/with-simnic-devices.sh): a slice of UCP's tests, one size each.
 if command -v ucx_perftest >/dev/null && unshare -m true 2>/dev/null; then
   ucx=$work/ucx_perftest
   printf '#!/bin/bash\nUCX_TLS=rc_verbs,ud_verbs UCX_NET_DEVICES=bxsim0:1 exec bash %q %q ucx_perftest "$@"\n' \
