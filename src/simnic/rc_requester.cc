@@ -113,16 +113,8 @@ Reply Fabric::Transmit(SimQp* qp, SendWqe& wqe, uint8_t* rnr_timer) {
   Device* dev = qp->device;
   iovec local[kMaxSge];
   int local_count = 0;
-  if (wqe.inlined) {
-    local[0] = iovec{wqe.inline_data, wqe.length};
-    local_count = wqe.length > 0 ? 1 : 0;
-  } else {
-    uint64_t total = 0;
-    int access = wqe.opcode == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0;
-    if (!ResolveSges(*dev, qp->protection_domain, wqe.sge, wqe.num_sge, access, local, &local_count,
-                     &total))
-      return Reply::kLocalProtection;
-  }
+  const int access = wqe.opcode == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0;
+  if (!ResolveSendData(*qp, wqe, access, local, &local_count)) return Reply::kLocalProtection;
   if (!dev->PortUp(qp->attr.port_num)) return Reply::kNoResponse;
 
   uint32_t peer_pid = 0, peer_index = 0;

@@ -25,6 +25,17 @@ bool ResolveSges(const Device& device, SimPd* pd, const ibv_sge* sge, int n, int
   return true;
 }
 
+bool ResolveSendData(const SimQp& qp, SendWqe& wqe, int access, iovec* out, int* out_count) {
+  if (wqe.inlined) {
+    out[0] = iovec{wqe.inline_data, wqe.length};
+    *out_count = wqe.length > 0 ? 1 : 0;
+    return true;
+  }
+  uint64_t total = 0;
+  return ResolveSges(*qp.device, qp.protection_domain, wqe.sge, wqe.num_sge, access, out, out_count,
+                     &total);
+}
+
 namespace {
 
 // A packet: data is placed in increasing address order in pieces of this size (the largest path

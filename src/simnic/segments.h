@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "simnic/device.h"
+#include "simnic/sim_objects.h"
 
 namespace bx::simnic {
 
@@ -14,6 +15,10 @@ namespace bx::simnic {
 // its MR and that the MR grants `access`. Zero-length SGEs are skipped. False on any violation.
 bool ResolveSges(const Device& device, SimPd* pd, const ibv_sge* sge, int n, int access, iovec* out,
                  int* out_count, uint64_t* total);
+
+// A send WQE's local data as host segments: its inline copy, or its SGEs resolved on the QP's
+// device and PD with `access` (IBV_ACCESS_LOCAL_WRITE for a read's sink). False on a violation.
+bool ResolveSendData(const SimQp& qp, SendWqe& wqe, int access, iovec* out, int* out_count);
 
 // Copies min(total(dst), total(src)) bytes from src segments to dst segments as a NIC places a
 // message: in increasing address order, packet by packet, the last bytes stored after all the

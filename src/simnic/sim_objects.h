@@ -337,6 +337,9 @@ struct SimQp {
 inline SimQp* ToSim(ibv_qp* q) {
   return reinterpret_cast<SimQp*>(q);
 }
+inline SimQp* ToSim(ibv_qp_ex* q) {
+  return reinterpret_cast<SimQp*>(q);
+}
 
 // What the hardware thread writes to a context's async pipe; ibv_get_async_event reads it.
 struct AsyncRecord {

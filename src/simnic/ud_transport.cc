@@ -58,15 +58,7 @@ Reply Fabric::TransmitDatagram(SimQp* qp, SendWqe& wqe) {
   Device* dev = qp->device;
   iovec local[kMaxSge];
   int local_count = 0;
-  if (wqe.inlined) {
-    local[0] = iovec{wqe.inline_data, wqe.length};
-    local_count = wqe.length > 0 ? 1 : 0;
-  } else {
-    uint64_t total = 0;
-    if (!ResolveSges(*dev, qp->protection_domain, wqe.sge, wqe.num_sge, 0, local, &local_count,
-                     &total))
-      return Reply::kLocalProtection;
-  }
+  if (!ResolveSendData(*qp, wqe, 0, local, &local_count)) return Reply::kLocalProtection;
   // One MTU at most: a longer datagram fails its send (a local length error; no packet).
   if (wqe.length > MtuBytes(dev->profile().active_mtu)) return Reply::kLocalLength;
 

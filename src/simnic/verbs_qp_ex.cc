@@ -29,10 +29,6 @@ constexpr uint32_t kUnsupportedCompMask =
 static_assert(offsetof(ibv_qp_init_attr_ex, sq_sig_all) == offsetof(ibv_qp_init_attr, sq_sig_all));
 static_assert(offsetof(ibv_qp_init_attr_ex, cap) == offsetof(ibv_qp_init_attr, cap));
 
-SimQp* ToSim(ibv_qp_ex* q) {
-  return reinterpret_cast<SimQp*>(q);
-}
-
 // The first error of a batch is the one ibv_wr_complete reports.
 void Fail(SimQp* qp, int error) {
   if (qp->batch_error == 0) qp->batch_error = error;
