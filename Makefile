@@ -12,7 +12,7 @@ CTEST_ARGS ?=
 CMAKE_ARGS ?=
 
 .PHONY: all deps configure build test demo demo-python format format-check clean asan tsan test-asan test-tsan \
-	test-stress build-variants conformance test-chaos test-catch-up bench-cluster bench-checkpoint install fuzz fuzz-smoke fuzz-build fuzz-corpus
+	test-stress build-variants conformance test-chaos test-catch-up bench-cluster bench-checkpoint bench-rc-ud install fuzz fuzz-smoke fuzz-build fuzz-corpus
 
 all: build
 
@@ -161,6 +161,11 @@ bench-cluster: build
 CHECKPOINT_ROWS ?= 500000
 bench-checkpoint: build
 	bash tools/checkpoint_bench.sh $(BUILD)/bin/bx --rows $(CHECKPOINT_ROWS)
+
+# The shape of the paper's Table 2 on the simnic (tools/rc_ud_bench.sh): ib_send_bw between two
+# processes over RC (64 KiB messages) and UD (one MTU each) at MTU 1024 and 4096.
+bench-rc-ud: build
+	bash tools/rc_ud_bench.sh $(BUILD)/lib/libbx_simnic.so
 
 # Installs headers, libbexpress.so, the CMake package, bexpress.pc, bx, the simnic and the Python
 # package, building only those (the target bx_installed, cmake/install.cmake), not the tests.
