@@ -183,11 +183,16 @@ void Fabric::SettleArrivals(const SimQp* qp) {
       qp->sq_hw_done >= qp->sq_hw_next)
     return;
   ipc_->Settle();
+  HandleArrivals();
+}
+
+bool Fabric::HandleArrivals() {
   std::vector<IpcFrame> frames;
   std::vector<uint32_t> lost;
   ipc_->Drain(&frames, &lost);
   for (IpcFrame& f : frames) OnIpcFrame(f);
   for (uint32_t pid : lost) OnIpcPeerLost(pid);
+  return !frames.empty() || !lost.empty();
 }
 
 void Fabric::ForgetQp(SimQp* qp) {
@@ -361,14 +366,7 @@ bool Fabric::RunOnce() {
   }
   ServiceBatch(batch, UINT64_MAX);
   bool worked = !batch.empty();
-  if (ipc_ && (ipc_pending || ipc_->HasInbound())) {
-    std::vector<IpcFrame> frames;
-    std::vector<uint32_t> lost;
-    ipc_->Drain(&frames, &lost);
-    for (IpcFrame& f : frames) OnIpcFrame(f);
-    for (uint32_t pid : lost) OnIpcPeerLost(pid);
-    worked |= !frames.empty() || !lost.empty();
-  }
+  if (ipc_ && (ipc_pending || ipc_->HasInbound())) worked |= HandleArrivals();
   uint64_t now = NowNs();
   if (!timers_.empty() && timers_.top().at_ns <= now) {
     RunTimers(now);

@@ -127,6 +127,9 @@ class Fabric {
   void OnIpcRequest(IpcFrame& frame);
   void OnIpcReply(IpcFrame& frame);
   void OnIpcPeerLost(uint32_t pid);
+  // Under hw_mu_, with the link on: handles the frames and lost peers the reader has queued;
+  // true when there were any.
+  bool HandleArrivals();
 
   // Unreliable datagrams (ud_transport.cc).
   Reply TransmitDatagram(SimQp* qp, SendWqe& wqe);
@@ -163,13 +166,7 @@ class Fabric {
     bool solicited;
     uint32_t imm_data;
     uint16_t src_lid;
-    uint8_t sl;
-    bool global;  // a GRH is carried: the fields below fill it
-    uint8_t traffic_class;
-    uint8_t hop_limit;
-    uint32_t flow_label;
-    ibv_gid source_gid;
-    ibv_gid dest_gid;
+    DatagramRoute route;
     uint32_t length;
     const iovec* payload;
     int payload_count;

@@ -83,7 +83,7 @@ class IpcLink {
   // Reader thread only: each incoming connection's framing (its peer's pid inside).
   std::unordered_map<int, IpcFrameParser> incoming_;
   // Settle(): a request rings settle_fd_ (an eventfd the reader polls); the reader reads every
-  // incoming connection and reports the requests it has served in settled_.
+  // incoming connection and reports the requests it has served in settle_served_.
   void ServeSettle();
   int settle_fd_ = -1;
   std::mutex settle_mu_;

@@ -63,7 +63,6 @@ Reply Fabric::Respond(Device* device, const Request& req, uint8_t* rnr_timer) {
   if (consumes_receive) {
     const uint64_t slot = qp->rq_consumed;
     const RecvWqe& recv = qp->srq != nullptr ? srq_recv : qp->rq[slot % qp->rq.size()];
-    SimPd* recv_pd = qp->srq != nullptr ? qp->srq->protection_domain : qp->protection_domain;
     ibv_wc wc{};
     wc.wr_id = recv.wr_id;
     wc.qp_num = qp->qp.qp_num;
@@ -89,8 +88,7 @@ Reply Fabric::Respond(Device* device, const Request& req, uint8_t* rnr_timer) {
       iovec place[kMaxSge];
       int place_count = 0;
       uint64_t capacity = 0;
-      if (!ResolveSges(*device, recv_pd, recv.sge, recv.num_sge, IBV_ACCESS_LOCAL_WRITE, place,
-                       &place_count, &capacity)) {
+      if (!ResolveReceive(*qp, recv, place, &place_count, &capacity)) {
         wc.status = IBV_WC_LOC_PROT_ERR;
         reply = Reply::kRemoteOp;
       } else if (capacity < req.length) {

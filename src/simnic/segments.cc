@@ -36,6 +36,13 @@ bool ResolveSendData(const SimQp& qp, SendWqe& wqe, int access, iovec* out, int*
                      &total);
 }
 
+bool ResolveReceive(const SimQp& qp, const RecvWqe& wqe, iovec* out, int* out_count,
+                    uint64_t* capacity) {
+  SimPd* pd = qp.srq != nullptr ? qp.srq->protection_domain : qp.protection_domain;
+  return ResolveSges(*qp.device, pd, wqe.sge, wqe.num_sge, IBV_ACCESS_LOCAL_WRITE, out, out_count,
+                     capacity);
+}
+
 namespace {
 
 // A packet: data is placed in increasing address order in pieces of this size (the largest path

@@ -20,6 +20,11 @@ bool ResolveSges(const Device& device, SimPd* pd, const ibv_sge* sge, int n, int
 // device and PD with `access` (IBV_ACCESS_LOCAL_WRITE for a read's sink). False on a violation.
 bool ResolveSendData(const SimQp& qp, SendWqe& wqe, int access, iovec* out, int* out_count);
 
+// A receive WQE's buffers as host segments, checked for local write against the PD of the queue
+// it was posted to (the QP's SRQ, or the QP). False on a violation.
+bool ResolveReceive(const SimQp& qp, const RecvWqe& wqe, iovec* out, int* out_count,
+                    uint64_t* capacity);
+
 // Copies min(total(dst), total(src)) bytes from src segments to dst segments as a NIC places a
 // message: in increasing address order, packet by packet, the last bytes stored after all the
 // others (with release ordering), so that once a poller sees the last byte, it sees them all.

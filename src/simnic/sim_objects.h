@@ -115,17 +115,22 @@ inline SimAh* ToSim(ibv_ah* a) {
   return reinterpret_cast<SimAh*>(a);
 }
 
-// A UD send's destination, copied from its AH and work request at post time, as a NIC's WQE
-// holds the address vector: the AH may be destroyed once the post returns.
-struct UdAddress {
-  ibv_gid peer_address;  // fabric address (SimAh::peer_address)
-  ibv_gid source_gid;
-  ibv_gid dest_gid;  // as the AV names it: what the receiver's GRH shows
-  bool global;       // a GRH is carried
+// What a datagram's address vector puts on the wire, and the receiver's GRH and completion show.
+struct DatagramRoute {
+  ibv_gid source_gid;  // the GID it leaves from (the AV's sgid_index)
+  ibv_gid dest_gid;    // as the AV names it
+  bool global;         // a GRH is carried
   uint8_t sl;
   uint8_t traffic_class;
   uint8_t hop_limit;
   uint32_t flow_label;
+};
+
+// A UD send's destination, copied from its AH and work request at post time, as a NIC's WQE
+// holds the address vector: the AH may be destroyed once the post returns.
+struct UdAddress {
+  ibv_gid peer_address;  // fabric address (SimAh::peer_address)
+  DatagramRoute route;
   uint32_t remote_qpn;
   uint32_t qkey;  // the WR's, or the QP's own when the WR's has its top bit set
 };

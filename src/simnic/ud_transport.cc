@@ -25,16 +25,16 @@ uint32_t MtuBytes(ibv_mtu mtu) {
   return 128u << unsigned(mtu);  // IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5
 }
 
-ibv_grh MakeGrh(const Fabric::Datagram& d) {
+ibv_grh MakeGrh(const DatagramRoute& route, uint32_t length) {
   ibv_grh grh{};
   grh.version_tclass_flow =
-      htobe32((6u << 28) | (uint32_t(d.traffic_class) << 20) | (d.flow_label & 0xfffff));
+      htobe32((6u << 28) | (uint32_t(route.traffic_class) << 20) | (route.flow_label & 0xfffff));
   // IB payload length: transport headers (BTH 12 + DETH 8), payload, ICRC 4.
-  grh.paylen = htobe16(uint16_t(d.length + 24));
+  grh.paylen = htobe16(uint16_t(length + 24));
   grh.next_hdr = 0x1b;  // IBA: the next header is a BTH
-  grh.hop_limit = d.hop_limit;
-  grh.sgid = d.source_gid;
-  grh.dgid = d.dest_gid;
+  grh.hop_limit = route.hop_limit;
+  grh.sgid = route.source_gid;
+  grh.dgid = route.dest_gid;
   return grh;
 }
 
@@ -71,13 +71,9 @@ Reply Fabric::TransmitDatagram(SimQp* qp, SendWqe& wqe) {
   d.solicited = wqe.solicited;
   d.imm_data = wqe.imm_data;
   d.src_lid = dev->lid();
-  d.sl = to.sl;
-  d.global = to.global || dev->profile().link_layer != IBV_LINK_LAYER_INFINIBAND;
-  d.traffic_class = to.traffic_class;
-  d.hop_limit = to.hop_limit;
-  d.flow_label = to.flow_label;
-  d.source_gid = to.source_gid;
-  d.dest_gid = to.dest_gid;
+  d.route = to.route;
+  // RoCE carries a GRH on every packet; InfiniBand when the AV is global.
+  d.route.global |= dev->profile().link_layer != IBV_LINK_LAYER_INFINIBAND;
   d.length = wqe.length;
   d.payload = local;
   d.payload_count = local_count;
@@ -102,15 +98,15 @@ Reply Fabric::TransmitDatagram(SimQp* qp, SendWqe& wqe) {
       h.solicited = d.solicited ? 1 : 0;
       h.length = d.length;
       h.payload_length = d.length;
-      std::memcpy(h.src_gid, d.source_gid.raw, 16);
-      std::memcpy(h.dest_gid, d.dest_gid.raw, 16);
+      std::memcpy(h.src_gid, d.route.source_gid.raw, 16);
+      std::memcpy(h.dest_gid, d.route.dest_gid.raw, 16);
       h.qkey = d.qkey;
-      h.flow_label = d.flow_label;
+      h.flow_label = d.route.flow_label;
       h.src_lid = d.src_lid;
-      h.sl = d.sl;
-      h.traffic_class = d.traffic_class;
-      h.hop_limit = d.hop_limit;
-      h.global = d.global ? 1 : 0;
+      h.sl = d.route.sl;
+      h.traffic_class = d.route.traffic_class;
+      h.hop_limit = d.route.hop_limit;
+      h.global = d.route.global ? 1 : 0;
       (void)ipc_->Send(peer_pid, h, local, local_count);
     }
   }
@@ -132,13 +128,13 @@ void Fabric::OnIpcDatagram(IpcFrame& frame) {
   d.solicited = h.solicited != 0;
   d.imm_data = h.imm_data;
   d.src_lid = h.src_lid;
-  d.sl = h.sl;
-  d.global = h.global != 0;
-  d.traffic_class = h.traffic_class;
-  d.hop_limit = h.hop_limit;
-  d.flow_label = h.flow_label;
-  std::memcpy(d.source_gid.raw, h.src_gid, 16);
-  std::memcpy(d.dest_gid.raw, h.dest_gid, 16);
+  d.route.sl = h.sl;
+  d.route.global = h.global != 0;
+  d.route.traffic_class = h.traffic_class;
+  d.route.hop_limit = h.hop_limit;
+  d.route.flow_label = h.flow_label;
+  std::memcpy(d.route.source_gid.raw, h.src_gid, 16);
+  std::memcpy(d.route.dest_gid.raw, h.dest_gid, 16);
   d.length = h.length;
   iovec payload{frame.payload.data(), frame.payload.size()};
   d.payload = &payload;
@@ -164,7 +160,6 @@ void Fabric::DeliverDatagram(Device* device, const Datagram& d) {
 
   const uint64_t slot = qp->rq_consumed;
   const RecvWqe& recv = qp->srq != nullptr ? srq_recv : qp->rq[slot % qp->rq.size()];
-  SimPd* recv_pd = qp->srq != nullptr ? qp->srq->protection_domain : qp->protection_domain;
   ibv_wc wc{};
   wc.wr_id = recv.wr_id;
   wc.opcode = IBV_WC_RECV;
@@ -172,9 +167,9 @@ void Fabric::DeliverDatagram(Device* device, const Datagram& d) {
   wc.src_qp = d.src_qpn;
   wc.byte_len = kGrhBytes + d.length;
   wc.slid = d.src_lid;
-  wc.sl = d.sl;
+  wc.sl = d.route.sl;
   wc.pkey_index = qp->attr.pkey_index;
-  if (d.global) wc.wc_flags |= IBV_WC_GRH;
+  if (d.route.global) wc.wc_flags |= IBV_WC_GRH;
   if (d.with_imm) {
     wc.wc_flags |= IBV_WC_WITH_IMM;
     wc.imm_data = d.imm_data;
@@ -182,14 +177,13 @@ void Fabric::DeliverDatagram(Device* device, const Datagram& d) {
   iovec place[kMaxSge];
   int place_count = 0;
   uint64_t capacity = 0;
-  if (!ResolveSges(*device, recv_pd, recv.sge, recv.num_sge, IBV_ACCESS_LOCAL_WRITE, place,
-                   &place_count, &capacity)) {
+  if (!ResolveReceive(*qp, recv, place, &place_count, &capacity)) {
     wc.status = IBV_WC_LOC_PROT_ERR;
   } else if (capacity < kGrhBytes + d.length) {
     wc.status = IBV_WC_LOC_LEN_ERR;
   } else {
-    if (d.global) {
-      ibv_grh grh = MakeGrh(d);
+    if (d.route.global) {
+      ibv_grh grh = MakeGrh(d.route, d.length);
       iovec header{&grh, kGrhBytes};
       CopySegments(place, place_count, &header, 1);
     }
