@@ -68,20 +68,20 @@ void PsServerCore::OnJoinChunk(rpc::ServerCall call) {
   RespondWithChunk(std::move(call), **snapshot, offset);
 }
 
-bool RespondWithChunk(rpc::ServerCall call, std::span<const std::byte> bytes, uint64_t offset) {
+size_t RespondWithChunk(rpc::ServerCall call, std::span<const std::byte> bytes, uint64_t offset) {
   if (offset >= bytes.size()) {
     call.Fail(InvalidArgument(call.method() + ": offset past the end"));
-    return false;
+    return 0;
   }
   const size_t n = std::min<uint64_t>(kJoinChunkBytes, bytes.size() - offset);
   Result<rpc::Message> reply = rpc::Message::Allocate(n);
   if (!reply.ok()) {
     call.Fail(reply.status());
-    return false;
+    return 0;
   }
   std::copy_n(bytes.data() + offset, n, reply->data());
   call.Respond(std::move(reply).value());
-  return offset + n == bytes.size();
+  return n;
 }
 
 Status ReadChunks(rpc::Client& client, std::string_view method, uint64_t token, uint64_t size,

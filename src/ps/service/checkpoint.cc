@@ -35,7 +35,7 @@ uint64_t UnixMillis() {
 
 // The primary's side: one checkpoint snapshot at a time, prepared on a thread of its own (the
 // copy, the wait for its position to be durable, the encoding) while the caller asks again,
-// and kept until its last piece is read or the next checkpoint replaces it.
+// and kept until every piece of it has been served or the next checkpoint replaces it.
 class PsServerCore::CheckpointDesk {
  public:
   explicit CheckpointDesk(ShardReplica* replica) : replica_(replica) {}
@@ -86,6 +86,7 @@ class PsServerCore::CheckpointDesk {
       }
       position_ = snapshot->position;
       bytes_ = std::make_shared<const std::vector<std::byte>>(std::move(snapshot->bytes));
+      served_ = 0;
       last_read_ = Clock::now();
     });
     return Unavailable("preparing the checkpoint snapshot" + std::string(kAskAgainMark));
@@ -105,12 +106,16 @@ class PsServerCore::CheckpointDesk {
       }
     }
     if (!bytes) return call.Fail(NotFound("ps.CheckpointChunk: no such checkpoint snapshot"));
-    if (RespondWithChunk(std::move(call), *bytes, offset)) {
-      std::lock_guard lock(mu_);  // read to its end: its memory goes back
-      if (token == token_) {
-        bytes_.reset();
-        last_ = {position_, UnixMillis()};
-      }
+    const size_t sent = RespondWithChunk(std::move(call), *bytes, offset);
+    std::lock_guard lock(mu_);
+    // Every byte served: its memory goes back. Counted, not judged by the last offset: the
+    // reader asks for several pieces at once and the workers may answer the last one first
+    // (an earlier piece then found no snapshot: ps_checkpoint_restore failed so in CI).
+    if (sent == 0 || token != token_ || !bytes_) return;
+    served_ += sent;
+    if (served_ >= bytes_->size()) {
+      bytes_.reset();
+      last_ = {position_, UnixMillis()};
     }
   }
 
@@ -127,6 +132,7 @@ class PsServerCore::CheckpointDesk {
   bool busy_ = false;
   ShardReplica::Position position_;
   std::shared_ptr<const std::vector<std::byte>> bytes_;
+  uint64_t served_ = 0;  // bytes of bytes_ answered so far
   Status failure_;
   std::pair<ShardReplica::Position, uint64_t> last_{};
   Clock::time_point last_read_;  // of bytes_: when it was ready, or a piece of it last read

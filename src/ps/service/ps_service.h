@@ -85,10 +85,11 @@ Result<rpc::Message> CallOnce(rpc::Client& client, std::string_view method, rpc:
 Result<rpc::Message> U64Message(std::initializer_list<uint64_t> values);
 bool GetU64s(std::span<const std::byte> bytes, std::initializer_list<uint64_t*> out);
 // Snapshots in pieces (ps.JoinChunk, ps.CheckpointChunk: u64 token, u64 offset -> up to
-// kJoinChunkBytes). The server's side answers the piece of `bytes` at `offset`; true when it
-// was the last. The reader's requests kJoinChunksAhead pieces at once and hands them to `sink`
-// in order.
-bool RespondWithChunk(rpc::ServerCall call, std::span<const std::byte> bytes, uint64_t offset);
+// kJoinChunkBytes). The server's side answers the piece of `bytes` at `offset` and returns its
+// length (0: refused). The reader requests kJoinChunksAhead pieces at once and hands them to
+// `sink` in order; the server's workers may answer them in any order, so the last piece served
+// is not the last one read.
+size_t RespondWithChunk(rpc::ServerCall call, std::span<const std::byte> bytes, uint64_t offset);
 Status ReadChunks(rpc::Client& client, std::string_view method, uint64_t token, uint64_t size,
                   std::chrono::milliseconds timeout,
                   const std::function<Status(std::span<const std::byte>)>& sink);
