@@ -12,7 +12,7 @@ CTEST_ARGS ?=
 CMAKE_ARGS ?=
 
 .PHONY: all deps configure build test demo demo-python format format-check clean asan tsan test-asan test-tsan \
-	test-stress build-variants conformance test-chaos test-catch-up bench-cluster bench-checkpoint bench-rc-ud install fuzz fuzz-smoke fuzz-build fuzz-corpus
+	test-stress build-variants conformance test-chaos test-catch-up bench-cluster bench-checkpoint bench-rc-ud bench-peer install fuzz fuzz-smoke fuzz-build fuzz-corpus
 
 all: build
 
@@ -166,6 +166,11 @@ bench-checkpoint: build
 # processes over RC (64 KiB messages) and UD (one MTU each) at MTU 1024 and 4096.
 bench-rc-ud: build
 	bash tools/rc_ud_bench.sh $(BUILD)/lib/libbx_simnic.so
+
+# bexpress against UCX (ucx_perftest's UCP tag tests over rc_verbs) on the same simnic device,
+# both between two processes, with perftest's ib_write_lat/bw as the device's ceiling.
+bench-peer: build
+	python3 tools/peer_bench.py --build $(BUILD)
 
 # Installs headers, libbexpress.so, the CMake package, bexpress.pc, bx, the simnic and the Python
 # package, building only those (the target bx_installed, cmake/install.cmake), not the tests.

@@ -1,6 +1,8 @@
 // `bx bench msg`: message round-trip latency, one-way throughput and host CPU per message, per
 // transport, in one process (a server and a client transport, each with its own I/O threads, as
-// two processes would have; --share-io-threads puts both on the process's shared rdma threads).
+// two processes would have; --share-io-threads puts both on the process's shared rdma threads),
+// or between two: `bx bench msg --serve rdma://127.0.0.1:7000` in one, `--connect` to its URL in
+// the other (bench_msg_server.h), as perftest and UCX's ucx_perftest run.
 // --polling both runs rdma twice, with adaptive and with fixed polling (rows rdma, rdma-fixed).
 //
 // Latency: one message in flight, echoed by the server; the client's on_message handler sends the
@@ -8,11 +10,14 @@
 // `sockperf ping-pong`. Throughput: the main thread sends as fast as the transport takes messages,
 // with a bounded window of unacknowledged sends, and the clock stops when the server has them all.
 // Host CPU per message: the process's CPU time over the throughput run, minus the simnic's
-// "hardware" threads (bxsim_hardware_cpu_ns), divided by the messages; it covers both ends.
+// "hardware" threads (bxsim_hardware_cpu_ns), divided by the messages; it covers both ends (with
+// --connect, the server process reports its share when the run ends).
 // --rounds N repeats every transport and size N times, interleaved (round 1 runs them all, then
 // round 2 ...), so that each round's RDMA/TCP ratio compares runs minutes apart at most; the
 // ratios reported are the median of the rounds' with their range, since on a shared host one
 // run's CPU per message moves by a third from minute to minute.
+#include <pthread.h>
+#include <signal.h>
 #include <time.h>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +40,7 @@
 
 #include "base/percentile.h"
 #include "bench_common.h"
+#include "bench_msg_server.h"
 #include "bx/buffer.h"
 #include "bx/transport.h"
 #include "commands.h"
@@ -49,7 +56,9 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchMsgOptions {
   std::string transport = "tcp";
-  std::vector<size_t> sizes;  // empty: kDefaultSizes
+  std::vector<std::string> connect;  // servers in other processes (--connect); empty: in this one
+  std::vector<std::string> serve;    // --serve: listen on these until SIGINT/SIGTERM
+  std::vector<size_t> sizes;         // empty: kDefaultSizes
   bool json = false;
   int iterations = 0;  // round trips per size; 0: chosen by size
   int messages = 0;    // one-way messages per size; 0: chosen by size
@@ -92,24 +101,23 @@ struct MsgResult {
   std::map<std::string, uint64_t> counters;
 };
 
-// A server transport with a listener and a client transport, torn down together.
-struct Pair {
-  std::unique_ptr<Transport> server;
+// Where a measurement's client connects: a server started for it in this process, or one in
+// another process (--connect). The client goes first, then the server.
+struct Peer {
+  std::unique_ptr<BenchMsgServer> local;  // null with --connect
   std::unique_ptr<Transport> client;
-  std::unique_ptr<Listener> listener;
-  std::mutex mutex;
-  std::shared_ptr<Socket> server_socket;  // guarded by mutex
-  ~Pair() {
-    listener.reset();
+  std::string url;
+  ~Peer() {
     client.reset();
-    server.reset();
+    local.reset();
   }
 };
 
-// The I/O-thread loop counters of both ends of an rdma:// pair.
-IoThreadCounters LoopCounters(Pair& pair) {
+// The I/O-thread loop counters of this process's rdma:// transports of `peer`.
+IoThreadCounters LoopCounters(Peer& peer) {
   IoThreadCounters sum;
-  for (Transport* t : {pair.server.get(), pair.client.get()}) {
+  for (Transport* t : {peer.local ? &peer.local->transport() : nullptr, peer.client.get()}) {
+    if (t == nullptr) continue;
     if (auto info = rdma::GetRdmaTransportInfo(*t); info.ok()) sum += info->io_loop;
   }
   return sum;
@@ -123,8 +131,7 @@ void AddLoopCounters(const IoThreadCounters& before, const IoThreadCounters& aft
   counters["messages"] = messages;
 }
 
-Result<std::unique_ptr<Pair>> MakePair(const std::string& scheme, const BenchMsgOptions& options,
-                                       std::function<void(Socket&, Buffer)> server_on_message) {
+TransportOptions MakeTransportOptions(const BenchMsgOptions& options) {
   TransportOptions transport_options;
   transport_options.io_threads = options.io_threads;
   transport_options.device = options.device;
@@ -133,27 +140,68 @@ Result<std::unique_ptr<Pair>> MakePair(const std::string& scheme, const BenchMsg
   transport_options.rdma.send_window_bytes = options.send_window_bytes;
   transport_options.rdma.rendezvous_ahead_bytes = options.rendezvous_ahead_bytes;
   transport_options.rdma.recv_queue_depth = options.recv_queue_depth;
-  auto pair = std::make_unique<Pair>();
-  BX_ASSIGN_OR_RETURN(pair->server, CreateTransport(scheme, transport_options));
-  BX_ASSIGN_OR_RETURN(pair->client, CreateTransport(scheme, transport_options));
-  Pair* raw = pair.get();
-  BX_ASSIGN_OR_RETURN(
-      pair->listener,
-      pair->server->Listen(scheme + "://127.0.0.1:0",
-                           [raw, server_on_message](const std::shared_ptr<Socket>& socket) {
-                             std::lock_guard<std::mutex> lock(raw->mutex);
-                             raw->server_socket = socket;
-                             return SocketHandlers{server_on_message, {}};
-                           }));
-  return pair;
+  return transport_options;
 }
 
-Status MeasureLatency(const std::string& scheme, size_t size, const BenchMsgOptions& options,
+// `target`: a scheme (a server in this process) or, with --connect, the remote server's URL.
+Result<std::unique_ptr<Peer>> MakePeer(const std::string& target, const BenchMsgOptions& options) {
+  const TransportOptions transport_options = MakeTransportOptions(options);
+  auto peer = std::make_unique<Peer>();
+  std::string scheme = target;
+  if (!options.connect.empty()) {
+    BX_ASSIGN_OR_RETURN(Url url, ParseUrl(target));
+    scheme = url.scheme;
+    peer->url = target;
+  } else {
+    BX_ASSIGN_OR_RETURN(peer->local,
+                        BenchMsgServer::Start(scheme + "://127.0.0.1:0", transport_options));
+    peer->url = peer->local->url();
+  }
+  BX_ASSIGN_OR_RETURN(peer->client, CreateTransport(scheme, transport_options));
+  return peer;
+}
+
+// Connects to the peer's server and opens the socket as `mode` ("echo" or "sink N"): returns once
+// the server has answered "ready"; `on_message` gets every message after that.
+Result<std::shared_ptr<Socket>> Open(Peer& peer, const std::string& mode,
+                                     std::function<void(Socket&, Buffer)> on_message) {
+  struct Opening {
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool ready = false;  // guarded by mutex; the I/O thread reads it without, as only it writes
+    std::string refusal;
+  };
+  auto opening = std::make_shared<Opening>();
+  auto route = [opening, on_message = std::move(on_message)](Socket& socket, Buffer message) {
+    if (opening->ready) return on_message(socket, std::move(message));
+    std::lock_guard<std::mutex> lock(opening->mutex);
+    if (MessageText(message) == "ready") {
+      opening->ready = true;
+    } else {
+      opening->refusal = std::string(MessageText(message).substr(0, 64));
+    }
+    opening->changed.notify_all();
+  };
+  BX_ASSIGN_OR_RETURN(std::shared_ptr<Socket> socket,
+                      peer.client->Connect(peer.url, {route, {}}, std::chrono::seconds(5)));
+  BX_ASSIGN_OR_RETURN(Buffer hello, TextMessage(mode));
+  socket->Send(std::move(hello));
+  std::unique_lock<std::mutex> lock(opening->mutex);
+  if (!opening->changed.wait_for(lock, std::chrono::seconds(10),
+                                 [&] { return opening->ready || !opening->refusal.empty(); })) {
+    return DeadlineExceeded(
+        fmt::format("bench msg: {} did not answer \"{}\" within 10 s", peer.url, mode));
+  }
+  if (!opening->ready) {
+    return FailedPrecondition(
+        fmt::format("bench msg: {} answered \"{}\" with \"{}\"", peer.url, mode, opening->refusal));
+  }
+  return socket;
+}
+
+Status MeasureLatency(const std::string& target, size_t size, const BenchMsgOptions& options,
                       MsgResult* result) {
-  BX_ASSIGN_OR_RETURN(
-      std::unique_ptr<Pair> pair, MakePair(scheme, options, [](Socket& socket, Buffer message) {
-        socket.Send(std::move(message));  // echo: the same buffer goes back, no copy
-      }));
+  BX_ASSIGN_OR_RETURN(std::unique_ptr<Peer> peer, MakePeer(target, options));
   const int measured = LatencyIterations(options, size);
   const int warmup = std::max(100, measured / 10);
   const int total = warmup + measured;
@@ -177,9 +225,7 @@ Status MeasureLatency(const std::string& scheme, size_t size, const BenchMsgOpti
     done = true;
     finished.notify_all();
   };
-  BX_ASSIGN_OR_RETURN(
-      std::shared_ptr<Socket> socket,
-      pair->client->Connect(pair->listener->url(), {on_echo, {}}, std::chrono::seconds(5)));
+  BX_ASSIGN_OR_RETURN(std::shared_ptr<Socket> socket, Open(*peer, "echo", on_echo));
   BX_ASSIGN_OR_RETURN(Buffer first, Buffer::Allocate(size));
   sent_at = Clock::now();
   socket->Send(std::move(first));
@@ -187,7 +233,7 @@ Status MeasureLatency(const std::string& scheme, size_t size, const BenchMsgOpti
     std::unique_lock<std::mutex> lock(mutex);
     if (!finished.wait_for(lock, std::chrono::seconds(120), [&] { return done; })) {
       return Status(StatusCode::kDeadlineExceeded,
-                    fmt::format("{} latency at {} B: {} of {} round trips after 120 s", scheme,
+                    fmt::format("{} latency at {} B: {} of {} round trips after 120 s", target,
                                 size, rtt_us.size(), total));
     }
   }
@@ -199,18 +245,19 @@ Status MeasureLatency(const std::string& scheme, size_t size, const BenchMsgOpti
   return Status::Ok();
 }
 
-Status MeasureThroughput(const std::string& scheme, size_t size, const BenchMsgOptions& options,
+Status MeasureThroughput(const std::string& target, size_t size, const BenchMsgOptions& options,
                          MsgResult* result) {
   const uint64_t total = ThroughputMessages(options, size);
+  BX_ASSIGN_OR_RETURN(std::unique_ptr<Peer> peer, MakePeer(target, options));
   std::mutex mutex;
   std::condition_variable changed;
-  uint64_t received = 0;  // guarded by mutex
-  BX_ASSIGN_OR_RETURN(std::unique_ptr<Pair> pair, MakePair(scheme, options, [&](Socket&, Buffer) {
-                        std::lock_guard<std::mutex> lock(mutex);
-                        if (++received == total) changed.notify_all();
-                      }));
+  std::optional<Result<SinkDone>> done;  // guarded by mutex: the server's answer once all arrived
   BX_ASSIGN_OR_RETURN(std::shared_ptr<Socket> socket,
-                      pair->client->Connect(pair->listener->url(), {}, std::chrono::seconds(5)));
+                      Open(*peer, fmt::format("sink {}", total), [&](Socket&, Buffer message) {
+                        std::lock_guard<std::mutex> lock(mutex);
+                        done = ParseSinkDone(MessageText(message));
+                        changed.notify_all();
+                      }));
 
   // Completions come in send order, so a callback on every kSignalEvery-th message acknowledges
   // all before it (as selective signalling does on a QP); the window bounds unacknowledged
@@ -227,7 +274,7 @@ Status MeasureThroughput(const std::string& scheme, size_t size, const BenchMsgO
     changed.notify_all();
   };
 
-  const IoThreadCounters loop_before = LoopCounters(*pair);
+  const IoThreadCounters loop_before = LoopCounters(*peer);
   uint64_t cpu_before = ProcessCpuNs();
   uint64_t hardware_before = HardwareCpuNs();
   Clock::time_point start = Clock::now();
@@ -244,25 +291,32 @@ Status MeasureThroughput(const std::string& scheme, size_t size, const BenchMsgO
   }
   {
     std::unique_lock<std::mutex> lock(mutex);
-    if (!changed.wait_for(lock, std::chrono::seconds(120), [&] { return received == total; })) {
+    if (!changed.wait_for(lock, std::chrono::seconds(120), [&] { return done.has_value(); })) {
       return Status(StatusCode::kDeadlineExceeded,
-                    fmt::format("{} throughput at {} B: {} of {} messages after 120 s", scheme,
-                                size, received, total));
+                    fmt::format("{} throughput at {} B: the server had not all {} messages after "
+                                "120 s",
+                                target, size, total));
     }
     if (!send_error.ok()) return send_error;
+    if (!done->ok()) return done->status();
   }
   double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   uint64_t cpu_ns = ProcessCpuNs() - cpu_before;
   uint64_t hardware_ns = HardwareCpuNs() - hardware_before;
   result->msgs_per_sec = total / seconds;
   result->gbytes_per_sec = total * static_cast<double>(size) / seconds / 1e9;
-  result->host_cpu_ns_per_msg =
-      static_cast<double>(cpu_ns - std::min(cpu_ns, hardware_ns)) / static_cast<double>(total);
+  uint64_t host_ns = cpu_ns - std::min(cpu_ns, hardware_ns);
+  if (!peer->local) {  // the server's process: its share, as it measured it
+    const SinkDone& server = **done;
+    host_ns += server.cpu_ns - std::min(server.cpu_ns, server.hardware_ns);
+  }
+  result->host_cpu_ns_per_msg = static_cast<double>(host_ns) / static_cast<double>(total);
   result->counters = socket->counters();
-  if (scheme == "rdma") AddLoopCounters(loop_before, LoopCounters(*pair), total, result->counters);
-  std::lock_guard<std::mutex> lock(pair->mutex);
-  if (pair->server_socket) {
-    for (auto& [name, value] : pair->server_socket->counters()) {
+  if (peer->client->scheme() == "rdma") {
+    AddLoopCounters(loop_before, LoopCounters(*peer), total, result->counters);
+  }
+  if (peer->local) {
+    for (auto& [name, value] : peer->local->last_sink_counters()) {
       result->counters["receiver_" + name] = value;
     }
   }
@@ -345,14 +399,30 @@ void RunBenchMsg(const BenchMsgOptions& options) {
     fmt::print(stderr, "bx bench msg: {}\n", pool.ToString());
     throw CLI::RuntimeError(1);
   }
-  // After bx::Init, which registers the transports.
-  std::vector<std::string> schemes = options.transport == "all"
+  // After bx::Init, which registers the transports. Each run's scheme, and what MakePeer takes.
+  std::vector<std::pair<std::string, std::string>> targets;
+  if (!options.connect.empty()) {
+    for (const std::string& url : options.connect) {
+      Result<Url> parsed = ParseUrl(url);
+      if (!parsed.ok()) {
+        fmt::print(stderr, "bx bench msg: --connect {}: {}\n", url, parsed.status().ToString());
+        throw CLI::RuntimeError(1);
+      }
+      targets.emplace_back(parsed->scheme, url);
+    }
+  } else {
+    for (const std::string& scheme : options.transport == "all"
                                          ? transport::RegisteredTransports()
-                                         : std::vector<std::string>{options.transport};
+                                         : std::vector<std::string>{options.transport}) {
+      targets.emplace_back(scheme, scheme);
+    }
+  }
+  std::vector<std::string> schemes;
+  for (const auto& target : targets) schemes.push_back(target.first);
   const std::vector<size_t>& sizes = options.sizes.empty() ? kDefaultSizes : options.sizes;
   std::vector<MsgResult> results;
   for (int round = 1; round <= options.rounds; ++round) {
-    for (const std::string& scheme : schemes) {
+    for (const auto& [scheme, target] : targets) {
       for (const auto& [label, adaptive] : PollingRuns(scheme, options.rdma)) {
         BenchMsgOptions run = options;
         run.adaptive_polling = adaptive;
@@ -361,8 +431,8 @@ void RunBenchMsg(const BenchMsgOptions& options) {
           result.transport = label;
           result.size = size;
           result.round = round;
-          Status status = MeasureLatency(scheme, size, run, &result);
-          if (status.ok()) status = MeasureThroughput(scheme, size, run, &result);
+          Status status = MeasureLatency(target, size, run, &result);
+          if (status.ok()) status = MeasureThroughput(target, size, run, &result);
           if (!status.ok()) {
             fmt::print(stderr, "bx bench msg: {} at {} B (round {}): {}\n", result.transport, size,
                        round, status.ToString());
@@ -376,7 +446,9 @@ void RunBenchMsg(const BenchMsgOptions& options) {
   json round_ratios = RoundRatios(results);
   json ratios = MedianRatios(round_ratios, sizes);
   if (options.json) {
-    json out = {{"results", json::array()}, {"rounds", options.rounds}};
+    json out = {{"results", json::array()},
+                {"rounds", options.rounds},
+                {"processes", options.connect.empty() ? 1 : 2}};
     for (const MsgResult& r : results) out["results"].push_back(ToJson(r));
     if (!ratios.empty()) {
       out["ratios_rdma_over_tcp"] = ratios;
@@ -410,6 +482,38 @@ void RunBenchMsg(const BenchMsgOptions& options) {
   }
 }
 
+// --serve: a BenchMsgServer per URL until SIGINT or SIGTERM; prints "serving URL" for each
+// (port 0 becomes the one taken) once it listens.
+void ServeBenchMsg(const BenchMsgOptions& options) {
+  // Blocked before any I/O thread starts, so that every thread inherits it and sigwait here
+  // takes the signal.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  Status pool = EnsureMemoryPool(options.device);
+  std::vector<std::unique_ptr<BenchMsgServer>> servers;
+  for (const std::string& url : options.serve) {
+    if (!pool.ok()) break;
+    Result<std::unique_ptr<BenchMsgServer>> server =
+        BenchMsgServer::Start(url, MakeTransportOptions(options));
+    if (!server.ok()) {
+      pool = server.status();
+      break;
+    }
+    fmt::print("serving {}\n", (*server)->url());
+    std::fflush(stdout);
+    servers.push_back(std::move(*server));
+  }
+  if (!pool.ok()) {
+    fmt::print(stderr, "bx bench msg --serve: {}\n", pool.ToString());
+    throw CLI::RuntimeError(1);
+  }
+  int signal_number = 0;
+  sigwait(&stop, &signal_number);
+}
+
 }  // namespace
 
 Result<double> MeasureTcpHostCpuNsPerMessage(size_t size, int messages) {
@@ -427,6 +531,15 @@ void AddBenchMsgCommand(CLI::App* bench) {
       "msg", "Round-trip latency, one-way throughput and host CPU per message, per transport");
   command->add_option("--transport", options->transport, "tcp, rdma or all (side by side)")
       ->check(CLI::IsMember({"tcp", "rdma", "all"}));
+  CLI::Option* serve =
+      command->add_option("--serve", options->serve,
+                          "Be the server for clients in other processes, on this URL "
+                          "(repeatable, e.g. rdma://127.0.0.1:7000), until SIGINT/SIGTERM");
+  command
+      ->add_option("--connect", options->connect,
+                   "Measure against a --serve process at this URL instead of a server in this "
+                   "process (repeatable: one row set per URL, ratios when rdma and tcp)")
+      ->excludes(serve);
   command
       ->add_option("--size", options->sizes,
                    "Message size, repeatable, e.g. 8 4KB 64KB 1MB (default: all four)")
@@ -459,7 +572,10 @@ void AddBenchMsgCommand(CLI::App* bench) {
   command->add_option("--device", options->device,
                       "RDMA device (default: BX_DEVICE or the first); bemalloc registers with it");
   command->add_flag("--json", options->json, "Print JSON instead of the table");
-  command->callback([options] { RunBenchMsg(*options); });
+  command->callback([options] {
+    if (!options->serve.empty()) return ServeBenchMsg(*options);
+    RunBenchMsg(*options);
+  });
 }
 
 }  // namespace bx::tools
