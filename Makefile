@@ -114,10 +114,12 @@ build-variants:
 
 # Outside programs against the simnic: rdma-core's own test suite (python3-pyverbs), one line
 # per test, then perftest and rdma-core's examples between two processes, with perftest's
-# every-size sweep. Also the ctests simnic_rdma_core_suite and simnic_perftest (in make test).
+# every-size sweep, then the RDMA CM's programs. Also the ctests simnic_rdma_core_suite,
+# simnic_perftest and simnic_rdma_cm (in make test).
 conformance: build
 	bash tools/conformance.sh $(BUILD)/lib/libbx_simnic.so
 	BX_PERFTEST_SWEEP=1 bash tools/perftest.sh $(BUILD)/lib/libbx_simnic.so
+	bash tools/rdma_cm_programs.sh $(BUILD)/lib/libbx_simnic.so $(BUILD)/lib/libbx_simnic_cm.so
 
 # Parameter-server replication under faults: tcp and rdma x SIGKILL, pauses of 1.5,
 # 3 and 10 leases, partitions primary|backups and primary|etcd, restart, mixed, then the

@@ -1,6 +1,6 @@
 # `cmake --install`: the public headers, libbexpress.so, the CMake package (find_package(bexpress)
 # gives the imported target bexpress::bexpress), bexpress.pc, and the bx tool and the simnic
-# when they are built.
+# (with its connection manager, libbx_simnic_cm.so) when they are built.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -8,7 +8,7 @@ set(BX_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/bexpress)
 
 if(BX_BUILD_SIM)
   install(DIRECTORY include/bx DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-  install(TARGETS bx_simnic LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(TARGETS bx_simnic bx_simnic_cm LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 else()
   install(DIRECTORY include/bx DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} PATTERN simnic.h EXCLUDE)
 endif()
@@ -37,7 +37,7 @@ install(FILES ${PROJECT_BINARY_DIR}/bexpress.pc DESTINATION ${CMAKE_INSTALL_LIBD
 # Everything the rules above install, as one target: `make install` builds only this (the
 # library, bx, the simnic, the Python module), not the test suites or the ns-3 tool.
 add_custom_target(bx_installed)
-foreach(target bexpress bx bx_simnic _bexpress)
+foreach(target bexpress bx bx_simnic bx_simnic_cm _bexpress)
   if(TARGET ${target})
     add_dependencies(bx_installed ${target})
   endif()

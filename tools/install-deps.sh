@@ -8,6 +8,8 @@ packages=(
   libibverbs-dev ibverbs-utils       # verbs.h for the loader and the ABI test; real libibverbs
   perftest                           # ib_*_lat/bw over the simnic (tools/perftest.sh)
   ucx-utils dapl2-utils              # ucx_perftest and DAPL's dtest over the simnic (perftest.sh)
+  librdmacm-dev rdmacm-utils libfabric-bin   # rdma_cma.h for the simnic's CM; rping, ucmatose,
+                                             # fi_pingpong over it (tools/rdma_cm_programs.sh)
   libjemalloc-dev                    # bemalloc's base allocator
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev

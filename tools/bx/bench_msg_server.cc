@@ -1,8 +1,8 @@
 #include "bench_msg_server.h"
 
 #include <charconv>
-#include <optional>
 #include <cstring>
+#include <optional>
 
 #include <fmt/core.h>
 
