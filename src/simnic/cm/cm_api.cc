@@ -90,28 +90,49 @@ int ReservePort(Id* id) {
   return 0;
 }
 
-// Gives a request id the QP its synchronous listener asked for (rdma_create_ep). CmMutex held.
-int CreateRequestQp(Id* id) {
-  Id* listener = id->listener;
-  ibv_qp_init_attr attr = listener->request_qp_attr;
-  if (attr.qp_type == 0) attr.qp_type = IBV_QPT_RC;
-  ibv_pd* pd = listener->request_pd ? listener->request_pd : DefaultPd(id->pub.verbs);
-  const bool own_cqs = attr.send_cq == nullptr;
-  if (own_cqs) {
+// Creates the id's QP (and, as librdmacm does, CQs of its own when none are given) and moves it
+// to INIT. CmMutex held.
+int CreateQp(Id* id, ibv_qp_init_attr_ex* attr) {
+  if (id->pub.verbs == nullptr || attr == nullptr) return EINVAL;
+  ibv_qp_init_attr_ex init = *attr;
+  if (init.qp_type == 0) init.qp_type = id->pub.qp_type;  // as librdmacm: the id's
+  if (init.qp_type != IBV_QPT_RC) return EOPNOTSUPP;     // RC only (no UD service lookup)
+  if (!(init.comp_mask & IBV_QP_INIT_ATTR_PD) || init.pd == nullptr) {
+    init.pd = DefaultPd(id->pub.verbs);
+    init.comp_mask |= IBV_QP_INIT_ATTR_PD;
+  }
+  if (init.send_cq == nullptr || init.recv_cq == nullptr) {
     id->pub.send_cq_channel = ibv_create_comp_channel(id->pub.verbs);
     id->pub.recv_cq_channel = ibv_create_comp_channel(id->pub.verbs);
-    id->pub.send_cq = ibv_create_cq(id->pub.verbs, int(attr.cap.max_send_wr) + 1, nullptr,
+    id->pub.send_cq = ibv_create_cq(id->pub.verbs, int(init.cap.max_send_wr) + 1, nullptr,
                                     id->pub.send_cq_channel, 0);
-    id->pub.recv_cq = ibv_create_cq(id->pub.verbs, int(attr.cap.max_recv_wr) + 1, nullptr,
+    id->pub.recv_cq = ibv_create_cq(id->pub.verbs, int(init.cap.max_recv_wr) + 1, nullptr,
                                     id->pub.recv_cq_channel, 0);
-    attr.send_cq = id->pub.send_cq;
-    attr.recv_cq = id->pub.recv_cq;
+    if (id->pub.send_cq == nullptr || id->pub.recv_cq == nullptr) return ENOMEM;
+    init.send_cq = id->pub.send_cq;
+    init.recv_cq = id->pub.recv_cq;
     id->own_cqs = true;
   }
-  id->pub.qp = ibv_create_qp(pd, &attr);
-  if (id->pub.qp == nullptr) return errno ? errno : ENOMEM;
-  id->pub.pd = pd;
-  return MoveQpToInit(id);
+  ibv_qp* qp = ibv_create_qp_ex(id->pub.verbs, &init);
+  if (qp == nullptr) return errno ? errno : ENOMEM;
+  id->pub.qp = qp;
+  id->pub.pd = init.pd;
+  if (int error = MoveQpToInit(id); error != 0) {
+    ibv_destroy_qp(qp);
+    id->pub.qp = nullptr;
+    return error;
+  }
+  attr->cap = init.cap;
+  return 0;
+}
+
+// rdma_create_qp's attributes as rdma_create_qp_ex takes them.
+ibv_qp_init_attr_ex ExtendedAttributes(const ibv_qp_init_attr& attr, ibv_pd* pd) {
+  ibv_qp_init_attr_ex ex{};
+  std::memcpy(&ex, &attr, sizeof(attr));  // ibv_qp_init_attr is ibv_qp_init_attr_ex's prefix
+  ex.pd = pd;
+  ex.comp_mask = pd ? IBV_QP_INIT_ATTR_PD : 0;
+  return ex;
 }
 
 }  // namespace
@@ -264,46 +285,13 @@ int rdma_resolve_route(rdma_cm_id* cm_id, int) {
 
 int rdma_create_qp_ex(rdma_cm_id* cm_id, ibv_qp_init_attr_ex* attr) {
   std::lock_guard<std::mutex> lock(CmMutex());
-  Id* id = ToId(cm_id);
-  if (id->pub.verbs == nullptr || attr == nullptr) return Fail(EINVAL);
-  ibv_qp_init_attr_ex init = *attr;
-  if (init.qp_type == 0) init.qp_type = id->pub.qp_type;  // as librdmacm: the id's
-  if (init.qp_type != IBV_QPT_RC) return Fail(EOPNOTSUPP);  // RC only (no UD service lookup)
-  if (!(init.comp_mask & IBV_QP_INIT_ATTR_PD) || init.pd == nullptr) {
-    init.pd = DefaultPd(id->pub.verbs);
-    init.comp_mask |= IBV_QP_INIT_ATTR_PD;
-  }
-  if (init.send_cq == nullptr || init.recv_cq == nullptr) {  // as librdmacm: CQs of its own
-    id->pub.send_cq_channel = ibv_create_comp_channel(id->pub.verbs);
-    id->pub.recv_cq_channel = ibv_create_comp_channel(id->pub.verbs);
-    id->pub.send_cq = ibv_create_cq(id->pub.verbs, int(init.cap.max_send_wr) + 1, nullptr,
-                                    id->pub.send_cq_channel, 0);
-    id->pub.recv_cq = ibv_create_cq(id->pub.verbs, int(init.cap.max_recv_wr) + 1, nullptr,
-                                    id->pub.recv_cq_channel, 0);
-    if (id->pub.send_cq == nullptr || id->pub.recv_cq == nullptr) return Fail(ENOMEM);
-    init.send_cq = id->pub.send_cq;
-    init.recv_cq = id->pub.recv_cq;
-    id->own_cqs = true;
-  }
-  ibv_qp* qp = ibv_create_qp_ex(id->pub.verbs, &init);
-  if (qp == nullptr) return -1;  // errno from the device
-  id->pub.qp = qp;
-  id->pub.pd = init.pd;
-  if (int error = MoveQpToInit(id); error != 0) {
-    ibv_destroy_qp(qp);
-    id->pub.qp = nullptr;
-    return Fail(error);
-  }
-  attr->cap = init.cap;
+  if (int error = CreateQp(ToId(cm_id), attr); error != 0) return Fail(error);
   return 0;
 }
 
 int rdma_create_qp(rdma_cm_id* cm_id, ibv_pd* pd, ibv_qp_init_attr* attr) {
   if (attr == nullptr) return Fail(EINVAL);
-  ibv_qp_init_attr_ex ex{};
-  std::memcpy(&ex, attr, sizeof(*attr));  // ibv_qp_init_attr is ibv_qp_init_attr_ex's prefix
-  ex.pd = pd;
-  ex.comp_mask = pd ? IBV_QP_INIT_ATTR_PD : 0;
+  ibv_qp_init_attr_ex ex = ExtendedAttributes(*attr, pd);
   if (rdma_create_qp_ex(cm_id, &ex) != 0) return -1;
   attr->cap = ex.cap;
   return 0;
@@ -452,8 +440,9 @@ int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** out) {
   // A synchronous listener's requests are synchronous too, each on its own channel.
   id->channel = NewChannel(true);
   id->pub.channel = &id->channel->pub;
-  if (listener->request_qp) {
-    if (int error = CreateRequestQp(id); error != 0) return Fail(error);
+  if (listener->request_qp) {  // the QP its synchronous listener asked for (rdma_create_ep)
+    ibv_qp_init_attr_ex attr = ExtendedAttributes(listener->request_qp_attr, listener->request_pd);
+    if (int error = CreateQp(id, &attr); error != 0) return Fail(error);
   }
   *out = request;
   return 0;
