@@ -212,6 +212,7 @@ def main():
         bx, ucx = results["bexpress"][size], results["ucx"][size]
         ratios[size] = {k: bx[k] / ucx[k] if ucx[k] > 0 else None
                         for k in ("latency_us", "msgs_per_sec", "host_ns_per_msg")}
+    ratio = lambda value: f"{value:>5.2f}" if value is not None else "  n/a"  # noqa: E731
     if args.json:
         print(json.dumps({"sizes": sizes, "results": results, "ratios_bexpress_over_ucx": ratios},
                          indent=2))
@@ -226,7 +227,7 @@ def main():
         print(f"{size:>8} | {b['latency_us']:>8.1f} {u['latency_us']:>8.1f} {p['latency_us']:>8.1f} | "
               f"{b['msgs_per_sec']:>10.0f} {u['msgs_per_sec']:>10.0f} {p['msgs_per_sec']:>10.0f} | "
               f"{b['host_ns_per_msg']:>8.0f} {u['host_ns_per_msg']:>8.0f} | "
-              f"{r['latency_us']:>5.2f} {r['msgs_per_sec']:>5.2f} {r['host_ns_per_msg']:>5.2f}")
+              f"{ratio(r['latency_us'])} {ratio(r['msgs_per_sec'])} {ratio(r['host_ns_per_msg'])}")
 
 
 if __name__ == "__main__":
