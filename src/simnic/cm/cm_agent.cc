@@ -407,8 +407,8 @@ int QpAttributes(Id* id, ibv_qp_attr* attr, int* mask) {
       attr->retry_cnt = id->local.retry_count;
       attr->rnr_retry = id->local.rnr_retry_count;
       attr->max_rd_atomic = id->local.initiator_depth;
-      *mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-              IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+      *mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+              IBV_QP_MAX_QP_RD_ATOMIC;
       return 0;
     default:
       return EINVAL;

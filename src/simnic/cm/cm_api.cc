@@ -2,14 +2,14 @@
 // errno set.
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/un.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <random>
 #include <cstring>
+#include <random>
 
 #include "simnic/cm/cm_internal.h"
 
@@ -96,7 +96,7 @@ int CreateQp(Id* id, ibv_qp_init_attr_ex* attr) {
   if (id->pub.verbs == nullptr || attr == nullptr) return EINVAL;
   ibv_qp_init_attr_ex init = *attr;
   if (init.qp_type == 0) init.qp_type = id->pub.qp_type;  // as librdmacm: the id's
-  if (init.qp_type != IBV_QPT_RC) return EOPNOTSUPP;     // RC only (no UD service lookup)
+  if (init.qp_type != IBV_QPT_RC) return EOPNOTSUPP;      // RC only (no UD service lookup)
   if (!(init.comp_mask & IBV_QP_INIT_ATTR_PD) || init.pd == nullptr) {
     init.pd = DefaultPd(id->pub.verbs);
     init.comp_mask |= IBV_QP_INIT_ATTR_PD;
@@ -250,7 +250,8 @@ int rdma_resolve_addr(rdma_cm_id* cm_id, sockaddr* source, sockaddr* destination
     close(id->fd);
     id->fd = -1;
   }
-  if (source != nullptr) std::memcpy(&id->pub.route.addr.src_storage, source, AddressLength(source));
+  if (source != nullptr)
+    std::memcpy(&id->pub.route.addr.src_storage, source, AddressLength(source));
   if (id->pub.route.addr.src_addr.sa_family == 0) {  // unbound: the loopback of its family
     id->pub.route.addr.src_addr.sa_family = destination->sa_family;
     if (destination->sa_family == AF_INET) {
@@ -591,7 +592,7 @@ ibv_context** rdma_get_devices(int* count) {
     std::lock_guard<std::mutex> lock(CmMutex());
     context = DeviceContext();
   }
-  auto** list = new ibv_context*[2]{context, nullptr};
+  auto** list = new ibv_context* [2] { context, nullptr };
   if (count != nullptr) *count = context ? 1 : 0;
   return list;
 }

@@ -18,9 +18,9 @@
 #pragma once
 
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <rdma/rdma_cma.h>
 
 #include <atomic>
 #include <cstdint>
@@ -65,10 +65,10 @@ struct Event {
 };
 
 struct Channel {
-  rdma_event_channel pub{};  // first
-  int write_fd = -1;         // one byte per queued event: pub.fd is readable while any is
-  std::deque<Event*> queue;  // guarded by CmMutex
-  bool internal = false;     // a synchronous id's own (rdma_create_ep, or no channel given)
+  rdma_event_channel pub{};     // first
+  int write_fd = -1;            // one byte per queued event: pub.fd is readable while any is
+  std::deque<Event*> queue;     // guarded by CmMutex
+  bool internal = false;        // a synchronous id's own (rdma_create_ep, or no channel given)
   std::atomic<int> waiters{0};  // threads inside rdma_get_cm_event
 };
 
@@ -78,10 +78,10 @@ enum class State {
   kListening,
   kAddrResolved,
   kRouteResolved,
-  kConnecting,    // active: REQ sent (or the TCP connect under way), no REP yet
-  kRequested,     // passive: the REQ arrived, no rdma_accept or rdma_reject yet
-  kAccepted,      // passive: REP sent, waiting for the RTU
-  kResponded,     // active without a QP: REP arrived, rdma_establish not called yet
+  kConnecting,  // active: REQ sent (or the TCP connect under way), no REP yet
+  kRequested,   // passive: the REQ arrived, no rdma_accept or rdma_reject yet
+  kAccepted,    // passive: REP sent, waiting for the RTU
+  kResponded,   // active without a QP: REP arrived, rdma_establish not called yet
   kEstablished,
   kDisconnecting,  // DREQ sent, no DREP yet
   kDisconnected,
@@ -91,10 +91,10 @@ struct Id {
   rdma_cm_id pub{};  // first
   Channel* channel = nullptr;
   State state = State::kIdle;
-  int fd = -1;        // the listening socket, or the stream to the peer's CM
-  std::string inbox;  // bytes read from fd, not yet a whole message
-  Id* listener = nullptr;            // passive: the id the request came in on
-  bool announced = false;            // passive: its CONNECT_REQUEST was queued
+  int fd = -1;             // the listening socket, or the stream to the peer's CM
+  std::string inbox;       // bytes read from fd, not yet a whole message
+  Id* listener = nullptr;  // passive: the id the request came in on
+  bool announced = false;  // passive: its CONNECT_REQUEST was queued
   Endpoint local, remote;
   bool own_cqs = false;  // rdma_create_qp made the CQs (and their channels)
   // rdma_create_ep with QP attributes on a listener: each request's id gets a QP like them.

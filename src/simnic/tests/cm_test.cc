@@ -34,7 +34,10 @@ Seen Expect(rdma_event_channel* channel, rdma_cm_event_type type) {
   EXPECT_NE(event, nullptr) << "no event within 10 s, expected " << rdma_event_str(type);
   if (event == nullptr) return {};
   EXPECT_EQ(event->event, type) << rdma_event_str(event->event) << " status " << event->status;
-  Seen seen{event->id, event->status, {}, event->param.conn.responder_resources,
+  Seen seen{event->id,
+            event->status,
+            {},
+            event->param.conn.responder_resources,
             event->param.conn.initiator_depth};
   if (event->param.conn.private_data_len > 0 && event->param.conn.private_data != nullptr) {
     seen.private_data.assign(static_cast<const char*>(event->param.conn.private_data),
