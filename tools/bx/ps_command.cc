@@ -340,6 +340,9 @@ struct VerifyFlags {
   // (the stall a fault injected then costs); off while to <= from.
   int window_from_ms = 0;
   int window_to_ms = 0;
+  // Pushes per second per thread (0: each as soon as the one before is acknowledged). A fault
+  // test needs pushes in flight through the fault, not a saturated host.
+  double push_rate = 0;
 };
 
 // `bx ps train --verify`: every push is one key with a gradient of ones to the cluster's first
@@ -404,6 +407,11 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
         if (!s.ok()) {
           log.limiter().Report("push of key " + std::to_string(keys[k]) +
                                " failed: " + s.ToString());
+        }
+        if (flags.push_rate > 0) {  // the next push one interval after this one was sent
+          std::this_thread::sleep_until(
+              std::min(end, sent + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                       std::chrono::duration<double>(1.0 / flags.push_rate))));
         }
         auto now = std::chrono::steady_clock::now();
         uint64_t gap =
@@ -606,6 +614,10 @@ void AddPsCommand(CLI::App* app) {
                     "many ms after the start ...")
           ->check(CLI::NonNegativeNumber);
       w->add_option("--window-to-ms", options->verify.window_to_ms, "... to this many ms")
+          ->check(CLI::NonNegativeNumber);
+      w->add_option("--push-rate", options->verify.push_rate,
+                    "--verify: pushes per second per thread (default 0: each as soon as the one "
+                    "before is acknowledged)")
           ->check(CLI::NonNegativeNumber);
     }
     w->callback([options, training] {
