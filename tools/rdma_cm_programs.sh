@@ -36,10 +36,12 @@ report() {  # name verdict detail
   [[ $2 == ok ]] || { failed=$((failed + 1)); tail -n 5 "$work/client.log" "$work/server.log" 2>/dev/null | sed 's/^/    /'; }
 }
 
-# Waits until `$1` (an `ss -Hl` listing's pattern) appears, at most 10 s, while process $2 lives.
+# Waits until a socket matching `$1` listens, at most 30 s (a loaded host starts a preloaded
+# program slowly), while process $2 lives. (ss -l also lists unix sockets bound and not yet
+# listening, as a CM port is from rdma_bind_addr to rdma_listen: a client then is refused.)
 await_listener() {
-  for _ in $(seq 200); do
-    ss -Hlxtn 2>/dev/null | grep -q -- "$1" && return 0
+  for _ in $(seq 600); do
+    ss -Hlxtn 2>/dev/null | grep -F -- "$1" | grep -q '^[a-z_]* *LISTEN ' && return 0
     kill -0 "$2" 2>/dev/null || return 1
     sleep 0.05
   done
@@ -56,9 +58,13 @@ pair() {  # listener-pattern server-command... -- client-command...
   client_cmd=("$@")
   timeout $limit "${server_cmd[@]}" >"$work/server.log" 2>&1 &
   local server=$!
-  await_listener "$pattern" $server
-  timeout $limit "${client_cmd[@]}" >"$work/client.log" 2>&1
-  client_rc=$?
+  if await_listener "$pattern" $server; then
+    timeout $limit "${client_cmd[@]}" >"$work/client.log" 2>&1
+    client_rc=$?
+  else
+    echo "the server never listened ($pattern)" >"$work/client.log"
+    client_rc=125
+  fi
   if ((client_rc != 0)); then  # a server whose client failed may wait for it for ever
     for _ in $(seq 100); do kill -0 $server 2>/dev/null || break; sleep 0.05; done
     kill $server 2>/dev/null
