@@ -37,13 +37,6 @@ struct Agent {
 
 Agent& TheAgent();
 
-void CloseSocket(Id* id) {
-  if (id->fd < 0) return;
-  UnwatchSocket(id);
-  close(id->fd);
-  id->fd = -1;
-}
-
 // The peer's CM went away (its process ended, or it destroyed the id): what the kernel's CM
 // reports for the state the connection was in.
 void OnPeerGone(Id* id) {
@@ -211,6 +204,18 @@ Agent& TheAgent() {
 }
 
 }  // namespace
+
+void CloseSocket(Id* id) {
+  if (id->fd < 0) return;
+  UnwatchSocket(id);
+  close(id->fd);
+  id->fd = -1;
+}
+
+uint16_t EphemeralPort() {
+  static std::mt19937 random(std::random_device{}());
+  return uint16_t(32768 + random() % 28232);  // 32768-60999, Linux's default range
+}
 
 uint16_t PortOf(const sockaddr* address) {
   const auto* in = reinterpret_cast<const sockaddr_in*>(address);

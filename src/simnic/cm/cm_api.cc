@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <random>
 
 #include "simnic/cm/cm_internal.h"
 
@@ -73,9 +72,8 @@ int ReservePort(Id* id) {
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno;
   const bool any_port = PortOf(address) == 0;
-  static std::mt19937 random(std::random_device{}());
   for (int attempt = 0;; ++attempt) {
-    if (any_port) SetPort(address, uint16_t(32768 + random() % 28232));
+    if (any_port) SetPort(address, EphemeralPort());
     sockaddr_un name;
     const socklen_t length = CmSocketAddress(address, &name);
     if (bind(fd, reinterpret_cast<sockaddr*>(&name), length) == 0) break;
@@ -172,10 +170,7 @@ int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** out, void* context,
 int rdma_destroy_id(rdma_cm_id* cm_id) {
   std::lock_guard<std::mutex> lock(CmMutex());
   Id* id = ToId(cm_id);
-  if (id->fd >= 0) {
-    if (id->state != State::kBound) UnwatchSocket(id);
-    close(id->fd);
-  }
+  CloseSocket(id);  // (a bound port's socket was never watched: unwatching it is a no-op)
   if (id->state == State::kListening) ForgetRequestsOf(id);
   // Events not yet taken go with it (the kernel drops them too); requests a listener had not
   // answered are refused when their socket closes.
@@ -320,9 +315,8 @@ int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
   if (id->state != State::kRouteResolved) return Fail(EINVAL);
   if (int error = FillLocalEndpoint(id, param, kReqPrivateData); error != 0) return Fail(error);
   // The active side's own port, as the kernel's CM gives it one.
-  static std::mt19937 random(std::random_device{}());
   if (PortOf(&id->pub.route.addr.src_addr) == 0) {
-    SetPort(&id->pub.route.addr.src_addr, uint16_t(32768 + random() % 28232));
+    SetPort(&id->pub.route.addr.src_addr, EphemeralPort());
   }
   std::memcpy(&id->local.source, &id->pub.route.addr.src_storage, sizeof(sockaddr_storage));
   std::memcpy(&id->local.destination, &id->pub.route.addr.dst_storage, sizeof(sockaddr_storage));
@@ -398,9 +392,7 @@ int rdma_reject(rdma_cm_id* cm_id, const void* private_data, uint8_t private_dat
   reason.private_data_len = private_data_len;
   if (private_data_len) std::memcpy(reason.private_data, private_data, private_data_len);
   SendMessage(id, MessageType::kRej, &reason);
-  UnwatchSocket(id);
-  close(id->fd);
-  id->fd = -1;
+  CloseSocket(id);
   id->state = State::kDisconnected;
   return 0;
 }
@@ -416,9 +408,7 @@ int rdma_disconnect(rdma_cm_id* cm_id) {
       if (SendMessage(id, MessageType::kDreq, nullptr)) {
         id->state = State::kDisconnecting;
       } else {
-        UnwatchSocket(id);
-        close(id->fd);
-        id->fd = -1;
+        CloseSocket(id);
         id->state = State::kDisconnected;
         PushEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0);
       }

@@ -123,6 +123,11 @@ void SetPort(sockaddr* address, uint16_t port);
 // Registers id->fd with the agent (started on first use). CmMutex held.
 void WatchSocket(Id* id);
 void UnwatchSocket(Id* id);
+// Unwatches and closes id->fd (when open). CmMutex held.
+void CloseSocket(Id* id);
+// A random port of the kernel's ephemeral range, for a bind to port 0 and an active id's own.
+// CmMutex held.
+uint16_t EphemeralPort();
 // A listener goes: requests it has not announced are dropped (their sockets closed), the others
 // forget it. CmMutex held.
 void ForgetRequestsOf(Id* listener);
