@@ -56,8 +56,7 @@ demo: build
 # The Python side (python/, examples/python/): trainers and a ranker in PyTorch on a `bx ps
 # serve` cluster over rdma:// (simnic) and tcp://, with a plot of loss and AUC (ctr.png).
 # PYTHON_ENV is what any Python program using the in-tree module needs (README, "Python").
-PYTHON_ENV = PYTHONPATH=$(CURDIR)/$(BUILD)/python GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 \
-	BX_BIN=$(CURDIR)/$(BUILD)/bin/bx
+PYTHON_ENV = PYTHONPATH=$(CURDIR)/$(BUILD)/python BX_BIN=$(CURDIR)/$(BUILD)/bin/bx
 CTR_PLOT ?= ctr.png
 demo-python: build
 	$(PYTHON_ENV) /usr/bin/python3 examples/python/ctr_train.py --plot $(CTR_PLOT)

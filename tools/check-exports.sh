@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Checks that a built libbexpress.so exports the public API and nothing of the layers under src/:
 # every defined dynamic symbol must be a name declared with BX_EXPORT (or an enum) under
-# include/bx/, a libstdc++ template instantiated for such a type, or malloc_conf (jemalloc reads
-# the library's allocator settings through it).
+# include/bx/, or a libstdc++ template instantiated for such a type.
 #
 #   tools/check-exports.sh build/lib/libbexpress.so [include-dir]
 set -euo pipefail
@@ -39,8 +38,6 @@ while IFS= read -r symbol; do
   elif [[ $entity =~ ^bx:: ]]; then
     echo "internal namespace: $symbol" >&2
     bad=$((bad + 1))
-  elif [[ $entity == malloc_conf ]]; then
-    :
   elif [[ $entity =~ $std_instance ]]; then
     : # a libstdc++ template instantiation (weak, default visibility by libstdc++'s own pragma)
   else

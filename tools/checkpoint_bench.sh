@@ -36,7 +36,7 @@ export BX_SIM_FABRIC_DIR="$WORK/fabric" BX_VERBS=sim
 mkdir -p "$BX_SIM_FABRIC_DIR"
 (umask 077 && head -c 32 /dev/urandom | base64 >"$WORK/cluster.secret")
 PY=(env PYTHONPATH="${BX_PYTHON_DIR:-$(dirname "$BX")/../python}"
-  GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 /usr/bin/python3)
+  /usr/bin/python3)
 
 run_transport() {  # transport -> one JSON line on stdout
   local transport=$1 w="$WORK/$1"

@@ -10,7 +10,7 @@ packages=(
   ucx-utils dapl2-utils              # ucx_perftest and DAPL's dtest over the simnic (perftest.sh)
   librdmacm-dev rdmacm-utils libfabric-bin   # rdma_cma.h for the simnic's CM; rping, ucmatose,
                                              # fi_pingpong over it (tools/rdma_cm_programs.sh)
-  libjemalloc-dev                    # bemalloc's base allocator
+  libjemalloc-dev                    # one of the allocators bx bench alloc compares
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev
   libssl-dev                         # libcrypto's HMAC-SHA256 for peer authentication

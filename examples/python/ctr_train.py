@@ -9,7 +9,7 @@ scoring held-out traffic with trainer 0's model. It prints per epoch the mean lo
 held-out AUC beside the ground-truth model's, fetch/push latency P50/P99 and trainer CPU per
 step, and writes a PNG plot of loss and AUC against steps for every transport.
 
-    GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 PYTHONPATH=build/python \\
+    PYTHONPATH=build/python \\
         python3 examples/python/ctr_train.py --plot ctr.png      # or: make demo-python
 
 From an installed package (cmake --install), PYTHONPATH=<prefix>/lib/python3.X/dist-packages:

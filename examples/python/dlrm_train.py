@@ -11,7 +11,7 @@ the dense features, the pairwise dot products of the 27 vectors (DLRM's interact
 top MLP (Adam, local). With --prefetch both, each transport trains twice on fresh clusters: the
 second time each step prefetches the next batch's rows while it computes.
 
-    GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 PYTHONPATH=build/python \\
+    PYTHONPATH=build/python \\
         python3 examples/python/dlrm_train.py --plot dlrm.png
 
 It prints per run samples/s, fetch and push P50/P99 (the client's), prefetch hits, the final

@@ -1,49 +1,32 @@
 // bemalloc: a global pool of RDMA-registered memory with the interface of a general-purpose
 // allocator (paper section 5.2, Figure 3).
 //
-// bemalloc runs jemalloc on a dedicated arena whose block callbacks (extent hooks) map 2 MiB-
-// aligned regions and register each one once with the NIC, so registration is paid per region
-// (megabytes), not per message. Any pointer returned by Allocate() lies inside one registered
-// region, whose keys GetMR() finds in O(1) through a table indexed by address >> 21.
+// bemalloc maps 2 MiB-aligned regions and registers each one once with the NIC, so registration
+// is paid per region (megabytes), not per message. Any pointer returned by Allocate() lies inside
+// one registered region, whose keys GetMR() finds in O(1) through a table indexed by
+// address >> 21.
+//
+// Inside the regions bemalloc is an allocator of its own, shaped like rpmalloc (the allocator the
+// paper built bemalloc on): every thread allocates from its own heap of 64 KiB spans, with no
+// lock on the fast path; a block freed on another thread goes back to its owner's heap through a
+// lock-free list. It leaves the process's malloc alone and keeps no thread-local storage that
+// must be reserved at start-up, so a library that holds it (libbexpress.so) can be loaded late,
+// by dlopen() (a Python extension module).
 //
 // Threads: after Init(), Allocate, Deallocate, GetMR, Lkey, Rkey, UsableSize, GetCounters and
 // Trim may be called from any thread, concurrently. A pointer may be freed by a thread other than
-// the one that allocated it. Each thread gets its own cache, destroyed when the thread exits.
+// the one that allocated it. A thread's heap outlives the thread: when it exits, the heap keeps
+// the blocks still allocated from it, and the next new thread takes it over.
 //
-// Process-wide effects (read before linking): Debian's jemalloc has no symbol prefix, so linking
-// bx_alloc makes jemalloc the process's malloc. A shared library that itself links jemalloc
-// cannot be dlopen()ed afterwards ("cannot allocate memory in static TLS block"); link such a
-// library at build time instead, or set LD_PRELOAD=libjemalloc.so.2 for the process.
-// bx_alloc also defines jemalloc's `malloc_conf` (in bemalloc.cc):
-//   retain:false         without it jemalloc keeps the unused tail of every block it asks for
-//                        in a "retained" state that it never hands back, so no region could
-//                        ever become empty and be released (it also makes jemalloc ask for
-//                        exactly what it needs rather than geometrically growing blocks);
-//   tcache_max:1048576   thread caches hold blocks up to 1 MiB, not 32 KiB, so the messages of
-//                        64 KiB-1 MiB that RDMA carries are cached per thread (2x throughput).
-//   lg_extent_max_active_fit:20
-//                        freed memory (jemalloc's dirty extents) may be split for a request up
-//                        to 2^20 times smaller, not 2^6: freed blocks coalesce into long runs,
-//                        and with the default a producer/consumer pattern (blocks allocated on
-//                        one thread, freed on another) could reuse none of them, taking new
-//                        memory from the pool for ever (738 MB registered after 10 s for 16 MiB
-//                        in flight; 48 MB with this).
-// All apply to the process's ordinary malloc too. MALLOC_CONF in the environment still
-// overrides them; a program that defines its own malloc_conf cannot link bx_alloc (duplicate
-// symbol) and should include these options in its own.
-//
-// Cross-thread frees: a thread that frees many more blocks than it allocates (an I/O thread
-// freeing the responses a worker allocated) frees them past its thread cache, straight back to
-// the arena that owns them, where the allocating thread finds them again; its cache would
-// otherwise hold up to 20 blocks of every size class up to 1 MiB (~130 MB) that it never uses.
-//
-// Pool growth and shrinking: the pool grows whenever jemalloc needs memory that no registered
-// region can supply. jemalloc hands memory back after it has been unused for its decay time
-// (10 s by default); a region whose every byte has come back is empty. Empty regions are kept
-// registered, up to Options::keep_empty_bytes in total, so that a workload that breathes does not
-// register again; beyond that they are deregistered and unmapped at once. Trim() returns every
-// empty region. So registration happens while the pool grows to the workload's high-water mark,
-// and not in the steady state.
+// Pool growth and shrinking: the pool grows whenever a heap needs a span that no registered
+// region can supply. A heap keeps the spans of blocks that came back, up to
+// Options::thread_cache_bytes of wholly empty ones, and hands the rest back to the pool at once;
+// a region whose every byte has come back is empty. Empty regions are kept registered, up to
+// Options::keep_empty_bytes in total, so that a workload that breathes does not register again;
+// beyond that they are deregistered and unmapped at once. Trim() returns every empty region. So
+// registration happens while the pool grows to the workload's high-water mark, and not in the
+// steady state. Blocks freed on another thread come back to their span when the owning thread
+// next allocates past its fast path (or exits), so a thread that stops allocating keeps its spans.
 #pragma once
 
 #include <cstddef>
@@ -63,9 +46,9 @@ struct BX_EXPORT RegionKeys {
   void* handle = nullptr;
 };
 
-// Registers and deregisters regions with a NIC. bemalloc calls it from inside jemalloc's block
-// callbacks, on whichever thread made jemalloc grow or shrink, one call at a time (bemalloc
-// serialises them). An implementation may call malloc, but must not call bemalloc.
+// Registers and deregisters regions with a NIC. bemalloc calls it on whichever thread made the
+// pool grow or shrink, one call at a time (bemalloc serialises them). An implementation may call
+// malloc, but must not call bemalloc.
 class BX_EXPORT Registrar {
  public:
   virtual ~Registrar() = default;
@@ -95,11 +78,10 @@ struct BX_EXPORT Options {
   size_t min_region_bytes = size_t{8} << 20;
   // Empty regions kept registered for reuse before they are deregistered (the shrink policy).
   size_t keep_empty_bytes = size_t{64} << 20;
-  // jemalloc's arena.<i>.dirty_decay_ms for the pool arena: how long freed memory stays with
-  // jemalloc before it is handed back to the pool. -1 keeps jemalloc's default (10 s).
-  long dirty_decay_ms = -1;
-  // jemalloc arenas over the pool; threads are spread over them. 0: one per CPU.
-  size_t arenas = 0;
+  // Wholly empty spans each thread's heap keeps for its next allocations before it hands them
+  // back to the pool: 4 MiB holds a few of the largest messages RDMA carries (1-2 MiB) without
+  // a trip through the pool's lock for each.
+  size_t thread_cache_bytes = size_t{4} << 20;
   // The most bytes the pool keeps registered (pinned) at once; 0: no budget. An allocation that
   // would need a new region beyond it fails at once (Allocate returns nullptr, LastGrowthError
   // names the budget; Buffer::Allocate returns that ResourceExhausted), after empty regions
@@ -139,11 +121,11 @@ BX_EXPORT uint32_t Lkey(const void* p);
 BX_EXPORT uint32_t Rkey(const void* p);
 
 BX_EXPORT Counters GetCounters();
-// Why the pool last failed to supply jemalloc (the budget, mmap, registration); OK once it
+// Why the pool last failed to supply a heap (the budget, mmap, registration); OK once it
 // succeeds again, or when it never failed. Process-wide: under concurrent failures, one of them.
 BX_EXPORT Status LastGrowthError();
-// Flushes the calling thread's cache, hands all of jemalloc's unused memory back to the pool and
-// deregisters every empty region. Other threads' caches are not touched.
+// Hands the calling thread's empty spans (and those of exited threads) back to the pool and
+// deregisters every empty region. Other live threads' heaps are not touched.
 BX_EXPORT void Trim();
 
 }  // namespace bx::bemalloc

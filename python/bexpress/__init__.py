@@ -26,17 +26,6 @@ import asyncio
 import atexit
 import os
 
-try:
-    from . import _bexpress
-except ImportError as e:
-    if "static TLS" not in str(e):
-        raise
-    # Debian's libjemalloc (under bemalloc) uses initial-exec TLS, which a library loaded after
-    # start-up may only take from glibc's small reserve: the interpreter must reserve more.
-    raise ImportError(
-        "bexpress: libbexpress.so needs jemalloc's thread-local storage reserved at process "
-        "start (" + str(e) + "). Start Python with GLIBC_TUNABLES=glibc.rtld.optional_static_tls"
-        "=4096 in its environment (or with LD_PRELOAD=libjemalloc.so.2).") from e
 from ._bexpress import Cluster, FetchedRows, PsServer, devices, init, is_initialized, metrics
 from ._bexpress import Listener, ReceivedMessage, Socket, Transport, shard_of_key, version
 from ._bexpress import checkpoint, export_table, read_checkpoint, set_log_level

@@ -1,33 +1,23 @@
 #include "bx/bemalloc.h"
 
-#include <jemalloc/jemalloc.h>
-
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <mutex>
-#include <string>
-#include <thread>
-#include <vector>
 
-#include "alloc/pool_arena.h"
 #include "alloc/region_pool.h"
-#include "alloc/thread_cache.h"
+#include "alloc/thread_heap.h"
 #include "base/log_internal.h"
-
-// jemalloc reads this at start-up (declared extern "C" by jemalloc.h); bemalloc.h says why each
-// option is needed.
-const char* malloc_conf = "retain:false,tcache_max:1048576,lg_extent_max_active_fit:20";
 
 namespace bx::bemalloc {
 namespace {
 
 using internal::RegionPool;
+using internal::Span;
+using internal::ThreadHeap;
 
 // Set once by Init and never cleared: the pool outlives every thread that might still free
 // into it, including thread-exit and static destructors.
 std::atomic<RegionPool*> g_pool{nullptr};
-std::vector<unsigned> g_arenas;  // set once by Init
 
 [[noreturn, maybe_unused]] void DieForeignPointer(const char* function, const void* p) {
   char message[256];
@@ -50,17 +40,8 @@ Status Init(std::unique_ptr<Registrar> registrar, const Options& options) {
   // Deliberately leaked: see g_pool.
   auto* pool = new RegionPool(std::move(registrar), options.min_region_bytes,
                               options.keep_empty_bytes, options.max_registered_bytes);
-  // One arena per CPU, as jemalloc has several automatic arenas: with a single arena every
-  // thread would contend for the same bin locks when its cache fills or empties. They share the
-  // pool, so registered memory one arena releases another can take.
-  unsigned cpus = std::thread::hardware_concurrency();
-  size_t arena_count = options.arenas != 0 ? options.arenas : (cpus == 0 ? 1 : cpus);
-  for (size_t i = 0; i < arena_count; ++i) {
-    Result<unsigned> arena = internal::CreatePoolArena(pool, options);
-    if (!arena.ok()) return arena.status().WithContext("bemalloc::Init");  // pool is leaked
-    g_arenas.push_back(*arena);
-  }
-  internal::InitThreadCaches(g_arenas);
+  BX_RETURN_IF_ERROR(internal::InitHeaps(pool, options.thread_cache_bytes)
+                         .WithContext("bemalloc::Init"));  // pool is leaked
   g_pool.store(pool, std::memory_order_release);
   return Status::Ok();
 }
@@ -70,10 +51,12 @@ bool IsInitialized() {
 }
 
 void* Allocate(size_t size) {
-  int flags = internal::ThreadFlags();
-  if (flags == 0) return nullptr;  // not initialised
-  internal::t_free_share.Note(false);
-  return mallocx(size == 0 ? 1 : size, flags);
+  ThreadHeap* heap = internal::t_heap;
+  if (__builtin_expect(heap == nullptr, 0)) {
+    if (g_pool.load(std::memory_order_acquire) == nullptr) return nullptr;  // not initialised
+    heap = internal::AdoptHeap();
+  }
+  return heap->Allocate(size == 0 ? 1 : size);
 }
 
 void Deallocate(void* p) {
@@ -81,14 +64,21 @@ void Deallocate(void* p) {
 #ifndef NDEBUG
   if (GetMR(p) == nullptr) DieForeignPointer("Deallocate", p);
 #endif
-  dallocx(p, internal::FreeFlags());
+  Span* span = internal::SpanOf(p);
+  if (span->kind == Span::kHuge)
+    return internal::FreeHuge(g_pool.load(std::memory_order_relaxed), span);
+  ThreadHeap* heap = internal::t_heap;
+  if (span->owner == heap) return heap->FreeLocal(span, p);
+  span->owner->PushRemote(p);
 }
 
 size_t UsableSize(const void* p) {
 #ifndef NDEBUG
   if (GetMR(p) == nullptr) DieForeignPointer("UsableSize", p);
 #endif
-  return sallocx(const_cast<void*>(p), 0);
+  const Span* span = internal::SpanOf(p);
+  return span->kind == Span::kSmall ? span->block_bytes
+                                    : span->bytes() - internal::kSpanHeaderBytes;
 }
 
 const MemoryRegion* GetMR(const void* p) {
@@ -119,11 +109,8 @@ Status LastGrowthError() {
 void Trim() {
   RegionPool* pool = g_pool.load(std::memory_order_acquire);
   if (pool == nullptr) return;
-  internal::FlushThreadCache();
-  for (unsigned arena : g_arenas) {
-    std::string purge = "arena." + std::to_string(arena) + ".purge";
-    mallctl(purge.c_str(), nullptr, nullptr, nullptr, 0);
-  }
+  if (ThreadHeap* heap = internal::t_heap; heap != nullptr) heap->ReleaseAll();
+  internal::ReleaseOrphans();
   pool->ReleaseEmpty(0);
 }
 

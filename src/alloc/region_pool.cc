@@ -26,38 +26,57 @@ void* RegionPool::Take(size_t size, size_t alignment, bool* zeroed) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0 || size == 0) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);
   *zeroed = false;
-  // Fill regions already in use before touching empty ones, so that empty regions stay empty
-  // and can be released.
-  for (bool want_empty : {false, true}) {
+  // The best fit among regions already in use, then an empty region: best fit keeps the long
+  // free runs long (first fit cut them up for small requests until a large one found none), and
+  // empty regions stay empty, so they can be released.
+  Fit best;
+  for (auto& [base, region] : regions_) {
+    if (region->empty() || region->free_bytes < size) continue;
+    FindFit(*region, size, alignment, &best);
+    if (best.region != nullptr && best.leftover == 0) break;
+  }
+  if (best.region == nullptr) {
     for (auto& [base, region] : regions_) {
-      if (region->empty() != want_empty || region->free_bytes < size) continue;
-      if (void* p = TakeFrom(*region, size, alignment)) {
-        last_error_ = Status::Ok();
-        return p;
-      }
+      if (!region->empty() || region->free_bytes < size) continue;
+      FindFit(*region, size, alignment, &best);
+      if (best.region != nullptr) break;
     }
+  }
+  if (best.region != nullptr) {
+    last_error_ = Status::Ok();
+    return Carve(best, size, alignment);
   }
   Region* region = MapAndRegister(size, alignment);
   if (region == nullptr) return nullptr;
   *zeroed = true;  // fresh anonymous mapping
-  return TakeFrom(*region, size, alignment);
+  FindFit(*region, size, alignment, &best);
+  return best.region == nullptr ? nullptr : Carve(best, size, alignment);
 }
 
-void* RegionPool::TakeFrom(Region& region, size_t size, size_t alignment) {
+void RegionPool::FindFit(Region& region, size_t size, size_t alignment, Fit* best) {
   for (auto it = region.free_ranges.begin(); it != region.free_ranges.end(); ++it) {
     uintptr_t start = it->first;
     uintptr_t end = start + it->second;
     uintptr_t aligned = AlignUp(start, alignment);
     if (aligned < start || aligned > end || end - aligned < size) continue;
-    bool was_empty = region.empty();
-    region.free_ranges.erase(it);
-    if (aligned > start) region.free_ranges.emplace(start, aligned - start);
-    if (aligned + size < end) region.free_ranges.emplace(aligned + size, end - aligned - size);
-    region.free_bytes -= size;
-    if (was_empty) SetEmptyBytes(empty_bytes_ - region.info.length);
-    return reinterpret_cast<void*>(aligned);
+    size_t leftover = it->second - size;
+    if (best->region == nullptr || leftover < best->leftover) *best = Fit{&region, it, leftover};
+    if (leftover == 0) return;
   }
-  return nullptr;
+}
+
+void* RegionPool::Carve(const Fit& fit, size_t size, size_t alignment) {
+  Region& region = *fit.region;
+  uintptr_t start = fit.range->first;
+  uintptr_t end = start + fit.range->second;
+  uintptr_t aligned = AlignUp(start, alignment);
+  bool was_empty = region.empty();
+  region.free_ranges.erase(fit.range);
+  if (aligned > start) region.free_ranges.emplace(start, aligned - start);
+  if (aligned + size < end) region.free_ranges.emplace(aligned + size, end - aligned - size);
+  region.free_bytes -= size;
+  if (was_empty) SetEmptyBytes(empty_bytes_ - region.info.length);
+  return reinterpret_cast<void*>(aligned);
 }
 
 void RegionPool::Give(void* addr, size_t size) {
@@ -66,7 +85,7 @@ void RegionPool::Give(void* addr, size_t size) {
   Region* region = Containing(start);
   if (region == nullptr || !region->info.Contains(addr, size)) return;  // not ours: ignore
   auto [it, inserted] = region->free_ranges.emplace(start, size);
-  if (!inserted) return;  // given twice: a jemalloc or pool bug; keep the accounting sane
+  if (!inserted) return;  // given twice: a heap or pool bug; keep the accounting sane
   if (auto next = std::next(it);
       next != region->free_ranges.end() && it->first + it->second == next->first) {
     it->second += next->second;

@@ -1,14 +1,14 @@
-// RegionPool: the registered memory under bemalloc's jemalloc arena.
+// RegionPool: the registered memory under bemalloc's thread heaps.
 //
-// A region is one mmap of a 2 MiB-aligned, 2 MiB-multiple range, registered once. jemalloc
-// takes ranges of regions through the alloc hook (Take) and hands them back through the dalloc
-// hook (Give); the pool tracks, per region, which ranges jemalloc does not hold. Take reuses such
-// free ranges of registered regions before it maps and registers a new region, so registration
-// happens only while the pool grows. A region whose ranges have all come back is empty; empty
-// regions beyond Options::keep_empty_bytes are deregistered and unmapped (see bemalloc.h).
+// A region is one mmap of a 2 MiB-aligned, 2 MiB-multiple range, registered once. The heaps
+// take spans of regions (Take) and hand them back (Give); the pool tracks, per region, which
+// ranges no heap holds. Take reuses such free ranges of registered regions before it maps and
+// registers a new region, so registration happens only while the pool grows. A region whose ranges
+// have all come back is empty; empty regions beyond Options::keep_empty_bytes are deregistered and
+// unmapped (see bemalloc.h).
 //
 // Threads: all methods may be called from any thread; one mutex serialises them (they run only
-// when jemalloc grows or shrinks, never per allocation), except Find, which takes no lock.
+// when a heap grows or shrinks, never per allocation), except Find, which takes no lock.
 #pragma once
 
 #include <atomic>
@@ -52,7 +52,15 @@ class RegionPool {
     bool empty() const { return free_bytes == info.length; }
   };
 
-  void* TakeFrom(Region& region, size_t size, size_t alignment);
+  // A free range that can hold a request, and the bytes it would have left.
+  struct Fit {
+    Region* region = nullptr;
+    std::map<uintptr_t, size_t>::iterator range;
+    size_t leftover = 0;
+  };
+  // Replaces *best with a range of `region` that fits with less left over, if there is one.
+  static void FindFit(Region& region, size_t size, size_t alignment, Fit* best);
+  void* Carve(const Fit& fit, size_t size, size_t alignment);
   Region* MapAndRegister(size_t size, size_t alignment);
   Region* Containing(uintptr_t addr);
   void SetEmptyBytes(size_t bytes);

@@ -88,7 +88,7 @@ now_ms() { date +%s%3N; }
 # Python with the built module (the Python client pushes what `bx ps train` cannot).
 loopback_python() {
   PYTHONPATH="${BX_PYTHON_DIR:-$(dirname "$BX")/../python}" \
-    GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 /usr/bin/python3 "$@"
+    /usr/bin/python3 "$@"
 }
 
 # Two verifying trainers (bx ps train --verify) for `seconds`; their pids in TRAINERS.
