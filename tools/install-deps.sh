@@ -25,6 +25,7 @@ packages=(
   iproute2                                  # `ip netns` (multi-host failover test), `ss`
   etcd-server etcd-client libcurl4-openssl-dev   # ps/coord: etcd store (its tests run etcd)
   pybind11-dev python3-dev                  # the bexpress Python module (python/)
+  python3-venv python3-pip                  # `pip install .` offline (python_pip_install)
   python3-numpy python3-torch python3-matplotlib  # its tests, PsEmbedding, the CTR example's plot
 )
 
