@@ -58,9 +58,9 @@ class PipInstallTest(unittest.TestCase):
             PIP_CACHE_DIR=cls.path("pip-cache"), BX_WHEEL_BUILD_DIR=cls.path("build"),
             CMAKE_BUILD_PARALLEL_LEVEL=os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2"),
             CCACHE_BASEDIR=ccache_base_dir(cls.dir),
-            PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1", BX_VERBS="sim",
-            # until bemalloc drops jemalloc
-            GLIBC_TUNABLES="glibc.rtld.optional_static_tls=4096")
+            PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1", BX_VERBS="sim")
+        env.pop("GLIBC_TUNABLES", None)  # none needed: the import must work without
+        env.pop("LD_PRELOAD", None)
         cls.env = env
         cls.installed = cls.venv("installed")
         cls.run_timed("pip install", cls.installed, "-m", "pip", "install",
