@@ -52,6 +52,7 @@
 #include <string>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "base/loop_tasks.h"
@@ -115,10 +116,60 @@ struct PeerLimits {
 // rendezvous. The public type (bx/buffer.h): the rdma socket checks a write against its length.
 using bx::RemoteBuffer;
 
+// What the engine calls when it is done with a message (sent, or with the reason it cannot
+// be): the sender's callback, or, for a sender that accounts for its messages itself, its hook
+// with the message's bytes and the callback. The hook saves wrapping the callback in another
+// std::function (an allocation per message); `owner` is kept alive until it has run.
+struct SendCompletion {
+  using Callback = std::function<void(const Status&)>;
+  using Hook = void (*)(void* owner, size_t bytes, Callback& done, const Status& status);
+
+  SendCompletion() = default;
+  template <typename F>
+  requires(!std::is_same_v<std::remove_cvref_t<F>, SendCompletion> &&
+           std::is_constructible_v<Callback, F&&>) SendCompletion(F&& f)
+      : done(std::forward<F>(f)) {}  // NOLINT: implicit, as a callback is
+  SendCompletion(Callback callback, Hook hook, std::shared_ptr<void> owner, size_t bytes)
+      : done(std::move(callback)), hook(hook), owner(std::move(owner)), bytes(bytes) {}
+  // Moved from, a completion is empty (as a moved-from callback is): the engine moves it out of
+  // a message before calling it, and must not call it twice.
+  SendCompletion(SendCompletion&& other) noexcept
+      : done(std::move(other.done)),
+        hook(std::exchange(other.hook, nullptr)),
+        owner(std::move(other.owner)),
+        bytes(other.bytes) {
+    other.done = nullptr;
+  }
+  SendCompletion& operator=(SendCompletion&& other) noexcept {
+    done = std::move(other.done);
+    other.done = nullptr;
+    hook = std::exchange(other.hook, nullptr);
+    owner = std::move(other.owner);
+    bytes = other.bytes;
+    return *this;
+  }
+  SendCompletion(const SendCompletion&) = delete;
+  SendCompletion& operator=(const SendCompletion&) = delete;
+
+  explicit operator bool() const { return hook != nullptr || done != nullptr; }
+  void operator()(const Status& status) {
+    if (hook != nullptr) {
+      hook(owner.get(), bytes, done, status);
+    } else if (done) {
+      done(status);
+    }
+  }
+
+  Callback done;
+  Hook hook = nullptr;
+  std::shared_ptr<void> owner;
+  size_t bytes = 0;
+};
+
 // An application buffer with a "released" callback; the engine owns it until then.
 struct OutgoingMessage {
   Buffer data;
-  std::function<void(const Status&)> done;
+  SendCompletion done;
 };
 
 struct EngineCounters {
@@ -199,6 +250,13 @@ class Engine {
   // Writes `message` straight into `target` (skipping the rendezvous exchange), in fragments,
   // then tells the peer's channel that `tag` landed; ordered with the channel's other messages.
   void EnqueueWrite(ChannelId channel, OutgoingMessage message, RemoteBuffer target, uint16_t tag);
+  // The same for a message already in the engine's node (engine/outgoing.h), which a sender
+  // on another thread allocates once and queues itself until it reaches the I/O thread.
+  struct Outgoing;  // a message being sent (engine/outgoing.h)
+  static std::unique_ptr<Outgoing> NewOutgoing(OutgoingMessage message);
+  static std::unique_ptr<Outgoing> NewWrite(OutgoingMessage message, RemoteBuffer target,
+                                            uint16_t tag);
+  void Enqueue(ChannelId channel, std::unique_ptr<Outgoing> out);
   void OnCompletion(const ibv_wc& wc);
   // Moves queued work into the chain and posts it with one doorbell.
   void Pump();
@@ -235,7 +293,6 @@ class Engine {
   //   engine_channels.cc  channel control: open, accept, close, release
   //   engine_failure.cc   failure
   //   window_pool.cc      the memory windows of scoped remote writes
-  struct Outgoing;  // a message being sent
   struct Channel;
   // What preparing a channel's next request came to.
   enum class Step { kGo, kNext, kBlocked };

@@ -6,27 +6,13 @@
 #include <memory>
 
 #include "engine/engine.h"
+#include "engine/outgoing.h"
 
 namespace bx::engine {
 
 // Receive work requests carry this bit in wr_id: error completions have no reliable opcode, so
 // the wr_id is what tells a failed receive from a failed send.
 inline constexpr uint64_t kReceiveTag = uint64_t{1} << 63;
-
-struct Engine::Outgoing {
-  OutgoingMessage message;
-  enum class State { kQueued, kAwaitingReply, kWriting } state = State::kQueued;
-  uint16_t id = 0;           // rendezvous id, or the tag of a known-target write
-  uint64_t offset = 0;       // next byte to write (rendezvous)
-  uint64_t remote_addr = 0;  // from the reply, or known in advance
-  uint32_t rkey = 0;
-  bool known_target = false;  // EnqueueWrite: no rendezvous, ends with a kRemoteWriteDone
-  // Its channel closed mid-message: `done` has run; the rest of a rendezvous is replaced by a
-  // kRendezvousAbort so that the peer frees the destination.
-  bool abandoned = false;
-  std::unique_ptr<Outgoing> next;  // the channel's queue
-  uint64_t size() const { return message.data.size(); }
-};
 
 // A logical socket's sending state. Idle channels cost a few words: 10,000 sockets on one engine
 // are 10,000 of these.

@@ -13,47 +13,51 @@
 
 namespace bx::engine {
 
-void Engine::Enqueue(ChannelId channel, OutgoingMessage message) {
-  BX_DCHECK(OnHomeThread());
-  if (failed_) {
-    if (message.done) message.done(failure_);
-    return;
-  }
-  if (!ChannelOpen(channel)) {
-    if (message.done)
-      message.done(FailedPrecondition("channel " + std::to_string(channel) + " is closed"));
-    return;
-  }
-  if (message.data.size() > peer_.max_message_bytes) {
-    if (message.done)
-      message.done(InvalidArgument("message of " + std::to_string(message.data.size()) +
-                                   " bytes exceeds the peer's limit of " +
-                                   std::to_string(peer_.max_message_bytes)));
-    return;
-  }
+std::unique_ptr<Engine::Outgoing> Engine::NewOutgoing(OutgoingMessage message) {
   auto out = std::make_unique<Outgoing>();
   out->message = std::move(message);
-  Push(channel, std::move(out));
+  return out;
 }
 
-void Engine::EnqueueWrite(ChannelId channel, OutgoingMessage message, RemoteBuffer target,
-                          uint16_t tag) {
-  BX_DCHECK(OnHomeThread());
-  if (failed_ || !ChannelOpen(channel)) {
-    if (message.done)
-      message.done(failed_
-                       ? failure_
-                       : FailedPrecondition("channel " + std::to_string(channel) + " is closed"));
-    return;
-  }
-  auto out = std::make_unique<Outgoing>();
-  out->message = std::move(message);
+std::unique_ptr<Engine::Outgoing> Engine::NewWrite(OutgoingMessage message, RemoteBuffer target,
+                                                   uint16_t tag) {
+  auto out = NewOutgoing(std::move(message));
   out->state = Outgoing::State::kWriting;
   out->known_target = true;
   out->id = tag;
   out->remote_addr = target.addr;
   out->rkey = target.rkey;
-  ++counters_.remote_writes;
+  return out;
+}
+
+void Engine::Enqueue(ChannelId channel, OutgoingMessage message) {
+  Enqueue(channel, NewOutgoing(std::move(message)));
+}
+
+void Engine::EnqueueWrite(ChannelId channel, OutgoingMessage message, RemoteBuffer target,
+                          uint16_t tag) {
+  Enqueue(channel, NewWrite(std::move(message), target, tag));
+}
+
+void Engine::Enqueue(ChannelId channel, std::unique_ptr<Outgoing> out) {
+  BX_DCHECK(OnHomeThread());
+  Status refusal;
+  if (failed_) {
+    refusal = failure_;
+  } else if (!ChannelOpen(channel)) {
+    refusal = FailedPrecondition("channel " + std::to_string(channel) + " is closed");
+  } else if (!out->known_target && out->size() > peer_.max_message_bytes) {
+    refusal = InvalidArgument("message of " + std::to_string(out->size()) +
+                              " bytes exceeds the peer's limit of " +
+                              std::to_string(peer_.max_message_bytes));
+  }
+  if (!refusal.ok()) {
+    SendCompletion done = std::move(out->message.done);
+    out.reset();
+    if (done) done(refusal);
+    return;
+  }
+  if (out->known_target) ++counters_.remote_writes;
   Push(channel, std::move(out));
 }
 

@@ -80,26 +80,64 @@ void RdmaSocket::Submit(Buffer message, std::optional<RemoteBuffer> target, uint
     return;
   }
   queued_bytes_.fetch_add(size, std::memory_order_acq_rel);
-  auto self = shared_from_this();
-  auto* out = new engine::OutgoingMessage{
-      std::move(message), [self, size, done = std::move(done)](const Status& s) {
-        self->queued_bytes_.fetch_sub(size, std::memory_order_acq_rel);
-        if (done) done(s);
-      }};
-  io_->Post([self, out, target, tag] {
-    std::unique_ptr<engine::OutgoingMessage> m(out);
-    if (self->torn_down_) {
-      m->done(self->status());
-      return;
+  // One allocation: the engine's node, queued here until the I/O thread takes it. The
+  // completion holds the socket, which so outlives every message it took.
+  engine::OutgoingMessage outgoing{
+      std::move(message),
+      engine::SendCompletion(std::move(done), &RdmaSocket::SendDone, shared_from_this(), size)};
+  std::unique_ptr<Outgoing> out = target
+                                      ? engine::Engine::NewWrite(std::move(outgoing), *target, tag)
+                                      : engine::Engine::NewOutgoing(std::move(outgoing));
+  bool first = false;
+  {
+    std::lock_guard lock(pending_mu_);
+    if (!closing_) {
+      // The first message into an empty queue posts the drain; later ones ride with it.
+      first = pending_head_ == nullptr;
+      Outgoing* raw = out.get();
+      (pending_tail_ != nullptr ? pending_tail_->next : pending_head_) = std::move(out);
+      pending_tail_ = raw;
     }
-    engine::Engine& engine = self->connection_->engine();
-    if (target) {
-      engine.EnqueueWrite(self->channel_, std::move(*m), *target, tag);
+  }
+  if (out != nullptr) {  // Close() came first
+    engine::SendCompletion completion = std::move(out->message.done);
+    out.reset();
+    completion(Aborted("socket closed"));
+    return;
+  }
+  // A plain pointer, so the task fits std::function's own storage: the message just queued
+  // holds the socket until this drain has taken it.
+  if (first) io_->Post([this] { DrainPending(); });
+}
+
+void RdmaSocket::SendDone(void* owner, size_t bytes, SendCallback& done, const Status& status) {
+  static_cast<RdmaSocket*>(owner)->queued_bytes_.fetch_sub(bytes, std::memory_order_acq_rel);
+  if (done) done(status);
+}
+
+void RdmaSocket::DrainPending() {
+  BX_DCHECK(io_->OnLoopOrEnded());
+  auto self = shared_from_this();  // a completion below may drop the last other reference
+  std::unique_ptr<Outgoing> head;
+  {
+    std::lock_guard lock(pending_mu_);
+    head = std::move(pending_head_);
+    pending_tail_ = nullptr;
+  }
+  bool queued = false;
+  while (head != nullptr) {
+    std::unique_ptr<Outgoing> next = std::move(head->next);
+    if (torn_down_) {
+      engine::SendCompletion completion = std::move(head->message.done);
+      head.reset();
+      completion(status());
     } else {
-      engine.Enqueue(self->channel_, std::move(*m));
+      connection_->engine().Enqueue(channel_, std::move(head));
+      queued = true;
     }
-    self->connection_->poller().MarkDirty(&engine);
-  });
+    head = std::move(next);
+  }
+  if (queued && !torn_down_) connection_->poller().MarkDirty(&connection_->engine());
 }
 
 Result<Buffer> RdmaSocket::Receive(std::chrono::milliseconds timeout) {
@@ -107,6 +145,10 @@ Result<Buffer> RdmaSocket::Receive(std::chrono::milliseconds timeout) {
 }
 
 void RdmaSocket::Close() {
+  {
+    std::lock_guard lock(pending_mu_);
+    closing_ = true;  // later sends fail at once; earlier ones are drained before the close
+  }
   auto self = shared_from_this();
   io_->Post([self] {
     if (self->torn_down_) return;

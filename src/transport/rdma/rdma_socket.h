@@ -1,6 +1,7 @@
 // RdmaSocket: one logical connection, a channel of an engine that other sockets to the same peer
 // may share (QP multiplexing). Application threads hand sends to the engine's I/O thread through
-// its task queue; they never touch the QP. The socket stays alive (held by its connection) until
+// the socket's queue of engine nodes (one allocation a message; the first into an empty queue
+// posts the drain); they never touch the QP. The socket stays alive (held by its connection) until
 // it is closed or fails, whatever the application holds.
 //
 // Threads: public methods from any thread; Bind/On*/Teardown on the I/O thread, WaitAccepted off
@@ -16,6 +17,7 @@
 
 #include "bx/transport.h"
 #include "engine/engine.h"
+#include "engine/outgoing.h"
 #include "transport/message_queue.h"
 #include "transport/rdma/rdma_connection.h"
 
@@ -57,7 +59,12 @@ class RdmaSocket : public Socket, public std::enable_shared_from_this<RdmaSocket
   RdmaConnection& connection() { return *connection_; }
 
  private:
+  using Outgoing = engine::Engine::Outgoing;
   void Submit(Buffer message, std::optional<RemoteBuffer> target, uint16_t tag, SendCallback done);
+  // The engine's completion hook for this socket's messages (engine::SendCompletion).
+  static void SendDone(void* owner, size_t bytes, SendCallback& done, const Status& status);
+  // I/O thread: hands the queued messages to the engine.
+  void DrainPending();
 
   const std::shared_ptr<RdmaConnection> connection_;
   const std::shared_ptr<IoThread> io_;  // held: the socket may outlive its transport
@@ -70,7 +77,12 @@ class RdmaSocket : public Socket, public std::enable_shared_from_this<RdmaSocket
   SocketHandlers handlers_;
   transport::MessageQueue queue_;
   std::atomic<size_t> queued_bytes_{0};
-  bool torn_down_ = false;  // I/O thread
+  // Messages on their way to the I/O thread, oldest first, linked through Outgoing::next.
+  std::mutex pending_mu_;
+  std::unique_ptr<Outgoing> pending_head_;  // guarded by pending_mu_
+  Outgoing* pending_tail_ = nullptr;        // guarded by pending_mu_
+  bool closing_ = false;                    // guarded by pending_mu_: Close() has been called
+  bool torn_down_ = false;                  // I/O thread
 
   std::mutex accept_mu_;
   std::condition_variable accept_cv_;
