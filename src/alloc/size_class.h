@@ -27,8 +27,8 @@ inline constexpr size_t kMaxLargeBytes = kMaxLargeUnits * kUnitBytes - kSpanHead
 // 16-128 in steps of 16, four classes per doubling to 8 KiB, then the unit-filling classes.
 inline constexpr int kClassCount = 38;
 inline constexpr std::array<uint32_t, kClassCount> kClassBytes = {
-    16,   32,   48,   64,   80,   96,   112,  128,  160,   192,   224,   256,   320,
-    384,  448,  512,  640,  768,  896,  1024, 1280, 1536,  1792,  2048,  2560,  3072,
+    16,   32,   48,   64,   80,   96,   112,  128,   160,   192,   224,   256,  320,
+    384,  448,  512,  640,  768,  896,  1024, 1280,  1536,  1792,  2048,  2560, 3072,
     3584, 4096, 5120, 6144, 7168, 8176, 9344, 10896, 13072, 16352, 21792, 32704};
 static_assert(kClassBytes[kClassCount - 1] == kMaxSmallBytes);
 static_assert(2 * kMaxSmallBytes + kSpanHeaderBytes <= kUnitBytes);
