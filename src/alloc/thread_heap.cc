@@ -91,7 +91,8 @@ void ThreadHeap::ReleaseSpan(Span* span) {
   if (span->bytes() > cache_limit_) return pool_->Give(span, span->bytes());
   // The newest span stays: the largest cached ones make room (the sizes freed last are the
   // likeliest to be asked for next).
-  for (size_t units = kMaxLargeUnits; cached_bytes_ + span->bytes() > cache_limit_; --units) {
+  for (size_t units = kMaxLargeUnits; units > 0 && cached_bytes_ + span->bytes() > cache_limit_;
+       --units) {
     while (Span* old = empty_[units]) {
       if (cached_bytes_ + span->bytes() <= cache_limit_) break;
       Unlink(&empty_[units], old);
