@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -22,6 +21,7 @@
 #include "transport/descriptor_budget.h"
 #include "transport/rdma/handshake_pool.h"
 #include "transport/rdma/pending_hellos.h"
+#include "transport/rdma/rdma_environment.h"
 #include "transport/rdma/rdma_transport_impl.h"
 #include "transport/refusal_log.h"
 #include "transport/socket_util.h"
@@ -69,58 +69,6 @@ constexpr uint32_t kInlineBytes = engine::kMaxInlinePayloadBytes;
 uint32_t RandomPsn() {
   thread_local std::mt19937 generator{std::random_device{}()};
   return generator() & 0xffffff;
-}
-
-// An 8-bit setting from the environment, overriding `value` when set.
-Status Uint8FromEnvironment(const char* name, uint8_t* value) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return Status::Ok();
-  char* end = nullptr;
-  long parsed = std::strtol(text, &end, 0);
-  if (*end != '\0' || parsed < 0 || parsed > 255)
-    return InvalidArgument(std::string(name) + "='" + text + "' is not a number 0..255");
-  *value = uint8_t(parsed);
-  return Status::Ok();
-}
-
-// A setting with two spellings from the environment: `*value` becomes true for `on`, false for
-// `off`, and stays when the variable is unset.
-Status ChoiceFromEnvironment(const char* name, std::string_view on, std::string_view off,
-                             bool* value) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return Status::Ok();
-  const std::string_view choice(text);
-  if (choice != on && choice != off)
-    return InvalidArgument(std::string(name) + "='" + std::string(choice) + "' is not " +
-                           std::string(on) + " or " + std::string(off));
-  *value = choice == on;
-  return Status::Ok();
-}
-
-// What an operator sets per host, overriding the program's RdmaOptions: BX_GID_INDEX,
-// BX_TRAFFIC_CLASS and BX_SERVICE_LEVEL (as NCCL_IB_GID_INDEX, NCCL_IB_TC and NCCL_IB_SL), and
-// BX_POLLING and BX_SHARE_IO_THREADS (to measure the I/O threads' policies without rebuilding).
-Status ApplyEnvironment(RdmaOptions& rdma) {
-  auto gid_index = verbs::GidIndexFromEnvironment(rdma.gid_index);
-  if (!gid_index.ok()) return gid_index.status().WithContext("rdma transport");
-  rdma.gid_index = *gid_index;
-  BX_RETURN_IF_ERROR(Uint8FromEnvironment("BX_TRAFFIC_CLASS", &rdma.traffic_class));
-  BX_RETURN_IF_ERROR(Uint8FromEnvironment("BX_SERVICE_LEVEL", &rdma.service_level));
-  if (rdma.service_level > 15)
-    return InvalidArgument("service level " + std::to_string(rdma.service_level) +
-                           " is outside 0..15");
-  BX_RETURN_IF_ERROR(
-      ChoiceFromEnvironment("BX_POLLING", "adaptive", "fixed", &rdma.adaptive_polling));
-  return ChoiceFromEnvironment("BX_SHARE_IO_THREADS", "1", "0", &rdma.share_io_threads);
-}
-
-// BX_DEBUG=1: one stderr line per connection saying how it is addressed and why.
-bool DebugAddressing() {
-  static const bool on = [] {
-    const char* v = std::getenv("BX_DEBUG");
-    return v != nullptr && *v != '\0' && std::string_view(v) != "0";
-  }();
-  return on;
 }
 
 std::string_view LinkLayerName(uint8_t link_layer) {
@@ -665,15 +613,6 @@ Result<RdmaTransportInfo> GetRdmaTransportInfo(Transport& transport) {
 }
 
 }  // namespace bx::rdma
-
-namespace bx {
-
-Result<RdmaOptions> ApplyRdmaEnvironment(RdmaOptions rdma) {
-  BX_RETURN_IF_ERROR(rdma::ApplyEnvironment(rdma));
-  return rdma;
-}
-
-}  // namespace bx
 
 namespace bx::rdma {
 
