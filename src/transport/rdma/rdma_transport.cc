@@ -1,11 +1,9 @@
 #include "transport/rdma/rdma_transport.h"
 
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -18,12 +16,9 @@
 #include "base/loop_tasks.h"
 #include "bx/bemalloc.h"
 #include "bx/log.h"
-#include "transport/descriptor_budget.h"
-#include "transport/rdma/handshake_pool.h"
-#include "transport/rdma/pending_hellos.h"
 #include "transport/rdma/rdma_environment.h"
+#include "transport/rdma/rdma_listener.h"
 #include "transport/rdma/rdma_transport_impl.h"
-#include "transport/refusal_log.h"
 #include "transport/socket_util.h"
 #include "transport/transport_registry.h"
 #include "verbs/port_address.h"
@@ -33,34 +28,6 @@ namespace bx::rdma {
 namespace {
 
 constexpr int kListenBacklog = 4096;
-// An accepted connection waits for its Hello in the accept loop (PendingHellos: no thread; 2 s,
-// since a connecting peer sends it at once), then has 5 s for the rest of its handshake on a
-// thread of its own (HandshakePool). Beyond either's bounds per remote address and in total,
-// the oldest is evicted. A client opens one bootstrap connection per engine, so the per-address
-// bounds are far above what a legitimate host has in flight at one moment.
-// Both totals also fit the listener's share of the process's descriptors
-// (transport/descriptor_budget.h): three quarters for Hellos, a quarter for handshakes.
-constexpr PendingHellos::Limits kHelloLimits{64, 4096, std::chrono::milliseconds{2000}};
-constexpr std::chrono::milliseconds kAcceptHandshakeTimeout{5000};
-constexpr HandshakePool::Limits kHandshakeLimits{16, 256};
-
-PendingHellos::Limits HelloLimits(size_t budget) {
-  PendingHellos::Limits limits = kHelloLimits;
-  limits.total = std::clamp<size_t>(budget - budget / 4, 8, kHelloLimits.total);
-  limits.per_host = std::min(limits.per_host, limits.total);
-  return limits;
-}
-
-HandshakePool::Limits HandshakeLimits(size_t budget) {
-  HandshakePool::Limits limits = kHandshakeLimits;
-  limits.total = std::clamp<size_t>(budget / 4, 4, kHandshakeLimits.total);
-  limits.per_host = std::min(limits.per_host, limits.total);
-  return limits;
-}
-// How often the acceptor looks at its stop flag.
-constexpr int kAcceptPollMs = 100;
-// How long the acceptor waits when accept fails for want of descriptors and none can be freed.
-constexpr std::chrono::milliseconds kNoDescriptorBackoff{10};
 // Inline capacity asked of the QP: the engine's control payloads go inline (engine/wire.h).
 constexpr uint32_t kInlineBytes = engine::kMaxInlinePayloadBytes;
 
@@ -112,143 +79,6 @@ Result<Url> ParseRdmaUrl(std::string_view text) {
 }
 
 }  // namespace
-
-// Accepts bootstrap connections on its own thread and runs each handshake on a thread of its
-// own (HandshakePool), so a slow or silent client stalls neither an I/O thread, nor the accept
-// loop, nor another client's handshake.
-class RdmaListener : public Listener {
- public:
-  RdmaListener(RdmaTransportImpl& transport, transport::ListeningSocket socket,
-               AcceptHandler on_accept)
-      : transport_(transport),
-        socket_(std::move(socket)),
-        accept_(std::make_shared<AcceptState>()),
-        budget_(transport::UnauthenticatedDescriptorBudget(kHelloLimits.total +
-                                                           kHandshakeLimits.total)),
-        hellos_(HelloLimits(budget_)),
-        handshakes_(HandshakeLimits(budget_)) {
-    accept_->on_accept = std::move(on_accept);
-    thread_ = std::thread([this] { AcceptLoop(); });
-  }
-  ~RdmaListener() override { Close(); }
-
-  std::string url() const override { return socket_.url.ToString(); }
-
-  void Close() override {
-    if (stop_.exchange(true)) return;
-    accept_->closed = true;  // channels opened on existing engines are refused from now on
-    if (thread_.joinable()) thread_.join();
-    handshakes_.Close();  // aborts handshakes in progress
-    ::close(socket_.fd);
-    std::lock_guard lock(transport_.mu_);
-    std::erase(transport_.listeners_, this);
-  }
-
- private:
-  void AcceptLoop() {
-    std::vector<pollfd> fds;
-    std::vector<PendingHellos::Arrived> arrived;
-    std::vector<PendingHellos::Dropped> dropped;
-    while (!stop_.load()) {
-      fds.assign(1, pollfd{socket_.fd, POLLIN, 0});
-      hellos_.AppendPollFds(fds);
-      int wait = hellos_.MillisecondsToNextDeadline();
-      wait = wait < 0 ? kAcceptPollMs : std::min(wait, kAcceptPollMs);
-      if (poll(fds.data(), fds.size(), wait) < 0) continue;
-      hellos_.Service(fds, 1, arrived, dropped);
-      if ((fds[0].revents & POLLIN) != 0) AcceptOne(dropped);
-      for (const PendingHellos::Dropped& d : dropped) Refused(d.peer, d.why);
-      for (PendingHellos::Arrived& a : arrived) StartHandshake(std::move(a));
-      arrived.clear();
-      dropped.clear();
-    }
-    hellos_.CloseAll();  // the listener closed: not the peers' doing
-  }
-
-  void AcceptOne(std::vector<PendingHellos::Dropped>& dropped) {
-    sockaddr_storage address{};
-    socklen_t length = sizeof(address);
-    int fd = accept4(socket_.fd, reinterpret_cast<sockaddr*>(&address), &length,
-                     SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      // Out of descriptors: free one held by the oldest silent connection, or wait a moment
-      // rather than spin on a listening socket that stays readable.
-      if (errno == EMFILE || errno == ENFILE) {
-        if (!hellos_.EvictOldest(dropped)) std::this_thread::sleep_for(kNoDescriptorBackoff);
-      }
-      return;
-    }
-    (void)transport::SetNoDelay(fd);
-    std::string peer =
-        transport::FormatAddress("rdma", reinterpret_cast<sockaddr*>(&address), length);
-    std::string host = transport::FormatHost(reinterpret_cast<sockaddr*>(&address), length);
-    hellos_.Add(fd, std::move(peer), std::move(host), dropped);
-  }
-
-  void StartHandshake(PendingHellos::Arrived arrived) {
-    const int fd = arrived.fd;
-    const std::string host = arrived.host;
-    std::string peer = arrived.peer;
-    bool started = handshakes_.Start(
-        fd, host, [this, arrived = std::move(arrived)](int fd, const std::atomic<bool>& evicted) {
-          Admit(fd, arrived, evicted);
-        });
-    if (!started) {  // out of threads or descriptors
-      ::close(fd);
-      Refused(peer, ResourceExhausted("no thread or descriptor for its handshake"));
-    }
-  }
-
-  // Counts a refused peer and says so on stderr (rate-limited).
-  void Refused(const std::string& peer, const Status& why) {
-    transport_.peers_refused_.fetch_add(1, std::memory_order_relaxed);
-    refusals_.Log(peer, why);
-  }
-
-  // On the connection's handshake thread. Everything up to Establish runs before anything is
-  // allocated for the peer: its Hello, the authentication (bootstrap_auth.h) and the
-  // per-address limit. A refused peer gets a Refusal saying why and sees the connection close.
-  void Admit(int fd, const PendingHellos::Arrived& arrived, const std::atomic<bool>& evicted) {
-    const std::string& peer = arrived.peer;
-    const std::string& host = arrived.host;
-    const TransportOptions& options = transport_.options();
-    auto deadline = std::chrono::steady_clock::now() + kAcceptHandshakeTimeout;
-    auto refused = [&](const Status& why) {
-      ::close(fd);
-      if (stop_.load()) return;  // the listener closed: not the peer's doing
-      Refused(peer, evicted ? ResourceExhausted("evicted to make room for newer handshakes") : why);
-    };
-    Result<Hello> hello = DecodeHello(arrived.raw.data());
-    if (!hello.ok()) return refused(hello.status());
-    auto auth = AuthenticateConnectingPeer(fd, *hello, arrived.raw.data(), options.auth_secret,
-                                           options.privileged_secret, deadline);
-    if (!auth.ok()) return refused(auth.status());
-    std::optional<transport::PeerSlot> slot = transport_.limiter_.TryAcquire(host);
-    if (!slot) {
-      SendRefusal(fd, transport::auth::Refusal::kTooManyConnections, deadline);
-      return refused(ResourceExhausted(
-          transport::auth::RefusalText(uint16_t(transport::auth::Refusal::kTooManyConnections))));
-    }
-    // Sockets come later, one per channel the peer opens on this engine.
-    auto connection =
-        transport_.Establish(fd, peer, &*hello, accept_, kAcceptHandshakeTimeout,
-                             auth->has_value() ? &**auth : nullptr, std::move(slot).value());
-    if (!connection.ok() && !stop_.load()) {
-      bx::Log(LogLevel::kWarning,
-              "bx rdma: handshake with " + peer + " failed: " + connection.status().ToString());
-    }
-  }
-
-  RdmaTransportImpl& transport_;
-  transport::ListeningSocket socket_;
-  std::shared_ptr<AcceptState> accept_;
-  const size_t budget_;   // descriptors for unauthenticated connections
-  PendingHellos hellos_;  // the accept thread's
-  HandshakePool handshakes_;
-  std::atomic<bool> stop_{false};
-  transport::RefusalLog refusals_{"bx rdma"};
-  std::thread thread_;
-};
 
 Result<std::unique_ptr<RdmaTransportImpl>> RdmaTransportImpl::Create(
     const TransportOptions& options, const RdmaOptions& rdma) {
@@ -318,71 +148,6 @@ RdmaTransportImpl::~RdmaTransportImpl() {
   // Each thread runs what its connections left it (their QPs' destruction) before it ends; a
   // thread goes with its domain and CQ when the last socket using it does.
   io_.Release();
-}
-
-void RdmaTransportImpl::Forget(RdmaConnection* connection) {
-  std::lock_guard lock(mu_);
-  auto it = connections_.find(connection);
-  if (it == connections_.end()) return;
-  for (auto& [url, destination] : pool_) std::erase(destination->connections, it->second);
-  connections_.erase(it);
-}
-
-void RdmaTransportImpl::ReleaseUser(const std::shared_ptr<RdmaConnection>& connection) {
-  {
-    std::lock_guard lock(mu_);
-    if (connection->users > 0) --connection->users;
-    if (connection->users > 0 || connection->torn_down()) return;
-    // Out of the pool under the lock Acquire picks under: nobody can take it from here on.
-    for (auto& [url, destination] : pool_) std::erase(destination->connections, connection);
-  }
-  connection->Teardown(Aborted("no sockets left on the engine"));
-}
-
-std::shared_ptr<RdmaConnection> RdmaTransportImpl::PickLocked(Destination& destination) {
-  auto& list = destination.connections;
-  if (list.empty() || list.size() < size_t(std::max(1, rdma_.engines_per_destination)))
-    return nullptr;
-  std::shared_ptr<RdmaConnection> pick;
-  if (rdma_.spread == RdmaOptions::Spread::kRoundRobin) {
-    pick = list[destination.next++ % list.size()];
-  } else {
-    pick = *std::min_element(list.begin(), list.end(),
-                             [](const auto& a, const auto& b) { return a->users < b->users; });
-  }
-  ++pick->users;
-  return pick;
-}
-
-Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Acquire(
-    const Url& url, std::chrono::steady_clock::time_point deadline) {
-  const std::string key = url.ToString();
-  std::shared_ptr<Destination> destination;
-  {
-    std::lock_guard lock(mu_);
-    auto& slot = pool_[key];
-    if (!slot) slot = std::make_shared<Destination>();
-    destination = slot;
-    if (auto pick = PickLocked(*destination)) return pick;
-  }
-  // Not enough engines yet: set one up, one handshake per destination at a time, so that a
-  // burst of connects to a new destination makes one engine, not one each.
-  std::lock_guard establishing(destination->establish_mu);
-  {
-    std::lock_guard lock(mu_);
-    if (auto pick = PickLocked(*destination)) return pick;
-  }
-  BX_ASSIGN_OR_RETURN(transport::ConnectedSocket connected, transport::ConnectFirst(url, deadline));
-  transport::SetBlocking(connected.fd);
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
-  BX_ASSIGN_OR_RETURN(std::shared_ptr<RdmaConnection> connection,
-                      Establish(connected.fd, key, nullptr, nullptr,
-                                std::max(left, std::chrono::milliseconds(1)), nullptr, {}));
-  std::lock_guard lock(mu_);
-  if (!connection->torn_down()) destination->connections.push_back(connection);
-  ++connection->users;
-  return connection;
 }
 
 Result<std::unique_ptr<Listener>> RdmaTransportImpl::Listen(std::string_view url_text,

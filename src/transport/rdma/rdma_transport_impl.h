@@ -1,5 +1,6 @@
-// The RDMA transport's internals, shared by rdma_transport.cc, rdma_connection.cc and
-// rdma_socket.cc.
+// The RDMA transport's internals, shared by its files: rdma_transport.cc (creation, Listen,
+// Connect, Establish, Info), rdma_connection_pool.cc (the connecting side's engines per
+// destination), rdma_listener.cc, rdma_connection.cc and rdma_socket.cc.
 #pragma once
 
 #include <atomic>
