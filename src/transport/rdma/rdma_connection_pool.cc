@@ -66,8 +66,8 @@ Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Acquire(
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
   BX_ASSIGN_OR_RETURN(std::shared_ptr<RdmaConnection> connection,
-                      Establish(connected.fd, key, nullptr, nullptr,
-                                std::max(left, std::chrono::milliseconds(1)), nullptr, {}));
+                      EstablishConnecting(UniqueFd(connected.fd), key,
+                                          std::max(left, std::chrono::milliseconds(1))));
   std::lock_guard lock(mu_);
   if (!connection->torn_down()) destination->connections.push_back(connection);
   ++connection->users;

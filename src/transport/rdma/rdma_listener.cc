@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 
+#include "base/unique_fd.h"
 #include "bx/log.h"
 #include "transport/descriptor_budget.h"
 #include "transport/rdma/rdma_transport_impl.h"
@@ -132,17 +133,18 @@ void RdmaListener::Refused(const std::string& peer, const Status& why) {
   refusals_.Log(peer, why);
 }
 
-// Everything up to Establish runs before anything is allocated for the peer: its
+// Everything up to EstablishAccepting runs before anything is allocated for the peer: its
 // Hello, the authentication (bootstrap_auth.h) and the per-address limit. A refused peer gets a
 // Refusal saying why and sees the connection close.
 void RdmaListener::Admit(int fd, const PendingHellos::Arrived& arrived,
                          const std::atomic<bool>& evicted) {
+  UniqueFd owned(fd);  // the pool handed it over: closed here or passed on to the connection
   const std::string& peer = arrived.peer;
   const std::string& host = arrived.host;
   const TransportOptions& options = transport_.options();
   auto deadline = std::chrono::steady_clock::now() + kAcceptHandshakeTimeout;
   auto refused = [&](const Status& why) {
-    ::close(fd);
+    owned.reset();  // before counting it: whoever sees the count finds the connection closed
     if (stop_.load()) return;  // the listener closed: not the peer's doing
     Refused(peer, evicted ? ResourceExhausted("evicted to make room for newer handshakes") : why);
   };
@@ -158,9 +160,9 @@ void RdmaListener::Admit(int fd, const PendingHellos::Arrived& arrived,
         transport::auth::RefusalText(uint16_t(transport::auth::Refusal::kTooManyConnections))));
   }
   // Sockets come later, one per channel the peer opens on this engine.
-  auto connection =
-      transport_.Establish(fd, peer, &*hello, accept_, kAcceptHandshakeTimeout,
-                           auth->has_value() ? &**auth : nullptr, std::move(slot).value());
+  auto connection = transport_.EstablishAccepting(
+      std::move(owned), peer, *hello, accept_, kAcceptHandshakeTimeout,
+      auth->has_value() ? &**auth : nullptr, std::move(slot).value());
   if (!connection.ok() && !stop_.load()) {
     bx::Log(LogLevel::kWarning,
             "bx rdma: handshake with " + peer + " failed: " + connection.status().ToString());

@@ -1,75 +1,27 @@
+// The rdma:// transport itself: its creation on bemalloc's device, Listen, Connect, Info and its
+// registration. The rest of RdmaTransportImpl is in rdma_connection_pool.cc (the connecting
+// side's engines) and rdma_establish.cc (an engine's set-up); the listener is rdma_listener.cc
+// and the environment variables rdma_environment.cc.
 #include "transport/rdma/rdma_transport.h"
 
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
-#include <cstring>
 #include <mutex>
-#include <optional>
-#include <random>
 
 #include "alloc/verbs_registrar.h"
 #include "base/cpu_list.h"
-#include "base/log_internal.h"
 #include "base/loop_tasks.h"
 #include "bx/bemalloc.h"
-#include "bx/log.h"
 #include "transport/rdma/rdma_environment.h"
 #include "transport/rdma/rdma_listener.h"
 #include "transport/rdma/rdma_transport_impl.h"
 #include "transport/socket_util.h"
 #include "transport/transport_registry.h"
 #include "verbs/port_address.h"
-#include "verbs/rc_connect.h"
 
 namespace bx::rdma {
 namespace {
 
 constexpr int kListenBacklog = 4096;
-// Inline capacity asked of the QP: the engine's control payloads go inline (engine/wire.h).
-constexpr uint32_t kInlineBytes = engine::kMaxInlinePayloadBytes;
-
-// A random 24-bit first PSN per connection, as rdma_cm picks one: a stale packet of an earlier
-// connection between the same QP numbers then cannot fall into the new one's window.
-uint32_t RandomPsn() {
-  thread_local std::mt19937 generator{std::random_device{}()};
-  return generator() & 0xffffff;
-}
-
-std::string_view LinkLayerName(uint8_t link_layer) {
-  return link_layer == IBV_LINK_LAYER_INFINIBAND ? "InfiniBand" : "Ethernet (RoCE)";
-}
-
-// The local address of the bootstrap socket, which picks the RoCE GID.
-std::optional<sockaddr_storage> LocalAddress(int fd) {
-  sockaddr_storage address{};
-  socklen_t length = sizeof address;
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return std::nullopt;
-  return address;
-}
-
-// The engine's settings from the public RdmaOptions, whose defaults must stay the engine's.
-engine::EngineConfig EngineConfigOf(const RdmaOptions& rdma) {
-  engine::EngineConfig config;
-  config.send_queue_depth = rdma.send_queue_depth;
-  config.recv_queue_depth = rdma.recv_queue_depth;
-  config.eager_limit = rdma.eager_limit;
-  config.fragment_bytes = rdma.fragment_bytes;
-  config.send_window_bytes = rdma.send_window_bytes;
-  config.rendezvous_ahead_bytes = rdma.rendezvous_ahead_bytes;
-  config.scoped_remote_writes = rdma.scoped_remote_writes;
-  return config;
-}
-static_assert(RdmaOptions{}.send_queue_depth == engine::EngineConfig{}.send_queue_depth &&
-              RdmaOptions{}.recv_queue_depth == engine::EngineConfig{}.recv_queue_depth &&
-              RdmaOptions{}.eager_limit == engine::EngineConfig{}.eager_limit &&
-              RdmaOptions{}.fragment_bytes == engine::EngineConfig{}.fragment_bytes &&
-              RdmaOptions{}.send_window_bytes == engine::EngineConfig{}.send_window_bytes &&
-              RdmaOptions{}.rendezvous_ahead_bytes ==
-                  engine::EngineConfig{}.rendezvous_ahead_bytes &&
-              RdmaOptions{}.scoped_remote_writes == engine::EngineConfig{}.scoped_remote_writes);
 
 Result<Url> ParseRdmaUrl(std::string_view text) {
   BX_ASSIGN_OR_RETURN(Url url, ParseUrl(text));
@@ -191,130 +143,6 @@ Result<std::shared_ptr<Socket>> RdmaTransportImpl::Connect(std::string_view url_
     return accepted.WithContext("connect " + url.ToString());
   }
   return std::shared_ptr<Socket>(std::move(socket));
-}
-
-Result<std::shared_ptr<RdmaConnection>> RdmaTransportImpl::Establish(
-    int fd, std::string peer, const Hello* peer_hello, std::shared_ptr<AcceptState> accept,
-    std::chrono::milliseconds timeout, const AcceptedAuth* auth, transport::PeerSlot slot) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  engines_created_.fetch_add(1, std::memory_order_relaxed);
-  verbs::Library& lib = device_->lib();
-  const auto& threads = io_.threads();
-  size_t index = next_io_.fetch_add(1, std::memory_order_relaxed) % threads.size();
-  const std::shared_ptr<IoThread>& io_thread = threads[index];
-  IoThread& io = *io_thread;
-  engine::EnginePoller& poller = engine::EnginePoller::Of(io);
-  // From here on the connection owns fd and closes it however set-up ends.
-  auto connection = std::make_shared<RdmaConnection>(*this, io_thread, peer, std::move(accept));
-  connection->HoldPeerSlot(std::move(slot));
-  if (auth != nullptr && auth->privileged) connection->MarkPrivilegedPeer();
-  // The accepting side proves the secret the peer proved; the connecting side its own choice.
-  const std::string& secret =
-      auth != nullptr && auth->privileged ? options_.privileged_secret : options_.auth_secret;
-  const engine::EngineConfig config = EngineConfigOf(rdma_);
-  verbs::QueuePairAttrs attrs;
-  attrs.max_send_wr = config.send_queue_depth;
-  attrs.max_recv_wr = config.recv_queue_depth;
-  attrs.max_inline_data = kInlineBytes;
-  auto qp = verbs::CreateRcQueuePair(lib, device_->context(), poller.pd(), attrs, poller.cq());
-  if (!qp.ok()) {
-    ::close(fd);
-    return qp.status();
-  }
-  const std::optional<sockaddr_storage> local = LocalAddress(fd);
-  auto address = verbs::ResolvePortAddress(
-      *device_, port_, local ? reinterpret_cast<const sockaddr*>(&*local) : nullptr,
-      rdma_.gid_index);
-  if (!address.ok()) {
-    ::close(fd);
-    return address.status();
-  }
-  verbs::RcOptions rc;
-  rc.timeout = rdma_.timeout;
-  rc.retry_cnt = rdma_.retry_cnt;
-  rc.rnr_retry = rdma_.rnr_retry;
-  rc.traffic_class = rdma_.traffic_class;
-  rc.service_level = rdma_.service_level;
-  if (Status s = verbs::MoveRcToInit(lib, qp->qp(), port_, rc); !s.ok()) {
-    ::close(fd);
-    return s;
-  }
-  engine::EngineConfig engine_config = config;
-  engine_config.max_message_bytes = options_.max_message_bytes;
-  auto engine =
-      std::make_unique<engine::Engine>(lib, qp->qp(), engine_config, connection->EngineCallbacks());
-  // Receives are posted before the peer learns our QP number: no request can find none (RNR).
-  if (Status s = engine->PostInitialReceives(); !s.ok()) {
-    ::close(fd);
-    return s;
-  }
-  const uint32_t qpn = qp->qp_num();
-  connection->Attach(std::move(qp).value(), std::move(engine), fd);
-
-  Hello mine;
-  mine.qp_num = qpn;
-  mine.gid = address->gid;
-  mine.lid = address->lid;
-  mine.link_layer = address->link_layer;
-  mine.mtu = address->active_mtu;
-  mine.psn = RandomPsn();
-  mine.recv_queue_depth = config.recv_queue_depth;
-  mine.eager_limit = config.eager_limit;
-  mine.max_message_bytes = options_.max_message_bytes;
-  Hello theirs;
-  if (peer_hello == nullptr) {
-    BX_ASSIGN_OR_RETURN(
-        theirs,
-        ConnectingHandshake(fd, mine, transport::auth::ProvenSecret(options_), peer, deadline));
-  } else {
-    theirs = *peer_hello;
-  }
-  connection->engine().SetPeer(
-      {theirs.recv_queue_depth, theirs.eager_limit, theirs.max_message_bytes});
-
-  // Registered with the I/O thread before the peer can send.
-  io.RunAndWait([&] { connection->Register(); });
-  {
-    std::lock_guard lock(mu_);
-    connections_[connection.get()] = connection;
-  }
-  auto fail = [&](const Status& s) {
-    io.RunAndWait([&] { connection->Teardown(s); });
-    return s;
-  };
-  if (theirs.link_layer != mine.link_layer) {
-    const Status mismatch = FailedPrecondition(
-        "rdma: the peer's port is " + std::string(LinkLayerName(theirs.link_layer)) + ", ours is " +
-        std::string(LinkLayerName(mine.link_layer)) +
-        ": an InfiniBand port and a RoCE port cannot reach each other");
-    // The accepting side still answers with its Hello, so the peer can say the same.
-    if (peer_hello != nullptr) (void)SendAcceptingHello(fd, mine, secret, auth, deadline);
-    return fail(mismatch);
-  }
-  if (DebugAddressing()) {
-    // Asked for with BX_DEBUG=1: to the sink, or to stderr when the program has none.
-    LogRequested(LogLevel::kDebug,
-                 "bx rdma: " + connection->peer() + ": " + device_->name() + " port " +
-                     std::to_string(port_) + ", GID index " + std::to_string(address->gid_index) +
-                     " " + verbs::FormatGidAddress(address->gid) + " (" + address->reason +
-                     "), traffic class " + std::to_string(rc.traffic_class) + ", SL " +
-                     std::to_string(rc.service_level));
-  }
-  rc.psn = mine.psn;
-  rc.remote_psn = theirs.psn;
-  rc.mtu = std::min({mine.mtu, theirs.mtu, IBV_MTU_4096});
-  verbs::SetPath(*address, theirs.lid, theirs.gid, &rc);
-  if (Status s = verbs::MoveRcToRts(lib, connection->qp(), port_, theirs.qp_num, theirs.gid, rc);
-      !s.ok())
-    return fail(s);
-  if (peer_hello != nullptr) {
-    if (Status s = SendAcceptingHello(fd, mine, secret, auth, deadline); !s.ok()) return fail(s);
-    if (Status s = ReceiveReady(fd, timeout); !s.ok()) return fail(s);
-  } else {
-    if (Status s = SendReady(fd); !s.ok()) return fail(s);
-  }
-  io.Post([connection] { connection->Activate(); });
-  return connection;
 }
 
 RdmaTransportInfo RdmaTransportImpl::Info() {

@@ -1,6 +1,7 @@
 // The RDMA transport's internals, shared by its files: rdma_transport.cc (creation, Listen,
-// Connect, Establish, Info), rdma_connection_pool.cc (the connecting side's engines per
-// destination), rdma_listener.cc, rdma_connection.cc and rdma_socket.cc.
+// Connect, Info), rdma_connection_pool.cc (the connecting side's engines per destination),
+// rdma_establish.cc (an engine's set-up), rdma_listener.cc, rdma_connection.cc and
+// rdma_socket.cc.
 #pragma once
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "bx/transport.h"
 #include "engine/engine_poller.h"
 #include "transport/peer_limit.h"
@@ -25,6 +27,9 @@
 namespace bx::rdma {
 
 class RdmaListener;
+
+// "InfiniBand" or "Ethernet (RoCE)", for messages and RdmaTransportInfo.
+std::string_view LinkLayerName(uint8_t link_layer);
 
 class RdmaTransportImpl : public Transport {
  public:
@@ -45,12 +50,15 @@ class RdmaTransportImpl : public Transport {
   // I/O thread: a socket of `connection` (connecting side) is gone; an unused connection closes.
   void ReleaseUser(const std::shared_ptr<RdmaConnection>& connection);
 
-  // Runs the handshake on the connected TCP socket `fd` (owned from here on) and returns an
-  // active connection. `peer_hello`, `accept` and `slot` are set on the accepting side, which
-  // has read the peer's Hello, authenticated it (`auth`, when a secret is set) and counted it
-  // against max_connections_per_peer already. Creates the QP, engine and receive buffers.
-  Result<std::shared_ptr<RdmaConnection>> Establish(
-      int fd, std::string peer, const Hello* peer_hello, std::shared_ptr<AcceptState> accept,
+  // Connecting side: runs the handshake on `fd`, a blocking TCP socket connected to the
+  // listener at `peer`, and returns an active connection, within `timeout`.
+  Result<std::shared_ptr<RdmaConnection>> EstablishConnecting(UniqueFd fd, std::string peer,
+                                                              std::chrono::milliseconds timeout);
+  // Accepting side, after the listener has read `peer_hello`, authenticated the peer (`auth`,
+  // when a secret is set) and counted it against max_connections_per_peer (`slot`): answers
+  // and returns an active connection whose channels become sockets through `accept`.
+  Result<std::shared_ptr<RdmaConnection>> EstablishAccepting(
+      UniqueFd fd, std::string peer, const Hello& peer_hello, std::shared_ptr<AcceptState> accept,
       std::chrono::milliseconds timeout, const AcceptedAuth* auth, transport::PeerSlot slot);
 
  private:
@@ -69,6 +77,20 @@ class RdmaTransportImpl : public Transport {
                                                   std::chrono::steady_clock::time_point deadline);
   std::shared_ptr<RdmaConnection> PickLocked(Destination& destination);
 
+  // The steps of EstablishConnecting and EstablishAccepting (rdma_establish.cc).
+  struct LocalEnd;
+  // Both sides first: QP, address, INIT, engine, initial receives, our Hello.
+  Result<LocalEnd> PrepareLocalEnd(UniqueFd fd, std::string peer,
+                                   std::shared_ptr<AcceptState> accept, transport::PeerSlot slot,
+                                   bool privileged_peer);
+  // Once the peer's Hello is known: its limits to the engine, the engine to the I/O thread.
+  void Register(LocalEnd& end, const Hello& theirs);
+  // Our QP to RTR and RTS towards the peer's.
+  Status ConnectQueuePair(LocalEnd& end, const Hello& theirs);
+  // Ends a registered connection whose handshake failed; returns `why`.
+  Status Fail(LocalEnd& end, const Status& why);
+  std::shared_ptr<RdmaConnection> Activate(LocalEnd& end);
+
   TransportOptions options_;
   RdmaOptions rdma_;
   verbs::Device* device_ = nullptr;  // bemalloc's device
@@ -79,8 +101,8 @@ class RdmaTransportImpl : public Transport {
   std::atomic<size_t> next_io_{0};
   // Accepting side: engines per remote address (max_connections_per_peer).
   transport::PeerLimiter limiter_;
-  std::atomic<uint64_t> engines_created_{0};  // Establish calls: QPs created, either side
-  std::atomic<uint64_t> peers_refused_{0};    // bootstrap connections refused before Establish
+  std::atomic<uint64_t> engines_created_{0};  // engine set-ups begun, either side
+  std::atomic<uint64_t> peers_refused_{0};    // bootstrap connections refused before set-up
 
   std::mutex mu_;
   std::unordered_map<RdmaConnection*, std::shared_ptr<RdmaConnection>> connections_;
