@@ -314,11 +314,19 @@ Result<ClusterSpec> ParseClusterSpec(std::string_view json_text) {
     }
   }
   if (auto it = root.find("config_store"); it != root.end()) {
-    if (!it->is_string() || !it->get<std::string>().starts_with("http://") ||
-        it->get<std::string>().size() <= 7) {
-      return Bad("config_store", "expected an etcd client URL, http://host:port");
+    // One etcd client URL, or the members' (a list, or one string with commas as etcdctl's
+    // --endpoints): the store moves to the next member when one does not answer.
+    std::string urls;
+    for (const json& url : it->is_array() ? *it : json::array({*it})) {
+      if (!url.is_string() || !url.get<std::string>().starts_with("http://") ||
+          url.get<std::string>().size() <= 7) {
+        return Bad("config_store",
+                   "expected an etcd client URL, http://host:port, or a list of them");
+      }
+      urls += (urls.empty() ? "" : ",") + url.get<std::string>();
     }
-    spec.config_store = it->get<std::string>();
+    if (urls.empty()) return Bad("config_store", "expected at least one etcd client URL");
+    spec.config_store = urls;
   }
 
   if (auto it = root.find("rdma"); it != root.end()) {

@@ -3,6 +3,8 @@
 // proto3 JSON leaves out fields holding their default (false, 0, empty), so absent means that.
 #include <curl/curl.h>
 
+#include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -184,10 +186,12 @@ size_t AppendToString(char* data, size_t size, size_t count, void* out) {
   return size * count;
 }
 
+// Every member of the etcd cluster it was given; requests go to one at a time, and move to the
+// next when that one does not answer (killed, paused, cut off), as etcd's own clients do.
 class EtcdKvStore final : public KvStore {
  public:
-  EtcdKvStore(std::string endpoint, std::chrono::milliseconds timeout)
-      : endpoint_(std::move(endpoint)), timeout_(timeout) {
+  EtcdKvStore(std::vector<std::string> endpoints, std::chrono::milliseconds timeout)
+      : endpoints_(std::move(endpoints)), timeout_(timeout) {
     // An empty "Expect:" stops curl waiting for "100 Continue" before larger bodies.
     headers_ = curl_slist_append(headers_, "Content-Type: application/json");
     headers_ = curl_slist_append(headers_, "Expect:");
@@ -275,19 +279,52 @@ class EtcdKvStore final : public KvStore {
     return answer.status();
   }
 
-  std::string Describe() const override { return "etcd " + endpoint_; }
+  std::string Describe() const override {
+    std::string all;
+    for (const std::string& e : endpoints_) all += (all.empty() ? "" : ",") + e;
+    return "etcd " + all;
+  }
 
  private:
-  std::string Where(const char* path) const { return "etcd " + endpoint_ + path; }
+  std::string Where(const char* path) const {
+    return "etcd " + endpoints_[current_.load(std::memory_order_relaxed)] + path;
+  }
 
-  // POSTs `request` to `path`; etcd's JSON answer, or the error etcd or the transport gave.
+  // Call on the current member. One that could not be reached (the request never left: refused,
+  // or no connection within the connect timeout) gives way to the next at once; one that took
+  // the request and gave no answer ends the call (its outcome is unknown: the caller re-reads),
+  // and the next call starts at the next member.
   Result<json> Call(const char* path, const json& request) {
-    const std::string url = endpoint_ + path;
+    const size_t first = current_.load(std::memory_order_relaxed);
+    Result<json> answer = Unavailable("etcd: no endpoint");
+    for (size_t attempt = 0; attempt < endpoints_.size(); ++attempt) {
+      const size_t index = (first + attempt) % endpoints_.size();
+      bool sent = true;
+      answer = CallMember(endpoints_[index], path, request, &sent);
+      const bool answered =
+          answer.ok() || (answer.status().code() != StatusCode::kUnavailable &&
+                          answer.status().code() != StatusCode::kDeadlineExceeded);
+      if (answered) {
+        current_.store(index, std::memory_order_relaxed);
+        return answer;
+      }
+      current_.store((index + 1) % endpoints_.size(), std::memory_order_relaxed);
+      if (sent) return answer;
+    }
+    return answer;
+  }
+
+  // POSTs `request` to `path` on `endpoint`; etcd's JSON answer, or the error etcd or the
+  // transport gave. *sent is false when the request cannot have reached the member.
+  Result<json> CallMember(const std::string& endpoint, const char* path, const json& request,
+                          bool* sent) {
+    auto where = [&](const char* p) { return "etcd " + endpoint + p; };
+    const std::string url = endpoint + path;
     const std::string body = request.dump();
     std::string reply;
     char curl_error[CURL_ERROR_SIZE] = "";
     CURL* h = TakeHandle();
-    if (h == nullptr) return Internal(Where(path) + ": curl_easy_init failed");
+    if (h == nullptr) return Internal(where(path) + ": curl_easy_init failed");
     curl_easy_setopt(h, CURLOPT_URL, url.c_str());
     curl_easy_setopt(h, CURLOPT_POST, 1L);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.data());
@@ -298,20 +335,26 @@ class EtcdKvStore final : public KvStore {
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, curl_error);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);  // no SIGALRM for timeouts in a threaded process
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, long(timeout_.count()));
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, long(timeout_.count()));
+    // A member that does not take a connection within a second is down or cut off: the next
+    // one is tried rather than waiting out the whole timeout.
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, long(std::min<int64_t>(timeout_.count(), 1000)));
     curl_easy_setopt(h, CURLOPT_NOPROXY, "*");  // CI machines export http_proxy
     const CURLcode rc = curl_easy_perform(h);
     long http_status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http_status);
+    curl_off_t connected_us = 0;
+    curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connected_us);
+    *sent = rc == CURLE_OK ||
+            (rc != CURLE_COULDNT_CONNECT && rc != CURLE_COULDNT_RESOLVE_HOST && connected_us > 0);
     GiveBackHandle(h);
 
     if (rc != CURLE_OK) {
       std::string detail = curl_error[0] != '\0' ? curl_error : curl_easy_strerror(rc);
       if (rc == CURLE_OPERATION_TIMEDOUT) {
-        return DeadlineExceeded(Where(path) + ": no answer within " +
+        return DeadlineExceeded(where(path) + ": no answer within " +
                                 std::to_string(timeout_.count()) + " ms (" + detail + ")");
       }
-      return Unavailable(Where(path) + ": " + detail);
+      return Unavailable(where(path) + ": " + detail);
     }
     json answer = json::parse(reply, nullptr, /*allow_exceptions=*/false);
     if (answer.is_discarded()) {
@@ -320,15 +363,15 @@ class EtcdKvStore final : public KvStore {
     }
     if (!answer.is_discarded()) {
       if (std::optional<Status> error = ErrorInAnswer(answer)) {
-        return error->WithContext(Where(path));
+        return error->WithContext(where(path));
       }
     }
     if (http_status != 200) {
-      return Unavailable(Where(path) + ": HTTP " + std::to_string(http_status) + ": " +
+      return Unavailable(where(path) + ": HTTP " + std::to_string(http_status) + ": " +
                          reply.substr(0, 200));
     }
     if (answer.is_discarded() || !answer.is_object()) {
-      return DataLoss(Where(path) + ": the answer is not a JSON object: " + reply.substr(0, 200));
+      return DataLoss(where(path) + ": the answer is not a JSON object: " + reply.substr(0, 200));
     }
     return answer;
   }
@@ -357,7 +400,8 @@ class EtcdKvStore final : public KvStore {
     }
   }
 
-  const std::string endpoint_;
+  const std::vector<std::string> endpoints_;
+  std::atomic<size_t> current_{0};  // the member requests go to first
   const std::chrono::milliseconds timeout_;
   curl_slist* headers_ = nullptr;  // read-only once built: shared by concurrent calls
   std::mutex mu_;
@@ -366,14 +410,26 @@ class EtcdKvStore final : public KvStore {
 
 }  // namespace
 
-Result<std::unique_ptr<KvStore>> OpenEtcdKvStore(const std::string& endpoint,
+Result<std::unique_ptr<KvStore>> OpenEtcdKvStore(const std::string& endpoints,
                                                  std::chrono::milliseconds timeout) {
-  BX_ASSIGN_OR_RETURN(std::string normalized, NormalizeEndpoint(endpoint));
+  std::vector<std::string> members;
+  std::string_view rest = endpoints;
+  while (true) {
+    const size_t comma = rest.find(',');
+    BX_ASSIGN_OR_RETURN(std::string normalized,
+                        NormalizeEndpoint(std::string(rest.substr(0, comma))));
+    if (std::find(members.begin(), members.end(), normalized) != members.end()) {
+      return InvalidArgument("etcd endpoints '" + endpoints + "': " + normalized + " twice");
+    }
+    members.push_back(std::move(normalized));
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
   if (timeout.count() <= 0) {
-    return InvalidArgument("etcd endpoint '" + endpoint + "': timeout must be positive");
+    return InvalidArgument("etcd endpoint '" + endpoints + "': timeout must be positive");
   }
   BX_RETURN_IF_ERROR(InitCurlOnce());
-  return std::unique_ptr<KvStore>(new EtcdKvStore(std::move(normalized), timeout));
+  return std::unique_ptr<KvStore>(new EtcdKvStore(std::move(members), timeout));
 }
 
 }  // namespace bx::ps

@@ -83,9 +83,11 @@ std::unique_ptr<KvStore> NewMemoryKvStore();
 enum class KvOutage { kDown, kRestarted, kResumedLate };
 Status SetMemoryKvStoreOutage(KvStore* store, KvOutage outage);
 
-// An etcd v3 cluster reached through its JSON gateway at `endpoint` ("http://host:port", the
-// client URL). Every request has `timeout`. Nothing is sent until the first call.
-Result<std::unique_ptr<KvStore>> OpenEtcdKvStore(const std::string& endpoint,
+// An etcd v3 cluster reached through its JSON gateway at `endpoints`: one client URL
+// ("http://host:port") or the members' URLs separated by commas, as etcdctl --endpoints takes
+// them. Requests go to one member and move on when it does not answer (see EtcdKvStore). Every
+// request has `timeout`. Nothing is sent until the first call.
+Result<std::unique_ptr<KvStore>> OpenEtcdKvStore(const std::string& endpoints,
                                                  std::chrono::milliseconds timeout);
 
 // "http://host:port" (etcd, as OpenEtcdKvStore) or "memory://<name>" (the process's in-process

@@ -188,6 +188,16 @@ TEST(ClusterSpec, NamesItsConfigurationStoreAndWritesItBack) {
   Result<ClusterSpec> again = ParseClusterSpec(ClusterSpecToJson(*spec));
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(again->config_store, spec->config_store);
+
+  // Every member of a three-member etcd, as a list or as etcdctl's comma-separated string.
+  for (const char* members : {R"(["http://e1:2379", "http://e2:2379", "http://e3:2379"])",
+                              R"("http://e1:2379,http://e2:2379,http://e3:2379")"}) {
+    Result<ClusterSpec> three =
+        ParseClusterSpec(std::string(R"({"version": 1, "config_store": )") + members +
+                         R"(, "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})");
+    ASSERT_TRUE(three.ok()) << three.status().ToString();
+    EXPECT_EQ(three->config_store, "http://e1:2379,http://e2:2379,http://e3:2379");
+  }
 }
 
 TEST(ClusterSpec, MinInSyncDefaultsByShardSizeAndIsBoundedByIt) {
@@ -374,6 +384,10 @@ TEST(ClusterSpec, ErrorsNameWhatIsWrong) {
       {R"({"version": 1, "config_store": "https://e:2379", "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
        "config_store"},
       {R"({"version": 1, "config_store": 7, "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
+       "config_store"},
+      {R"({"version": 1, "config_store": [], "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
+       "config_store"},
+      {R"({"version": 1, "config_store": ["http://e:1", 7], "shards": [{"replicas": [{"tcp": "tcp://h:1"}]}]})",
        "config_store"},
   };
   for (const Case& c : cases) {

@@ -397,6 +397,41 @@ TEST(EtcdKvStoreTest, BadEndpointsAreInvalidArgument) {
   }
 }
 
+TEST(EtcdKvStoreTest, MemberListsAreCheckedMemberByMember) {
+  for (const char* endpoints :
+       {"http://127.0.0.1:2379,", ",http://127.0.0.1:2379", "http://127.0.0.1:2379,,http://b:1",
+        "http://127.0.0.1:2379,127.0.0.1:2380", "http://127.0.0.1:2379,http://127.0.0.1:2379/"}) {
+    Result<std::unique_ptr<KvStore>> store = OpenEtcdKvStore(endpoints, seconds(1));
+    EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument) << "'" << endpoints << "'";
+  }
+  Result<std::unique_ptr<KvStore>> three =
+      OpenEtcdKvStore("http://a:1,http://b:2/,http://[::1]:3", seconds(1));
+  ASSERT_TRUE(three.ok()) << three.status().ToString();
+  EXPECT_EQ((*three)->Describe(), "etcd http://a:1,http://b:2,http://[::1]:3");
+}
+
+// A member that refuses connections (killed) is passed over within the same call, and later
+// calls go to the member that answered.
+TEST(EtcdKvStoreTest, ADeadMemberIsPassedOver) {
+  std::string error;
+  EtcdProcess* etcd = SharedEtcd(&error);
+  ASSERT_NE(etcd, nullptr) << error;
+  Result<int> port = coord_test::PickFreePort();  // nothing listens there
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  const std::string dead = "http://127.0.0.1:" + std::to_string(*port);
+  Result<std::unique_ptr<KvStore>> store =
+      OpenEtcdKvStore(dead + "," + etcd->endpoint(), kEtcdTimeout);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const KvPut put{"dead-member-key", "v"};
+  Result<bool> committed = (*store)->Commit({}, std::span<const KvPut>(&put, 1));
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  EXPECT_TRUE(*committed);
+  Result<std::optional<KvEntry>> entry = (*store)->Get("dead-member-key");
+  ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+  ASSERT_TRUE(entry->has_value());
+  EXPECT_EQ((*entry)->value, "v");
+}
+
 TEST(EtcdKvStoreTest, UnreachableEndpointFailsFastWithUnavailable) {
   Result<int> port = coord_test::PickFreePort();  // nothing listens there
   ASSERT_TRUE(port.ok()) << port.status().ToString();

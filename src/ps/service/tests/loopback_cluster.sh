@@ -51,6 +51,59 @@ loopback_start_etcd() {
   until etcdctl --endpoints "$ETCD_URL" endpoint health >/dev/null 2>&1; do sleep 0.2; done
 }
 
+# A three-member etcd cluster on loopback: ETCD_MEMBER_URL[i] each member's client URL,
+# ETCD_URLS all of them with commas (what --etcd and etcdctl --endpoints take), ETCD_PID[i].
+loopback_start_etcd3() {
+  read -r -a ETCD_PORTS < <(python3 - <<'PY'
+import socket
+socks = [socket.socket() for _ in range(6)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+)
+  local initial="" i
+  ETCD_URLS=""
+  for i in 0 1 2; do
+    ETCD_MEMBER_URL[i]="http://127.0.0.1:${ETCD_PORTS[2 * i]}"
+    ETCD_PEER_URL[i]="http://127.0.0.1:${ETCD_PORTS[2 * i + 1]}"
+    initial+="${initial:+,}e$i=${ETCD_PEER_URL[i]}"
+    ETCD_URLS+="${ETCD_URLS:+,}${ETCD_MEMBER_URL[i]}"
+  done
+  ETCD_INITIAL_CLUSTER=$initial
+  for i in 0 1 2; do loopback_start_etcd_member "$i" new; done
+  until etcdctl --endpoints "$ETCD_URLS" endpoint health >/dev/null 2>&1; do sleep 0.2; done
+}
+
+loopback_start_etcd_member() {  # index new|existing
+  etcd --name "e$1" --data-dir "$WORK/etcd$1" --listen-client-urls "${ETCD_MEMBER_URL[$1]}" \
+    --advertise-client-urls "${ETCD_MEMBER_URL[$1]}" --listen-peer-urls "${ETCD_PEER_URL[$1]}" \
+    --initial-advertise-peer-urls "${ETCD_PEER_URL[$1]}" \
+    --initial-cluster "$ETCD_INITIAL_CLUSTER" --initial-cluster-state "$2" \
+    >>"$WORK/etcd$1.log" 2>&1 &
+  PIDS+=($!)
+  ETCD_PID[$1]=$!
+}
+
+# The index of the etcd leader among the members that answer (-1 when none does). etcdctl
+# fails when any member is down, but still prints the others' status.
+loopback_etcd_leader() {
+  local status
+  status=$(etcdctl --endpoints "$ETCD_URLS" endpoint status -w json 2>/dev/null || true)
+  python3 -c '
+import json, sys
+urls = sys.argv[1].split(",")
+try:
+    statuses = json.loads(sys.argv[2])
+except ValueError:
+    statuses = []
+for status in statuses:
+    s = status["Status"]
+    if s["leader"] == s["header"]["member_id"]:
+        print(urls.index(status["Endpoint"])); break
+else:
+    print(-1)' "$ETCD_URLS" "$status"
+}
+
 # The cluster file: table 1 for `bx ps train --verify` (SGD lr 1), table 2 dense, DIM wide.
 loopback_cluster_file() {  # dense-rows dense-learning-rate
   (umask 077 && head -c 32 /dev/urandom | base64 >"$WORK/cluster.secret")
@@ -69,8 +122,9 @@ PY
 }
 
 loopback_start_server() {  # replica log-suffix
-  "$BX" ps serve --cluster "$WORK/cluster.json" --shard 0 --replica "$1" --etcd "$ETCD_URL" \
-    --lease-ms 2000 --probe-interval-ms 100 >"$WORK/r$1$2.log" 2>&1 &
+  "$BX" ps serve --cluster "$WORK/cluster.json" --shard 0 --replica "$1" \
+    --etcd "${SERVER_ETCD:-$ETCD_URL}" --lease-ms "${LEASE_MS:-2000}" --probe-interval-ms 100 \
+    >"$WORK/r$1$2.log" 2>&1 &
   PIDS+=($!)
   SERVER[$1]=$!
 }
