@@ -11,9 +11,9 @@
 namespace bx::bemalloc {
 namespace {
 
-using internal::RegionPool;
-using internal::Span;
-using internal::ThreadHeap;
+using alloc::RegionPool;
+using alloc::Span;
+using alloc::ThreadHeap;
 
 // Set once by Init and never cleared: the pool outlives every thread that might still free
 // into it, including thread-exit and static destructors.
@@ -40,7 +40,7 @@ Status Init(std::unique_ptr<Registrar> registrar, const Options& options) {
   // Deliberately leaked: see g_pool.
   auto* pool = new RegionPool(std::move(registrar), options.min_region_bytes,
                               options.keep_empty_bytes, options.max_registered_bytes);
-  BX_RETURN_IF_ERROR(internal::InitHeaps(pool, options.thread_cache_bytes)
+  BX_RETURN_IF_ERROR(alloc::InitHeaps(pool, options.thread_cache_bytes)
                          .WithContext("bemalloc::Init"));  // pool is leaked
   g_pool.store(pool, std::memory_order_release);
   return Status::Ok();
@@ -51,10 +51,10 @@ bool IsInitialized() {
 }
 
 void* Allocate(size_t size) {
-  ThreadHeap* heap = internal::t_heap;
+  ThreadHeap* heap = alloc::t_heap;
   if (__builtin_expect(heap == nullptr, 0)) {
     if (g_pool.load(std::memory_order_acquire) == nullptr) return nullptr;  // not initialised
-    heap = internal::AdoptHeap();
+    heap = alloc::AdoptHeap();
   }
   return heap->Allocate(size == 0 ? 1 : size);
 }
@@ -64,10 +64,10 @@ void Deallocate(void* p) {
 #ifndef NDEBUG
   if (GetMR(p) == nullptr) DieForeignPointer("Deallocate", p);
 #endif
-  Span* span = internal::SpanOf(p);
+  Span* span = alloc::SpanOf(p);
   if (span->kind == Span::kHuge)
-    return internal::FreeHuge(g_pool.load(std::memory_order_relaxed), span);
-  ThreadHeap* heap = internal::t_heap;
+    return alloc::FreeHuge(g_pool.load(std::memory_order_relaxed), span);
+  ThreadHeap* heap = alloc::t_heap;
   if (span->owner == heap) return heap->FreeLocal(span, p);
   span->owner->PushRemote(p);
 }
@@ -76,9 +76,8 @@ size_t UsableSize(const void* p) {
 #ifndef NDEBUG
   if (GetMR(p) == nullptr) DieForeignPointer("UsableSize", p);
 #endif
-  const Span* span = internal::SpanOf(p);
-  return span->kind == Span::kSmall ? span->block_bytes
-                                    : span->bytes() - internal::kSpanHeaderBytes;
+  const Span* span = alloc::SpanOf(p);
+  return span->kind == Span::kSmall ? span->block_bytes : span->bytes() - alloc::kSpanHeaderBytes;
 }
 
 const MemoryRegion* GetMR(const void* p) {
@@ -109,8 +108,8 @@ Status LastGrowthError() {
 void Trim() {
   RegionPool* pool = g_pool.load(std::memory_order_acquire);
   if (pool == nullptr) return;
-  if (ThreadHeap* heap = internal::t_heap; heap != nullptr) heap->ReleaseAll();
-  internal::ReleaseOrphans();
+  if (ThreadHeap* heap = alloc::t_heap; heap != nullptr) heap->ReleaseAll();
+  alloc::ReleaseOrphans();
   pool->ReleaseEmpty(0);
 }
 

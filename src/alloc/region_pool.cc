@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-namespace bx::bemalloc::internal {
+namespace bx::alloc {
 namespace {
 
 uintptr_t AlignUp(uintptr_t value, size_t alignment) {
@@ -228,4 +228,4 @@ Status RegionPool::last_error() const {
   return last_error_;
 }
 
-}  // namespace bx::bemalloc::internal
+}  // namespace bx::alloc

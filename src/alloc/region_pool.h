@@ -21,7 +21,13 @@
 #include "alloc/region_table.h"
 #include "bx/bemalloc.h"
 
-namespace bx::bemalloc::internal {
+namespace bx::alloc {
+
+// The component's public types (bx/bemalloc.h); this folder is its implementation.
+using bemalloc::Counters;
+using bemalloc::MemoryRegion;
+using bemalloc::RegionKeys;
+using bemalloc::Registrar;
 
 class RegionPool {
  public:
@@ -87,4 +93,4 @@ class RegionPool {
   std::atomic<uint64_t> budget_refusals_{0};
 };
 
-}  // namespace bx::bemalloc::internal
+}  // namespace bx::alloc

@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <new>
 
-namespace bx::bemalloc::internal {
+namespace bx::alloc {
 
 bool RegionTable::Set(const MemoryRegion* region) {
   return SetRange(region, region);
@@ -37,4 +37,4 @@ bool RegionTable::SetRange(const MemoryRegion* region, const MemoryRegion* value
   return true;
 }
 
-}  // namespace bx::bemalloc::internal
+}  // namespace bx::alloc

@@ -17,7 +17,10 @@
 
 #include "bx/bemalloc.h"
 
-namespace bx::bemalloc::internal {
+namespace bx::alloc {
+
+// The component's public types (bx/bemalloc.h); this folder is its implementation.
+using bemalloc::MemoryRegion;
 
 inline constexpr int kSlotShift = 21;  // 2 MiB slots
 inline constexpr size_t kSlotBytes = size_t{1} << kSlotShift;
@@ -55,4 +58,4 @@ class RegionTable {
   std::array<std::atomic<Leaf*>, size_t{1} << kTopBits> top_{};
 };
 
-}  // namespace bx::bemalloc::internal
+}  // namespace bx::alloc

@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace bx::bemalloc::internal {
+namespace bx::alloc {
 
 inline constexpr int kUnitShift = 16;
 inline constexpr size_t kUnitBytes = size_t{1} << kUnitShift;  // 64 KiB
@@ -62,4 +62,4 @@ inline constexpr size_t UnitsFor(size_t bytes) {
   return (bytes + kSpanHeaderBytes + kUnitBytes - 1) >> kUnitShift;
 }
 
-}  // namespace bx::bemalloc::internal
+}  // namespace bx::alloc

@@ -5,7 +5,7 @@
 #include <mutex>
 #include <new>
 
-namespace bx::bemalloc::internal {
+namespace bx::alloc {
 
 void* ThreadHeap::AllocateSmallSlow(int c) {
   DrainRemote();
@@ -211,4 +211,4 @@ void ReleaseOrphans() {
   }
 }
 
-}  // namespace bx::bemalloc::internal
+}  // namespace bx::alloc

@@ -24,7 +24,7 @@
 #include "alloc/region_pool.h"
 #include "alloc/size_class.h"
 
-namespace bx::bemalloc::internal {
+namespace bx::alloc {
 
 class ThreadHeap;
 
@@ -141,4 +141,4 @@ ThreadHeap* AdoptHeap();
 // ReleaseAll on every orphan (heaps of exited threads not yet adopted).
 void ReleaseOrphans();
 
-}  // namespace bx::bemalloc::internal
+}  // namespace bx::alloc

@@ -8,7 +8,7 @@
 
 #include "alloc/tests/fake_registrar.h"
 
-namespace bx::bemalloc::internal {
+namespace bx::alloc {
 namespace {
 
 using bx::bemalloc::testing::FakeRegistrar;
@@ -109,9 +109,9 @@ TEST_F(RegionPoolKeepTest, KeepsEmptyRegionsUpToTheBudget) {
 }
 
 }  // namespace
-}  // namespace bx::bemalloc::internal
+}  // namespace bx::alloc
 
-namespace bx::bemalloc::internal {
+namespace bx::alloc {
 namespace {
 
 // The registered-memory budget: held ranges fill it, the next region is refused at once with
@@ -159,4 +159,4 @@ TEST(RegionPoolBudgetTest, NoBudgetByDefault) {
 }
 
 }  // namespace
-}  // namespace bx::bemalloc::internal
+}  // namespace bx::alloc

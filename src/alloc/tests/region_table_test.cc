@@ -4,7 +4,7 @@
 
 #include <memory>
 
-namespace bx::bemalloc::internal {
+namespace bx::alloc {
 namespace {
 
 void* At(uintptr_t address) {
@@ -35,4 +35,4 @@ TEST(RegionTableTest, RejectsAddressesBeyondUserSpace) {
 }
 
 }  // namespace
-}  // namespace bx::bemalloc::internal
+}  // namespace bx::alloc
