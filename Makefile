@@ -11,7 +11,7 @@ JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test demo demo-python format format-check clean asan tsan test-asan test-tsan \
+.PHONY: all deps configure build test demo demo-python format format-check clean asan tsan test-asan test-tsan test-pip \
 	test-stress build-variants conformance test-chaos test-catch-up bench-cluster bench-checkpoint bench-rc-ud bench-peer install fuzz fuzz-smoke fuzz-build fuzz-corpus
 
 all: build
@@ -45,8 +45,13 @@ configure: deps $(BUILD)/build.ninja
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The pip test (label pip) builds the library again in its own tree: ~40 s on a warm compiler
+# cache, ~9 min on a cold one, which would take CI's cold run past 30 minutes: make test-pip.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(if $(CTEST_ARGS),$(CTEST_ARGS),-LE pip)
+
+test-pip: build
+	cd $(BUILD) && ctest --output-on-failure -L pip
 
 demo: build
 	$(BUILD)/bin/bx devices
