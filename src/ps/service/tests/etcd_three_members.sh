@@ -3,7 +3,8 @@
 # three `bx ps serve` replicas is given all three members' client URLs (--etcd a,b,c); two
 # verifying trainers push; the etcd leader is killed (SIGKILL) 3 s in and restarted 7 s later,
 # longer than the 5 s lease. The replicas must ride through on the other two members: no lease
-# lost, 0 acknowledged pushes lost or doubled, the killed member back and healthy.
+# lost and no promotion, 0 acknowledged pushes lost or doubled, the killed member back and
+# healthy.
 #
 # --control gives the replicas only the member that is killed (a one-endpoint deployment): the
 # fault must then bite (a lost lease, a promotion, or a lease renewed only once the store is
@@ -60,17 +61,19 @@ sleep "$DOWN_SECONDS"
 loopback_start_etcd_member "$victim" existing
 loopback_wait_trainers
 read -r lost doubled acked p99_ms stall_ms < <(loopback_trainer_results)
-# The fault bites as a lost lease, a promotion, or a lease renewed only once the store was back.
-lease_lost=$(cat "$WORK"/r*.log | grep -c "lease lost\|promoted after\|after the store came back" ||
-  true)
+# Office changes: a lost lease, a promotion. A lease renewed only once the store answered again
+# (an etcd leader election holds requests a second or so) keeps the primary: the control counts
+# it as the fault biting, the every-member run allows it.
+lease_lost=$(cat "$WORK"/r*.log | grep -c "lease lost\|promoted after" || true)
+renewed_late=$(cat "$WORK"/r*.log | grep -c "after the store came back" || true)
 rejoined=0
 etcdctl --endpoints "${ETCD_MEMBER_URL[victim]}" endpoint health >/dev/null 2>&1 && rejoined=1
 alive=0
 for r in 0 1 2; do kill -0 "${SERVER[$r]}" 2>/dev/null && alive=$((alive + 1)); done
 echo "etcd_three_members: control=$CONTROL transport=$TRANSPORT killed member $victim (leader" \
   "$leader at start, $new_leader after); acked $acked, lost $lost, doubled $doubled, push p99" \
-  "$p99_ms ms, longest stall $stall_ms ms; lease lost or promotion $lease_lost times; member back" \
-  "$rejoined;" \
+  "$p99_ms ms, longest stall $stall_ms ms; lease lost or promotion $lease_lost times, renewed" \
+  "late $renewed_late times; member back $rejoined;" \
   "replicas alive $alive of 3"
 
 fail=0
@@ -79,7 +82,7 @@ fail=0
 ((alive == 3)) || { echo "FAIL: a replica exited" >&2; fail=1; }
 ((rejoined)) || { echo "FAIL: the killed member did not come back" >&2; fail=1; }
 if ((CONTROL)); then
-  ((lease_lost > 0)) || { echo "FAIL: the control's replicas kept their lease: the fault did not bite" >&2; fail=1; }
+  ((lease_lost + renewed_late > 0)) || { echo "FAIL: the control's replicas kept their lease: the fault did not bite" >&2; fail=1; }
 else
   ((lease_lost == 0)) || { echo "FAIL: a lease lost or a promotion with two etcd members up" >&2; fail=1; }
 fi
