@@ -542,11 +542,12 @@ TEST_P(PsServiceTest, ASecretClusterServesOnlyThoseWhoKnowTheSecret) {
   stranger_spec.secret.clear();
   auto stranger = MakeClient(stranger_spec);
   ASSERT_TRUE(stranger);
-  // 3 s: under CI's load an rdma connect refused for its secret took over 1 s to say so, and
-  // the push then ended "deadline passed before it was sent", which names no reason.
-  Status pushed = stranger->Push(kTable, kDim, {&key, 1}, ones, 3s);
+  // 6 s: under CI's load an rdma connect refused for its secret took over 1 s, once 3.4 s, to
+  // say so, and the push then ended "deadline passed before it was sent", which names no
+  // reason. The calls retry until their deadline, so this is also the test's length.
+  Status pushed = stranger->Push(kTable, kDim, {&key, 1}, ones, 6s);
   EXPECT_FALSE(pushed.ok());
-  Result<FetchResult> fetched = stranger->Fetch(kTable, {&key, 1}, 3s);
+  Result<FetchResult> fetched = stranger->Fetch(kTable, {&key, 1}, 6s);
   EXPECT_FALSE(fetched.ok());
   // The caller learns why, not only that no replica is reachable.
   for (const Status& refused : {pushed, fetched.status()}) {
