@@ -22,7 +22,6 @@ inline constexpr size_t kUnitBytes = size_t{1} << kUnitShift;  // 64 KiB
 inline constexpr size_t kSpanHeaderBytes = 128;
 inline constexpr uint32_t kMaxLargeUnits = 32;
 inline constexpr size_t kMaxSmallBytes = 32704;
-inline constexpr size_t kMaxLargeBytes = kMaxLargeUnits * kUnitBytes - kSpanHeaderBytes;
 
 // 16-128 in steps of 16, four classes per doubling to 8 KiB, then the unit-filling classes.
 inline constexpr int kClassCount = 38;
