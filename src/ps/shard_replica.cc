@@ -75,6 +75,7 @@ Status ShardReplica::BecomePrimary(uint64_t epoch, std::vector<std::shared_ptr<B
       }
     }
     reordered_.clear();
+    handing_over_ = false;
     state_->epoch = epoch;
     state_->applied_lsn = 0;
     {
@@ -124,6 +125,9 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
     const PushAck ack{push.id, false};
     if (role != Role::kPrimary) {
       refused = NotPrimary(role);
+    } else if (handing_over_) {
+      refused = FailedPrecondition(
+          "the primary is handing its shard over to a backup; retry at the new primary");
     } else if (!lease_held) {
       refused = FailedPrecondition(
           "the primary's lease is unconfirmed (its store has not answered); retry");
@@ -509,6 +513,48 @@ Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForCheckpoint(
   }
   if (Status s = durable_future.get(); !s.ok()) return s.WithContext("checkpoint");
   return snapshot;
+}
+
+// ---- Planned handover ---------------------------------------------------------------------
+
+Result<ShardReplica::Position> ShardReplica::BeginHandover(std::chrono::milliseconds timeout) {
+  auto durable = std::make_shared<std::promise<Status>>();
+  std::future<Status> durable_future = durable->get_future();
+  Position at;
+  Status refused;
+  {
+    OrderSection order(order_mu_, this);
+    {
+      std::lock_guard lock(mu_);
+      if (role_ != Role::kPrimary || !LeaseHeldLocked()) {
+        refused = FailedPrecondition("handover: this replica is not a primary holding its lease");
+      }
+    }
+    if (refused.ok()) {
+      handing_over_ = true;
+      at = Position{state_->epoch, state_->applied_lsn};
+      // The newest push is the one to wait for: every one before it is durable first.
+      AddWaiterLocked(at.lsn, Waiter{PushAck{}, [durable](Result<PushAck> r) {
+                                       durable->set_value(r.ok() ? Status::Ok() : r.status());
+                                     }});
+    }
+  }
+  RunDeferred();
+  if (!refused.ok()) return refused;
+  Status waited =
+      DeadlineExceeded("lsn " + std::to_string(at.lsn) + " of epoch " + std::to_string(at.epoch) +
+                       " not durable within " + std::to_string(timeout.count()) + " ms");
+  if (durable_future.wait_for(timeout) == std::future_status::ready) waited = durable_future.get();
+  if (!waited.ok()) {
+    EndHandover();
+    return waited.WithContext("handover");
+  }
+  return at;
+}
+
+void ShardReplica::EndHandover() {
+  OrderSection order(order_mu_, this);
+  handing_over_ = false;
 }
 
 Status ShardReplica::AttachLearner(uint32_t joiner, std::shared_ptr<BackupLink> link,

@@ -239,6 +239,16 @@ class ShardReplica {
   // or ResourceExhausted when the replica is deposed or falls below min_in_sync meanwhile.
   Result<JoinSnapshot> SnapshotForCheckpoint(std::chrono::milliseconds timeout);
 
+  // ---- Planned handover (docs/PS.md "Planned handover") ----
+  // Primary with a valid lease: refuses every push from now on (FailedPrecondition, nothing
+  // applied: clients move on to another replica) and returns the newest applied position once
+  // it is durable, so every backup in sync holds the whole shard. DeadlineExceeded when it is
+  // not within `timeout`, FailedPrecondition when this is not a primary with its lease; on any
+  // error pushes are taken again.
+  Result<Position> BeginHandover(std::chrono::milliseconds timeout);
+  // Takes pushes again (the handover could not be finished).
+  void EndHandover();
+
   // A new replica (a backup at epoch 0 that has applied nothing) takes `restored`'s rows: a
   // cluster started from a checkpoint. Every table of `restored` must exist here with the
   // same config (the cluster file's); tables only here stay empty. The position stays 0: the
@@ -359,6 +369,7 @@ class ShardReplica {
   // RefuseEpochsBelow, a snapshot's epoch, or one the epoch check confirmed: all committed.
   uint64_t min_forward_epoch_ = 0;
   EpochCommitted epoch_check_;  // SetEpochCheck; order_mu_
+  bool handing_over_ = false;   // BeginHandover: pushes refused; order_mu_
   // Backup: forwards of the current epoch that arrived ahead of a gap, by lsn.
   std::map<uint64_t, std::pair<ForwardedPush, std::vector<ForwardDone>>> reordered_;
   // Primary: position of each joiner's snapshot, whose log suffix is kept for its attach.

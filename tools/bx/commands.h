@@ -46,6 +46,8 @@ void AddPsCommand(CLI::App* app);
 void AddPsCheckpointCommands(CLI::App* ps);
 // `bx ps stat`, under `bx ps` (ps_stat_command.cc).
 void AddPsStatCommand(CLI::App* ps);
+// `bx ps handover`, under `bx ps` (ps_handover_command.cc).
+void AddPsHandoverCommand(CLI::App* ps);
 
 // `bx bench alloc ...`: registered under the `bench` subcommand. Defined by tools/bx/bench_alloc.cc
 // (bemalloc).

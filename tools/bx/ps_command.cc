@@ -97,6 +97,9 @@ struct FailoverFlags {
   bool without_leases = false;  // the old detector, no store (unsafe; the chaos tests' control)
   int timeout_ms = 1000;        // without leases: silence before a backup takes over (0: never)
   int probe_ms = 100;
+  // With a store: a primary stopped by SIGINT/SIGTERM first hands its shard to a backup (a
+  // planned handover), so the shard waits milliseconds for its next primary, not a lease.
+  bool handover_on_stop = true;
 };
 
 struct MetricsFlags {
@@ -312,6 +315,19 @@ void Serve(const ServeOptions& serve) {
     std::this_thread::sleep_for(100ms);
     announce_ready();
   }
+  if (monitor && !store.empty() && failover.handover_on_stop && (*server)->primary_epoch() != 0) {
+    const auto start = std::chrono::steady_clock::now();
+    Result<ps::HandoverResult> handed = monitor->HandOver();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (handed.ok()) {
+      std::fprintf(stderr, "stopping: handed shard %d over to replica %u at lsn %llu in %.1f ms\n",
+                   shard, handed->successor, static_cast<unsigned long long>(handed->lsn), ms);
+    } else {
+      // The backups take over once the lease, given back below, is gone.
+      std::fprintf(stderr, "stopping: no handover (%s)\n", handed.status().ToString().c_str());
+    }
+  }
   monitor.reset();
   ps::PsServerCounters c = (*server)->counters();
   std::fprintf(
@@ -503,6 +519,7 @@ void AddPsCommand(CLI::App* app) {
   ps->require_subcommand(1);
   AddPsCheckpointCommands(ps);
   AddPsStatCommand(ps);
+  AddPsHandoverCommand(ps);
 
   auto serve = std::make_shared<ServeOptions>();
   CLI::App* s = ps->add_subcommand("serve", "Run one replica of one shard until SIGINT/SIGTERM");
@@ -535,6 +552,9 @@ void AddPsCommand(CLI::App* app) {
   s->add_option("--probe-interval-ms", serve->failover.probe_ms,
                 "How often a backup pings its primary (or polls the store)")
       ->check(CLI::PositiveNumber);
+  s->add_flag("!--no-handover-on-stop", serve->failover.handover_on_stop,
+              "With --etcd: a primary stopped by SIGINT/SIGTERM gives up its lease without "
+              "first handing the shard to a backup (bx ps handover)");
   s->add_flag("--listen-any", serve->listen_any,
               "Listen on every interface at the file's ports, not on the file's address (a host "
               "behind NAT)");

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -179,6 +180,14 @@ struct BX_EXPORT FailoverOptions {
   std::chrono::milliseconds lease_ttl{2000};
 };
 
+// What a planned handover did: the backup that took the shard over, and the position (the old
+// primary's epoch and its last applied lsn) it held when it did.
+struct BX_EXPORT HandoverResult {
+  uint32_t successor = 0;
+  uint64_t epoch = 0;
+  uint64_t lsn = 0;
+};
+
 // With FailoverOptions::config_store: runs on every replica and keeps the shard's configuration
 // and the primary's lease in that store (docs/PS.md "Configuration and leases"). Without (and
 // only with FailoverOptions::unsafe_without_leases): watches
@@ -193,6 +202,16 @@ class BX_EXPORT FailoverMonitor {
 
   // The epoch this replica promoted itself to, 0 while it has not.
   uint64_t promoted_epoch() const;
+
+  // Planned handover (docs/PS.md "Planned handover"; `bx ps serve` does it on SIGTERM, `bx ps
+  // handover` asks for it over the network): this primary stops taking pushes, waits until
+  // they are durable, names a backup holding them all (`to`, or the first in replica order)
+  // its successor in the store and gives its lease back; the successor promotes itself at
+  // once, and this replica rejoins as a backup (catch-up) if it stays. Needs a config store.
+  // FailedPrecondition when this replica is not the primary, DeadlineExceeded when the pushes
+  // were not durable within `timeout`; on any error the primary goes on taking pushes.
+  Result<HandoverResult> HandOver(std::optional<uint32_t> to = std::nullopt,
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
  private:
   friend class PsInternals;  // the library's own layers and tests (src/ps/service/ps_internals.h)

@@ -247,6 +247,41 @@ Result<VersionedConfig> ShardCoordinator::Add(const ShardMember& member) {
   });
 }
 
+Status ShardCoordinator::NameSuccessor(uint32_t replica) {
+  VersionedConfig office;
+  int64_t key_created;
+  {
+    std::lock_guard lock(mu_);
+    if (!office_ || lease_id_ == 0) return FailedPrecondition("not the primary");
+    office = *office_;
+    key_created = lease_key_created_;
+  }
+  if (replica == options_.self || office.config.Find(replica) == nullptr) {
+    return InvalidArgument("replica " + std::to_string(replica) + " is not a backup in the set");
+  }
+  if (!LeaseValid()) return FailedPrecondition("the primary's lease expired");
+  // Not bound to the lease: it must outlive the resignation that follows.
+  const KvCompare compares[] = {{Key("config"), KvCompare::Target::kMod, office.revision},
+                                {Key("lease"), KvCompare::Target::kCreate, key_created}};
+  const KvPut put{Key("successor"),
+                  std::to_string(replica) + " " + std::to_string(office.config.epoch), 0};
+  BX_ASSIGN_OR_RETURN(bool done, store_->Commit(compares, {&put, 1}));
+  if (!done) return FailedPrecondition("the configuration changed or the lease expired");
+  return Status::Ok();
+}
+
+Result<std::optional<uint32_t>> ShardCoordinator::Successor(uint64_t epoch) {
+  BX_ASSIGN_OR_RETURN(std::optional<KvEntry> entry, store_->Get(Key("successor")));
+  if (!entry) return std::optional<uint32_t>();
+  unsigned long long replica = 0, named_in = 0;
+  if (std::sscanf(entry->value.c_str(), "%llu %llu", &replica, &named_in) != 2 ||
+      replica > UINT32_MAX) {
+    return DataLoss("the store's successor key holds \"" + entry->value + "\"");
+  }
+  if (named_in != epoch) return std::optional<uint32_t>();
+  return std::optional<uint32_t>(static_cast<uint32_t>(replica));
+}
+
 Result<VersionedConfig> ShardCoordinator::ChangeMembers(
     const std::string& what, const std::function<Status(ShardConfig&)>& change) {
   VersionedConfig office;

@@ -6,6 +6,8 @@
 //               set, changed only by the transactions below
 //   lease       "<replica> <epoch>", bound to the primary's lease: it exists exactly while the
 //               primary's lease is alive at the store
+//   successor   "<replica> <epoch>": the backup the primary of <epoch> handed the shard to (a
+//               planned handover); the other backups leave the promotion to it
 //
 // Transactions (each a compare-and-put on revisions):
 //   Bootstrap   config absent                           -> config{1, self, members}, lease key
@@ -13,6 +15,7 @@
 //   Drop        config unchanged since own last write,  -> config{same epoch, set - dropped}
 //               own lease key still the one it created
 //   Add         as Drop                                 -> config{same epoch, set + joined}
+//   NameSuccessor  as Drop                              -> successor{backup, epoch}
 // so epochs come from the store (monotonic, one primary per epoch), a backup is promoted only
 // once the old primary's lease has expired at the store, and only a primary whose lease is
 // alive changes the set.
@@ -117,6 +120,11 @@ class ShardCoordinator {
   // As the primary holding its lease: adds `member` to the set (replacing an entry for the
   // same replica, i.e. an earlier process). Errors as Drop.
   Result<VersionedConfig> Add(const ShardMember& member);
+  // As the primary holding its lease: names `replica` (a member) the successor of this epoch,
+  // before the primary resigns in a planned handover. Errors as Drop.
+  Status NameSuccessor(uint32_t replica);
+  // The successor the primary of `epoch` named (nullopt: none, or one named in another epoch).
+  Result<std::optional<uint32_t>> Successor(uint64_t epoch);
   // The config this replica last wrote as primary (nullopt when it is not primary).
   std::optional<VersionedConfig> office() const;
   // Gives the office up (a primary that stepped down by itself): stops renewing and revokes the

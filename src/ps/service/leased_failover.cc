@@ -51,6 +51,7 @@ Result<std::unique_ptr<LeasedFailoverCore>> LeasedFailoverCore::Start(PsServerCo
     return Unavailable("backup has not confirmed its membership recently");
   });
   core->OpenJoinDesk();
+  core->OpenHandoverDesk();
   core->thread_ = std::thread([c = core.get()] { c->Run(); });
   return core;
 }
@@ -86,12 +87,15 @@ LeasedFailoverCore::LeasedFailoverCore(PsServerCore* server, FailoverOptions opt
 
 LeasedFailoverCore::~LeasedFailoverCore() {
   server_->replica().SetEpochCheck(nullptr);  // it reads coordinator_
+  CloseHandoverDesk();
   CloseJoinDesk();
   std::vector<Change> pending;
+  std::vector<Handover> handovers;
   {
     std::lock_guard lock(inbox_->mu);
     inbox_->closed = true;
     pending.swap(inbox_->changes);
+    handovers.swap(inbox_->handovers);
   }
   inbox_->cv.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -100,6 +104,7 @@ LeasedFailoverCore::~LeasedFailoverCore() {
   if (primary_epoch_ != 0) server_->replica().StepDown("failover monitor stopped");
   coordinator_.reset();
   for (Change& change : pending) change.committed(Aborted("failover monitor stopped"));
+  for (Handover& h : handovers) h.done(Aborted("failover monitor stopped"));
 }
 
 void LeasedFailoverCore::Log(const std::string& line) const {
@@ -117,12 +122,16 @@ void LeasedFailoverCore::LogOnce(const std::string& line) {
 void LeasedFailoverCore::Run() {
   std::unique_lock lock(inbox_->mu);
   while (!inbox_->closed) {
+    inbox_->take_over = false;
     lock.unlock();
     RunChanges();
+    RunHandovers();
     Step();
     lock.lock();
-    inbox_->cv.wait_for(lock, options_.probe_interval,
-                        [this] { return inbox_->closed || !inbox_->changes.empty(); });
+    inbox_->cv.wait_for(lock, options_.probe_interval, [this] {
+      return inbox_->closed || !inbox_->changes.empty() || !inbox_->handovers.empty() ||
+             inbox_->take_over;
+    });
   }
 }
 
@@ -259,9 +268,17 @@ void LeasedFailoverCore::TryBootstrap() {
 void LeasedFailoverCore::TryPromote(const VersionedConfig& seen) {
   const Clock::time_point now = Clock::now();
   if (!lease_gone_since_) lease_gone_since_ = now;
+  // A primary that handed the shard over named the backup that holds every push: it promotes
+  // itself at once, and the others leave it a lease ttl to do so.
+  const std::optional<uint32_t> successor = NamedSuccessor(seen);
+  const bool named = successor == options_.self;
+  if (successor && !named && now - *lease_gone_since_ < options_.lease_ttl) {
+    return LogOnce("the primary handed the shard over to replica " + std::to_string(*successor) +
+                   "; leaving the promotion to it");
+  }
   // Prefer the member holding the most pushes (fewest to re-forward, nothing unacknowledged
   // forgotten); one that does not answer, or not within a lease ttl, is passed over.
-  if (now - *lease_gone_since_ < options_.lease_ttl) {
+  if (!named && now - *lease_gone_since_ < options_.lease_ttl) {
     const ShardReplica::Position mine = server_->replica().position();
     for (const ShardMember& m : seen.config.members) {
       if (m.replica == options_.self || m.replica == seen.config.primary) continue;
@@ -277,7 +294,8 @@ void LeasedFailoverCore::TryPromote(const VersionedConfig& seen) {
   Result<VersionedConfig> config = coordinator_->Promote(seen);
   if (!config.ok()) return Log("promotion: " + config.status().ToString());
   promoted_epoch_.store(config->config.epoch);
-  TakeOver(*config, "promoted after the primary's lease expired");
+  TakeOver(*config, named ? "promoted as the successor the primary handed the shard to"
+                          : "promoted after the primary's lease expired");
 }
 
 void LeasedFailoverCore::TakeOver(const VersionedConfig& config, const char* how) {
@@ -304,8 +322,16 @@ void LeasedFailoverCore::TakeOver(const VersionedConfig& config, const char* how
     return;
   }
   primary_epoch_ = config.config.epoch;
+  std::string waited;
+  if (lease_gone_since_) {
+    waited = ", " +
+             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                Clock::now() - *lease_gone_since_)
+                                .count()) +
+             " ms after finding the lease gone";
+  }
   Log(std::string(how) + ": now primary of epoch " + std::to_string(config.config.epoch) +
-      " with " + std::to_string(backups.size()) + " backups");
+      " with " + std::to_string(backups.size()) + " backups" + waited);
 }
 
 }  // namespace bx::ps

@@ -161,6 +161,10 @@ Status PsServerCore::Register() {
                                         replicas_only(&PsServerCore::OnCheckpoint)));
   BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kCheckpointChunkMethod),
                                         replicas_only(&PsServerCore::OnCheckpointChunk)));
+  BX_RETURN_IF_ERROR(
+      server_->AddMethod(std::string(kHandoverMethod), replicas_only(&PsServerCore::OnHandover)));
+  BX_RETURN_IF_ERROR(
+      server_->AddMethod(std::string(kTakeOverMethod), replicas_only(&PsServerCore::OnTakeOver)));
   return server_->AddMethod(std::string(kPingMethod),
                             [this](rpc::ServerCall call) { OnPing(std::move(call)); });
 }

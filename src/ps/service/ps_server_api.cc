@@ -81,4 +81,14 @@ uint64_t FailoverMonitor::promoted_epoch() const {
   return leased_ ? leased_->promoted_epoch() : core_->promoted_epoch();
 }
 
+Result<HandoverResult> FailoverMonitor::HandOver(std::optional<uint32_t> to,
+                                                 std::chrono::milliseconds timeout) {
+  if (!leased_) {
+    return FailedPrecondition(
+        "handover needs a configuration store (FailoverOptions::config_store): without one the "
+        "successor could not know the shard is its own");
+  }
+  return leased_->HandOver(to, timeout);
+}
+
 }  // namespace bx::ps

@@ -63,6 +63,25 @@ inline constexpr std::string_view kCheckpointMethod = "ps.Checkpoint";
 inline constexpr std::string_view kStatMethod = "ps.Stat";
 inline constexpr std::string_view kCheckpointChunkMethod = "ps.CheckpointChunk";
 
+// Planned handover (docs/PS.md "Planned handover"): "ps.Handover" (u64 replica to hand over
+// to, or kAnyBackup; u64 ms it may take -> u64 successor, u64 epoch, u64 lsn: the position the
+// successor holds), asked of the primary; "ps.TakeOver" (empty -> empty), the old primary
+// telling its successor to look at the store now rather than at its next probe. Replicas'
+// methods.
+inline constexpr std::string_view kHandoverMethod = "ps.Handover";
+inline constexpr std::string_view kTakeOverMethod = "ps.TakeOver";
+inline constexpr uint64_t kAnyBackup = UINT64_MAX;
+// The primary's monitor behind those methods (PsServerCore::SetHandoverService).
+class HandoverService {
+ public:
+  virtual ~HandoverService() = default;
+  // `done` runs once, on any thread, when the handover is finished or refused.
+  virtual void HandOver(std::optional<uint32_t> to, std::chrono::milliseconds timeout,
+                        std::function<void(Result<HandoverResult>)> done) = 0;
+  // The primary handed this replica the shard: step now.
+  virtual void TakeOver() = 0;
+};
+
 // "ps.Ping": an empty request; the reply is kPingReplyBytes: u8 role (0 backup, 1 primary,
 // 2 fenced), 7 x u8 0, u64 epoch, u64 applied lsn (little-endian).
 inline constexpr size_t kPingReplyBytes = 24;
@@ -190,6 +209,8 @@ class PsServerCore {
   void SetReadGate(std::function<Status()> gate);
   // Serves "ps.Join*" through `service` (null: refused, the default).
   void SetJoinService(std::shared_ptr<JoinService> service);
+  // Serves "ps.Handover" and "ps.TakeOver" through `service` (null: refused, the default).
+  void SetHandoverService(std::shared_ptr<HandoverService> service);
   // Gives `transport` this server's cluster and replica secrets where it has none of its own: a
   // failover monitor's client proves what its server does (one that could not reach a primary
   // only for want of a secret would promote a second one).
@@ -215,6 +236,8 @@ class PsServerCore {
   void OnJoinChunk(rpc::ServerCall call);
   void OnJoinAttach(rpc::ServerCall call);
   void OnStat(rpc::ServerCall call);
+  void OnHandover(rpc::ServerCall call);
+  void OnTakeOver(rpc::ServerCall call);
   void OnCheckpoint(rpc::ServerCall call);
   void OnCheckpointChunk(rpc::ServerCall call);
 
@@ -223,6 +246,7 @@ class PsServerCore {
   std::unique_ptr<rpc::Server> server_;
   SharedSlot<const std::function<Status()>> read_gate_;
   SharedSlot<JoinService> join_service_;
+  SharedSlot<HandoverService> handover_service_;
   class CheckpointDesk;  // checkpoint.cc
   static std::shared_ptr<CheckpointDesk> NewCheckpointDesk(ShardReplica* replica);
   const std::shared_ptr<CheckpointDesk> checkpoints_ = NewCheckpointDesk(&replica_);
@@ -317,6 +341,13 @@ class LeasedFailoverCore {
   ~LeasedFailoverCore();  // stops the thread; a held lease is revoked
 
   uint64_t promoted_epoch() const { return promoted_epoch_.load(); }
+  // Planned handover (docs/PS.md "Planned handover"), run on the monitor's thread: this
+  // primary stops taking pushes, waits until they are durable, names a backup that holds them
+  // all (`to`, or the first in replica order) its successor in the store, steps down and gives
+  // its lease back; the successor promotes itself at once. FailedPrecondition when this
+  // replica is not the primary; on any error before the successor is named the primary goes on
+  // as before.
+  Result<HandoverResult> HandOver(std::optional<uint32_t> to, std::chrono::milliseconds timeout);
 
  private:
   LeasedFailoverCore(PsServerCore* server, FailoverOptions options, std::shared_ptr<KvStore> store);
@@ -339,17 +370,33 @@ class LeasedFailoverCore {
     std::function<void(Status)> committed;
     std::string why;  // drop: the failed forward's error
   };
+  struct Handover {
+    std::optional<uint32_t> to;
+    std::chrono::steady_clock::time_point deadline;
+    std::function<void(Result<HandoverResult>)> done;
+  };
   struct Inbox {
     std::mutex mu;
     std::condition_variable cv;
     bool closed = false;
     std::vector<Change> changes;
+    std::vector<Handover> handovers;
+    bool take_over = false;                   // ps.TakeOver arrived: step now
     std::map<size_t, uint32_t> link_replica;  // of the current primary term
     void Submit(Change change);
     void Drop(size_t link, const Status& why, std::function<void(Status)> committed);
     std::optional<size_t> LinkOf(uint32_t replica);
   };
   void RunChanges();
+  // Handovers asked of this primary (handover.cc), run on the monitor thread.
+  class HandoverDesk;
+  void OpenHandoverDesk();  // serves ps.Handover and ps.TakeOver from now on
+  void CloseHandoverDesk();
+  void RunHandovers();
+  Result<HandoverResult> HandOverNow(std::optional<uint32_t> to,
+                                     std::chrono::steady_clock::time_point deadline);
+  // The successor the store names for `seen`'s epoch (nullopt: none, or the store did not say).
+  std::optional<uint32_t> NamedSuccessor(const VersionedConfig& seen);
   // The primary's side of catch-up; its methods run on RPC threads.
   class JoinDesk;
   void OpenJoinDesk();   // serves joins from now on

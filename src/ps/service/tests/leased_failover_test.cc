@@ -433,6 +433,103 @@ TEST_P(LeasedFailoverTest, FetchesPassOverAReplicaThatRefusesReads) {
   }
 }
 
+// A planned handover (docs/PS.md "Planned handover") while a trainer pushes: the primary gives
+// the shard to the backup it names, which promotes itself without waiting out the 5 s lease
+// (the lower-numbered backup, which holds as much, leaves it the promotion); nothing
+// acknowledged is lost or applied twice, and the old primary rejoins as a backup.
+TEST_P(LeasedFailoverTest, APlannedHandoverMovesTheShardWithoutWaitingOutTheLease) {
+  constexpr auto kLease = 5000ms;
+  constexpr uint64_t kKey = 11;
+  Cluster& cluster = cluster_;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 3, {}, /*promote=*/false));
+  ASSERT_NO_FATAL_FAILURE(StartMonitors(cluster, 3, kLease));
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, kKey, 20));
+  // Refused where it cannot be done: asked of a backup, to the primary itself, to no replica.
+  EXPECT_EQ(monitors_[1]->HandOver().status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(monitors_[0]->HandOver(0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(monitors_[0]->HandOver(7).status().code(), StatusCode::kInvalidArgument);
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> acked{0};
+  std::atomic<int64_t> longest_us{0};
+  std::thread trainer([&] {
+    const std::vector<float> ones(kDim, 1.0f);
+    while (!stop) {
+      const auto sent = std::chrono::steady_clock::now();
+      Status s = client->Push(kTable, kDim, {&kKey, 1}, ones, 60s);
+      if (!s.ok()) {
+        ADD_FAILURE() << "push: " << s.ToString();
+        return;
+      }
+      const int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::steady_clock::now() - sent)
+                             .count();
+      if (us > longest_us) longest_us = us;
+      ++acked;
+    }
+  });
+  ASSERT_TRUE(WaitFor([&] { return acked >= 20; }, kWaitLimit));
+  Result<HandoverResult> handed = monitors_[0]->HandOver(2, 10s);
+  ASSERT_TRUE(handed.ok()) << handed.status().ToString() << logs_[0].Dump();
+  EXPECT_EQ(handed->successor, 2u);
+  EXPECT_EQ(handed->epoch, 1u);
+  const int at_handover = acked;
+  ASSERT_TRUE(WaitFor([&] { return acked >= at_handover + 20; }, kWaitLimit)) << logs_[2].Dump();
+  stop = true;
+  trainer.join();
+
+  Result<std::optional<VersionedConfig>> config = Config();
+  ASSERT_TRUE(config.ok() && *config);
+  EXPECT_EQ((*config)->config.epoch, 2u);
+  EXPECT_EQ((*config)->config.primary, 2u);
+  EXPECT_EQ(monitors_[2]->promoted_epoch(), 2u) << logs_[2].Dump();
+  EXPECT_EQ(monitors_[1]->promoted_epoch(), 0u) << logs_[1].Dump();
+  EXPECT_TRUE(logs_[2].Contains("promoted as the successor")) << logs_[2].Dump();
+  EXPECT_LT(longest_us.load(), std::chrono::microseconds(kLease).count() / 2)
+      << "the shard waited for the lease";
+  const float expected = -static_cast<float>(20 + acked);
+  EXPECT_EQ(FirstValue(*cluster.servers[0][2], kKey), expected);
+  ASSERT_TRUE(
+      WaitFor([&] { return FirstValue(*cluster.servers[0][1], kKey) == expected; }, kWaitLimit));
+  // The old primary catches up and is added back as a backup of epoch 2.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        Result<std::optional<VersionedConfig>> c = Config();
+        return c.ok() && *c && (*c)->config.Find(0) != nullptr;
+      },
+      kWaitLimit))
+      << logs_[0].Dump() << logs_[2].Dump();
+  EXPECT_EQ(FirstValue(*cluster.servers[0][0], kKey), expected);
+}
+
+// The successor a handover names may never take over (its monitor is gone here): the other
+// backup leaves it the promotion for one lease, then promotes itself, and nothing is lost.
+TEST_P(LeasedFailoverTest, ANamedSuccessorThatNeverTakesOverIsReplacedAfterALease) {
+  constexpr uint64_t kKey = 13;
+  Cluster& cluster = cluster_;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 3, {}, /*promote=*/false));
+  ASSERT_NO_FATAL_FAILURE(StartMonitors(cluster, 3, 1500ms));
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, kKey, 20));
+  monitors_[2].reset();  // replica 2 still serves, as a backup holding every push
+  Result<HandoverResult> handed = monitors_[0]->HandOver(2, 10s);
+  ASSERT_TRUE(handed.ok()) << handed.status().ToString() << logs_[0].Dump();
+  const auto resigned = std::chrono::steady_clock::now();
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, kKey, 5));  // waits for replica 1's promotion
+  const auto waited = std::chrono::steady_clock::now() - resigned;
+  EXPECT_TRUE(logs_[1].Contains("leaving the promotion to it")) << logs_[1].Dump();
+  EXPECT_TRUE(logs_[1].Contains("promoted after the primary's lease expired")) << logs_[1].Dump();
+  EXPECT_GE(waited, 1500ms) << "replica 1 did not leave the successor its lease";
+  Result<std::optional<VersionedConfig>> config = Config();
+  ASSERT_TRUE(config.ok() && *config);
+  EXPECT_EQ((*config)->config.epoch, 2u);
+  EXPECT_EQ((*config)->config.primary, 1u);
+  EXPECT_EQ(FirstValue(*cluster.servers[0][1], kKey), -25.0f);
+}
+
 TEST_P(LeasedFailoverTest, ALeasedMonitorNeedsATtlAboveItsProbes) {
   Cluster& cluster = cluster_;
   ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 2, {}, /*promote=*/false));
