@@ -397,7 +397,7 @@ void ShardReplica::OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, St
         learner->second.acked = std::max(learner->second.acked, lsn);
         AdvanceLearnerLocked(backup, &calls);
       }
-    } else if (status.code() == StatusCode::kFailedPrecondition) {
+    } else if (status.code() == StatusCode::kFailedPrecondition && !guard_.drop_backup) {
       // The backup follows a newer epoch: a new primary exists. Never ack from here again.
       StepDownLocked(Role::kFenced,
                      Unavailable("deposed as primary (" + status.message() + "); retry"), &calls);
@@ -411,6 +411,12 @@ void ShardReplica::OnForwardDone(uint64_t epoch, uint64_t lsn, size_t backup, St
       learner->second.failed = true;
       learner->second.failure = status;
     } else {
+      // With a store, a backup's refusal for a newer epoch is checked there before this primary
+      // steps down: the drop commits only while the store names this primary with its lease
+      // alive. So a primary deposed for real steps down when the drop fails, and a backup that
+      // claims an epoch nobody committed (stale, buggy or forged) is dropped instead of
+      // deposing a live primary. Until the store answers the backup still counts: no ack
+      // goes out without it.
       MemberLinkFailedLocked(backup, status, &calls);
     }
     CollectReadyLocked(&calls);

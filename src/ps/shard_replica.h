@@ -17,7 +17,8 @@
 //    ends up with every push any survivor applied; backups skip the ones they have by push id.
 //  - Fencing: a backup refuses forwards from an older epoch; the primary that gets that refusal
 //    steps down (Role::kFenced), failing its waiting pushes with Unavailable, so a deposed
-//    primary cannot acknowledge anything.
+//    primary cannot acknowledge anything. With a guard it first asks the store to drop that
+//    backup, and steps down when the store refuses (it names another primary).
 //  - Catch-up: a replica outside the set (restarted, or dropped) installs a snapshot the primary
 //    took for it (SnapshotForJoin, InstallSnapshot); the primary then forwards it the pushes
 //    after the snapshot and every new one (AttachLearner). It counts towards durability only

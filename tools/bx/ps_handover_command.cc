@@ -32,9 +32,8 @@ void RunHandover(const HandoverFlags& flags) {
   const auto start = std::chrono::steady_clock::now();
   Result<ps::HandoverResult> done = ps::HandOverShard(spec, flags.shard, options);
   if (!done.ok()) FailPs("handover of shard " + std::to_string(flags.shard), done.status());
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                              start)
-                        .count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (flags.json) {
     std::printf("%s\n", nlohmann::json{{"shard", flags.shard},
                                        {"successor", done->successor},
@@ -68,8 +67,9 @@ void AddPsHandoverCommand(CLI::App* ps) {
       "by itself on SIGTERM.");
   c->add_option("--cluster", flags->cluster, "Cluster file (JSON)")->required();
   c->add_option("--shard", flags->shard, "The shard to hand over")->required();
-  c->add_option("--to", flags->to, "The backup replica to hand it to (default: the first "
-                                   "that holds every push)")
+  c->add_option("--to", flags->to,
+                "The backup replica to hand it to (default: the first "
+                "that holds every push)")
       ->check(CLI::NonNegativeNumber);
   c->add_option("--timeout-ms", flags->timeout_ms,
                 "How long the primary may take to make its pushes durable and name the successor")

@@ -45,15 +45,14 @@ void PsServerCore::OnHandover(rpc::ServerCall call) {
     return call.Fail(InvalidArgument("ps.Handover: malformed request"));
   }
   auto shared = std::make_shared<rpc::ServerCall>(std::move(call));
-  service->HandOver(to == kAnyBackup ? std::nullopt : std::optional(static_cast<uint32_t>(to)),
-                    std::chrono::milliseconds(timeout_ms),
-                    [shared](Result<HandoverResult> result) {
-                      if (!result.ok()) return shared->Fail(result.status());
-                      Result<rpc::Message> reply =
-                          U64Message({result->successor, result->epoch, result->lsn});
-                      if (!reply.ok()) return shared->Fail(reply.status());
-                      shared->Respond(std::move(reply).value());
-                    });
+  service->HandOver(
+      to == kAnyBackup ? std::nullopt : std::optional(static_cast<uint32_t>(to)),
+      std::chrono::milliseconds(timeout_ms), [shared](Result<HandoverResult> result) {
+        if (!result.ok()) return shared->Fail(result.status());
+        Result<rpc::Message> reply = U64Message({result->successor, result->epoch, result->lsn});
+        if (!reply.ok()) return shared->Fail(reply.status());
+        shared->Respond(std::move(reply).value());
+      });
 }
 
 void PsServerCore::OnTakeOver(rpc::ServerCall call) {
@@ -150,8 +149,7 @@ Result<HandoverResult> LeasedFailoverCore::HandOverNow(std::optional<uint32_t> t
     return std::to_string(
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - from).count());
   };
-  BX_ASSIGN_OR_RETURN(ShardReplica::Position at,
-                      server_->replica().BeginHandover(Until(deadline)));
+  BX_ASSIGN_OR_RETURN(ShardReplica::Position at, server_->replica().BeginHandover(Until(deadline)));
   const std::string durable_ms = ms_since(start);
   // A backup at the primary's own position holds every push. At lsn 0 of its epoch the primary
   // has applied nothing since its promotion and re-forwarded no log: every member holds what it
@@ -197,8 +195,7 @@ Result<HandoverResult> LeasedFailoverCore::HandOverNow(std::optional<uint32_t> t
           rpc::Client::Create({options_.replicas[*chosen]}, options_.client);
       client.ok()) {
     if (Result<rpc::Message> empty = rpc::Message::Allocate(0); empty.ok()) {
-      (void)CallOnce(**client, kTakeOverMethod, std::move(empty).value(),
-                     options_.probe_interval);
+      (void)CallOnce(**client, kTakeOverMethod, std::move(empty).value(), options_.probe_interval);
     }
   }
   Log("handed the shard over to " + who + " at lsn " + std::to_string(at.lsn) + " of epoch " +

@@ -43,19 +43,16 @@ Result<HandoverResult> HandOverShard(const ClusterSpec& cluster, uint32_t shard,
   if (!primary) {
     return Unavailable("shard " + std::to_string(shard) + " has no primary to hand over" + seen);
   }
-  BX_ASSIGN_OR_RETURN(
-      rpc::Message request,
-      U64Message({options.to ? uint64_t{*options.to} : kAnyBackup,
-                  uint64_t(std::max<int64_t>(options.timeout.count(), 1))}));
+  BX_ASSIGN_OR_RETURN(rpc::Message request,
+                      U64Message({options.to ? uint64_t{*options.to} : kAnyBackup,
+                                  uint64_t(std::max<int64_t>(options.timeout.count(), 1))}));
   // The primary answers once the successor is named, within its own timeout; a second more
   // for the call itself.
-  BX_ASSIGN_OR_RETURN(rpc::Message reply,
-                      CallOnce(*primary, kHandoverMethod, std::move(request),
-                               options.timeout + std::chrono::seconds(1)));
+  BX_ASSIGN_OR_RETURN(rpc::Message reply, CallOnce(*primary, kHandoverMethod, std::move(request),
+                                                   options.timeout + std::chrono::seconds(1)));
   HandoverResult result;
   uint64_t successor = 0;
-  if (!GetU64s(Bytes(reply), {&successor, &result.epoch, &result.lsn}) ||
-      successor > UINT32_MAX) {
+  if (!GetU64s(Bytes(reply), {&successor, &result.epoch, &result.lsn}) || successor > UINT32_MAX) {
     return DataLoss("ps.Handover: malformed reply");
   }
   result.successor = static_cast<uint32_t>(successor);

@@ -412,6 +412,30 @@ TEST_P(LeasedFailoverTest, AForwardFromAnEpochTheStoreNeverCommittedIsRefused) {
 }
 
 // A replica out of service refuses reads; the client asks another replica, so no fetch fails.
+// A backup that refuses the primary's forwards as if a newer epoch existed, when the store
+// names none (here it was told to refuse epochs below 5: a stale or buggy replica) does not
+// depose the primary: the primary checks with the store by dropping it, and stays primary of
+// epoch 1. Before this check the primary stepped down at once, and the shard moved to epoch 2.
+TEST_P(LeasedFailoverTest, ABackupClaimingAnUncommittedEpochIsDroppedNotObeyed) {
+  Cluster& cluster = cluster_;
+  ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 3, {}, /*promote=*/false));
+  ASSERT_NO_FATAL_FAILURE(StartMonitors(cluster, 3));
+  auto client = MakeClient(cluster);
+  ASSERT_TRUE(client);
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 15, 10));
+  PsInternals::Core(*cluster.servers[0][2]).replica().RefuseEpochsBelow(5);
+  ASSERT_NO_FATAL_FAILURE(PushOnes(*client, 15, 10));
+  EXPECT_TRUE(logs_[0].Contains("dropped unreachable replica 2")) << logs_[0].Dump();
+  Result<std::optional<VersionedConfig>> config = Config();
+  ASSERT_TRUE(config.ok() && *config);
+  EXPECT_EQ((*config)->config.epoch, 1u) << logs_[0].Dump();
+  EXPECT_EQ((*config)->config.primary, 0u);
+  EXPECT_EQ((*config)->config.Find(2), nullptr);
+  EXPECT_EQ(PsInternals::Core(*cluster.servers[0][0]).replica().role(),
+            ShardReplica::Role::kPrimary);
+  EXPECT_EQ(FirstValue(*cluster.servers[0][1], 15), -20.0f);
+}
+
 TEST_P(LeasedFailoverTest, FetchesPassOverAReplicaThatRefusesReads) {
   Cluster& cluster = cluster_;
   ASSERT_NO_FATAL_FAILURE(cluster.Start(GetParam(), 1, 3, {}, /*promote=*/false));
