@@ -12,7 +12,7 @@ CTEST_ARGS ?=
 CMAKE_ARGS ?=
 
 .PHONY: all deps configure build test demo demo-python format format-check clean asan tsan test-asan test-tsan test-pip \
-	test-stress build-variants conformance test-chaos test-catch-up bench-cluster bench-checkpoint bench-rc-ud bench-peer install fuzz fuzz-smoke fuzz-build fuzz-corpus
+	test-stress build-variants conformance test-chaos test-catch-up test-rolling test-upgrade bench-cluster bench-checkpoint bench-rc-ud bench-peer install fuzz fuzz-smoke fuzz-build fuzz-corpus
 
 all: build
 
@@ -143,6 +143,22 @@ CATCH_UP_MIB ?= 1024
 test-catch-up: build
 	bash src/ps/service/tests/catch_up_load.sh $(BUILD)/bin/bx --mib $(CATCH_UP_MIB) --seconds 90
 	bash src/ps/service/tests/large_push_failover.sh $(BUILD)/bin/bx --pushes 5 --seconds 40
+
+# A rolling restart of a 2 x 3 cluster under verifying trainers, one process at a time, the
+# primaries handing over (src/ps/service/tests/rolling_restart.sh): test-rolling with this
+# build only; test-upgrade from UPGRADE_FROM's bx (a commit or tag; default: the last landed
+# stop before planned handover), built in $(BUILD)/upgrade-from without its tests.
+UPGRADE_FROM ?= 0c5a153
+test-rolling: build
+	bash src/ps/service/tests/rolling_restart.sh $(BUILD)/bin/bx
+
+test-upgrade: build
+	rm -rf $(BUILD)/upgrade-from && mkdir -p $(BUILD)/upgrade-from
+	git archive $(UPGRADE_FROM) | tar -x -C $(BUILD)/upgrade-from
+	$(MAKE) -C $(BUILD)/upgrade-from configure BUILD=build CMAKE_ARGS=-DBX_BUILD_TESTS=OFF
+	cmake --build $(BUILD)/upgrade-from/build --target bx bx_simnic -j $(JOBS)
+	bash src/ps/service/tests/rolling_restart.sh $(BUILD)/bin/bx \
+	  --old-bx $(BUILD)/upgrade-from/build/bin/bx
 
 # A paper-shaped cluster on this host: etcd, CLUSTER_SERVERS shards x CLUSTER_REPLICAS
 # `bx ps serve` and CLUSTER_WORKERS rankers and trainers fanning out to every shard, over rdma://
