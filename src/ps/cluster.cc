@@ -121,9 +121,9 @@ Status ParseBounds(const json& j, const std::string& path, TableConfig* t) {
 }
 
 Status ParseTable(const json& j, const std::string& path, TableConfig* t) {
-  BX_RETURN_IF_ERROR(
-      CheckKeys(j, path,
-                {"id", "name", "kind", "dim", "rows", "init", "optimizer", "max_rows", "max_bytes"}));
+  BX_RETURN_IF_ERROR(CheckKeys(
+      j, path,
+      {"id", "name", "kind", "dim", "rows", "init", "optimizer", "max_rows", "max_bytes"}));
   if (!j.contains("id")) return Bad(path, "missing \"id\"");
   if (!j.contains("dim")) return Bad(path, "missing \"dim\"");
   BX_RETURN_IF_ERROR(GetNumber(j, path, "id", &t->id));

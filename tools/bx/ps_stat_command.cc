@@ -68,9 +68,9 @@ void RunStat(const StatFlags& flags) {
     for (const ps::PsTableStats& t : r.tables) {
       rows += t.rows;
       bytes += t.bytes;
-      nlohmann::json table = {{"id", t.id},        {"name", t.name},
-                               {"rows", t.rows},    {"bytes", t.bytes},
-                               {"row_limit", t.row_limit}, {"evicted", t.evicted}};
+      nlohmann::json table = {
+          {"id", t.id},       {"name", t.name},           {"rows", t.rows},
+          {"bytes", t.bytes}, {"row_limit", t.row_limit}, {"evicted", t.evicted}};
       if (flags.digest) table["digest"] = t.digest;
       tables.push_back(std::move(table));
       if (r.role == "primary") {

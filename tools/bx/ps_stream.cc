@@ -1,12 +1,12 @@
 // `bx ps train --stream-keys N`: pushes N distinct keys, each once, in batches, as a training run
 // over an unbounded id space does (docs/PS.md "Bounded tables"): the load that a bounded table
 // must absorb by evicting, and that grew an unbounded one until it ran out of memory.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <thread>
-#include <algorithm>
 #include <vector>
 
 #include "bx/ps/client.h"
@@ -52,7 +52,8 @@ bool RunStreamKeys(const ps::ClusterSpec& spec, int threads, const StreamKeysFla
         Status s = (*client)->Push(table.id, table.dim, keys, gradients, timeout);
         (s.ok() ? acked : failed).fetch_add(1);
         if (s.ok()) pushed_keys.fetch_add(n);
-        if (!s.ok()) log.limiter().Report("push of batch " + std::to_string(b) + ": " + s.ToString());
+        if (!s.ok())
+          log.limiter().Report("push of batch " + std::to_string(b) + ": " + s.ToString());
       }
     });
   }

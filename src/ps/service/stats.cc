@@ -90,8 +90,8 @@ void PsServerCore::OnStat(rpc::ServerCall call) {
   const bool digest = request.size() == 1 && (uint8_t(request[0]) & 1) != 0;
   json tables = json::array();
   for (const PsTableStats& t : TableStats(digest)) {
-    json table = {{"id", t.id},       {"name", t.name},           {"dim", t.dim},
-                  {"rows", t.rows},   {"bytes", t.bytes},         {"row_limit", t.row_limit},
+    json table = {{"id", t.id},          {"name", t.name},   {"dim", t.dim},
+                  {"rows", t.rows},      {"bytes", t.bytes}, {"row_limit", t.row_limit},
                   {"evicted", t.evicted}};
     if (digest) table["digest"] = t.digest;
     tables.push_back(std::move(table));
@@ -126,8 +126,8 @@ std::vector<ReplicaStats> QueryClusterStats(const ClusterSpec& cluster,
     }
   }
   for (const rpc::ReplicaAddress& address : addresses) {
-    asked.push_back(
-        std::async(std::launch::async, [&address, &client, timeout, digests]() -> Result<ReplicaStats> {
+    asked.push_back(std::async(
+        std::launch::async, [&address, &client, timeout, digests]() -> Result<ReplicaStats> {
           BX_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Client> rpc_client,
                               rpc::Client::Create({address}, client));
           BX_ASSIGN_OR_RETURN(rpc::Message request, rpc::Message::Allocate(digests ? 1 : 0));

@@ -15,7 +15,7 @@
 #include "ps/workload.h"
 
 namespace bx::ps {
-namespace {
+namespace bounded_table_test {
 
 TableConfig Bounded(uint64_t max_rows, uint64_t max_bytes = 0, uint32_t dim = 4) {
   TableConfig c;
@@ -266,5 +266,5 @@ TEST(BoundedTable, AVersionTwoSnapshotLoadsAndCanBeBounded) {
   EXPECT_EQ((*loaded)->table(1)->evicted(), rows - rows / 2);
 }
 
-}  // namespace
+}  // namespace bounded_table_test
 }  // namespace bx::ps
