@@ -302,6 +302,9 @@ CollectorHandle ExportPsServer(ps::PsServer& server, Labels labels, Registry& re
       w.Gauge("bx_ps_table_bytes",
               "Bytes of a table's rows on this replica (keys, weights, optimiser state).", table,
               double(t.bytes));
+      w.Counter("bx_ps_table_evictions_total",
+                "Rows a bounded table evicted on this replica to keep within max_rows/max_bytes.",
+                table, double(t.evicted));
     }
     WriteServerStats(w, server.rpc_stats(), labels);
   });

@@ -17,6 +17,8 @@
 #include <utility>
 
 #include "bx/transport.h"
+#include "ps/optimizer.h"
+#include "ps/table.h"
 
 namespace bx::ps {
 namespace {
@@ -95,9 +97,33 @@ std::string NameOf(const std::map<std::string, E>& names, E value) {
   return "?";
 }
 
+// max_rows and max_bytes (docs/PS.md "Bounded tables"), after the rest: a row's size depends
+// on dim and the optimiser.
+Status ParseBounds(const json& j, const std::string& path, TableConfig* t) {
+  BX_RETURN_IF_ERROR(GetNumber(j, path, "max_rows", &t->max_rows));
+  BX_RETURN_IF_ERROR(GetNumber(j, path, "max_bytes", &t->max_bytes));
+  if (t->max_rows == 0 && t->max_bytes == 0) return Status::Ok();
+  const std::string which = path + (j.contains("max_rows") ? ".max_rows" : ".max_bytes");
+  if (t->kind != TableKind::kEmbedding) {
+    return Bad(which, "only embedding tables are bounded (a dense table has its rows)");
+  }
+  const uint64_t row_bytes = sizeof(uint64_t) + uint64_t{RowStride(*t)} * sizeof(float);
+  if (t->max_bytes != 0 && t->max_bytes < row_bytes) {
+    return Bad(path + ".max_bytes", std::to_string(t->max_bytes) + " is smaller than one row (" +
+                                        std::to_string(row_bytes) +
+                                        " bytes: the key, weights and optimiser state)");
+  }
+  if (Table::RowLimit(*t) > kMaxBoundedRows) {
+    return Bad(which, "allows " + std::to_string(Table::RowLimit(*t)) + " rows, above the " +
+                          std::to_string(kMaxBoundedRows) + " a bounded table holds");
+  }
+  return Status::Ok();
+}
+
 Status ParseTable(const json& j, const std::string& path, TableConfig* t) {
-  BX_RETURN_IF_ERROR(
-      CheckKeys(j, path, {"id", "name", "kind", "dim", "rows", "init", "optimizer"}));
+  BX_RETURN_IF_ERROR(CheckKeys(
+      j, path,
+      {"id", "name", "kind", "dim", "rows", "init", "optimizer", "max_rows", "max_bytes"}));
   if (!j.contains("id")) return Bad(path, "missing \"id\"");
   if (!j.contains("dim")) return Bad(path, "missing \"dim\"");
   BX_RETURN_IF_ERROR(GetNumber(j, path, "id", &t->id));
@@ -149,7 +175,7 @@ Status ParseTable(const json& j, const std::string& path, TableConfig* t) {
     if (!(o.initial_accumulator >= 0)) return Bad(p + ".initial_accumulator", "must be >= 0");
     if (!(o.epsilon > 0)) return Bad(p + ".epsilon", "must be > 0");
   }
-  return Status::Ok();
+  return ParseBounds(j, path, t);
 }
 
 // A replica address: scheme://host:port with a port other replicas can reach (1-65535). Both
@@ -467,6 +493,8 @@ std::string ClusterSpecToJson(const ClusterSpec& spec) {
                       {"learning_rate", t.optimizer.learning_rate},
                       {"initial_accumulator", t.optimizer.initial_accumulator},
                       {"epsilon", t.optimizer.epsilon}};
+    if (t.max_rows != 0) j["max_rows"] = t.max_rows;
+    if (t.max_bytes != 0) j["max_bytes"] = t.max_bytes;
     tables.push_back(std::move(j));
   }
   root["tables"] = std::move(tables);

@@ -699,6 +699,12 @@ Status ShardReplica::Restore(ShardState& restored) {
       return FailedPrecondition("restore: the checkpoint's table " + std::to_string(id) + " (" +
                                 config.name + ") is not one of this server's tables");
     }
+    // Bounds are the cluster file's to choose: a checkpoint of an unbounded table (or one of
+    // older format) restores into a bounded one, keeping the most recently pushed rows.
+    const TableConfig& mine = state_->table(id)->config();
+    if (mine.max_rows != config.max_rows || mine.max_bytes != config.max_bytes) {
+      BX_RETURN_IF_ERROR(restored.Rebound(id, mine.max_rows, mine.max_bytes));
+    }
   }
   restored.epoch = 0;
   restored.applied_lsn = 0;

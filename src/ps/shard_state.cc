@@ -12,7 +12,8 @@ bool SameConfig(const TableConfig& a, const TableConfig& b) {
          a.dense_rows == b.dense_rows && i.kind == j.kind && i.value == j.value && i.low == j.low &&
          i.high == j.high && i.mean == j.mean && i.stddev == j.stddev && i.seed == j.seed &&
          o.kind == p.kind && o.learning_rate == p.learning_rate &&
-         o.initial_accumulator == p.initial_accumulator && o.epsilon == p.epsilon;
+         o.initial_accumulator == p.initial_accumulator && o.epsilon == p.epsilon &&
+         a.max_rows == b.max_rows && a.max_bytes == b.max_bytes;
 }
 
 }  // namespace
@@ -72,6 +73,23 @@ Result<std::unique_ptr<ShardState>> ShardState::Copy() const {
   copy->epoch = epoch;
   copy->applied_lsn = applied_lsn;
   return copy;
+}
+
+Status ShardState::Rebound(uint32_t id, uint64_t max_rows, uint64_t max_bytes) {
+  Table* old = table(id);
+  if (old == nullptr) return NotFound("rebound: no table " + std::to_string(id));
+  TableConfig config = old->config();
+  config.max_rows = max_rows;
+  config.max_bytes = max_bytes;
+  BX_ASSIGN_OR_RETURN(std::unique_ptr<Table> bounded, Table::Create(config));
+  Status inserted;
+  old->ForEachRow([&](uint64_t key, std::span<const float> state) {
+    if (inserted.ok()) inserted = bounded->InsertRow(key, state);
+  });
+  BX_RETURN_IF_ERROR(inserted);
+  std::unique_lock lock(tables_mu_);
+  tables_[id] = std::move(bounded);
+  return Status::Ok();
 }
 
 Status ShardState::Adopt(ShardState& other) {

@@ -69,6 +69,11 @@ class ShardState {
   // have configs identical to ours where ids meet.
   Status Adopt(ShardState& other);
 
+  // Gives table `id` other bounds (a checkpoint restored into a cluster file whose bounds
+  // differ): its rows move to a new table in recency order, the oldest evicted when the new
+  // bound is smaller. Replaces the table object: only for a state nobody else uses yet.
+  Status Rebound(uint32_t id, uint64_t max_rows, uint64_t max_bytes);
+
  private:
   mutable std::shared_mutex tables_mu_;
   std::map<uint32_t, std::unique_ptr<Table>> tables_;

@@ -1,13 +1,16 @@
 // ShardState::Save and ShardState::Load: the snapshot file (layout in docs/PS.md).
 //
-//   header (32 bytes): "BXPSSNAP", u32 version 2, u32 flags 0, u64 body bytes,
+//   header (32 bytes): "BXPSSNAP", u32 version 3, u32 flags 0, u64 body bytes,
 //                      u64 checksum of the body (BodyChecksum)
 //   body: u64 epoch, u64 applied lsn, u32 table count, u32 0,
-//         per table: the config, u64 row count, rows (u64 key, stride floats),
+//         per table: the config (version 3: with max rows, max bytes and rows evicted), u64 row
+//         count, rows (u64 key, stride floats; a bounded table's least recently pushed first,
+//         so that loading them in order rebuilds its recency),
 //         u64 min generation, u64 client count, per client in eviction order: u64 id, u64 key,
 //         u64 contiguous, u64 flags (1: pushed more than once), u64 n, n x u64 sequence
 //   Version 1 files (no min generation, key or flags; clients by id) still load: their
-//   clients get key 0, so each starts a new session at its next push.
+//   clients get key 0, so each starts a new session at its next push. Version 1 and 2 files
+//   (no bounds) load as unbounded tables.
 //
 // The body is streamed to the file with the checksum computed on the way; the header is
 // written last (the file is a temporary until the rename), so a crash mid-save never leaves a
@@ -30,7 +33,7 @@ namespace bx::ps {
 namespace {
 
 constexpr char kSnapshotMagic[8] = {'B', 'X', 'P', 'S', 'S', 'N', 'A', 'P'};
-constexpr uint32_t kSnapshotVersion = 2;
+constexpr uint32_t kSnapshotVersion = 3;
 constexpr size_t kSnapshotHeader = 32;
 
 // The body's checksum: detects corruption and truncation (the body size is in the header
@@ -126,7 +129,7 @@ class SnapshotWriter {
   bool failed_ = false;
 };
 
-void PutTableConfig(WireWriter& w, const TableConfig& c) {
+void PutTableConfig(WireWriter& w, const TableConfig& c, uint64_t evicted) {
   w.PutU32(c.id);
   w.PutU8(static_cast<uint8_t>(c.kind));
   w.PutU8(static_cast<uint8_t>(c.init.kind));
@@ -141,10 +144,13 @@ void PutTableConfig(WireWriter& w, const TableConfig& c) {
        {c.optimizer.learning_rate, c.optimizer.initial_accumulator, c.optimizer.epsilon}) {
     w.PutF32(f);
   }
+  w.PutU64(c.max_rows);
+  w.PutU64(c.max_bytes);
+  w.PutU64(evicted);
   w.PutBytes(c.name.data(), c.name.size());
 }
 
-Status GetTableConfig(WireReader& r, TableConfig* c) {
+Status GetTableConfig(WireReader& r, uint32_t version, TableConfig* c, uint64_t* evicted) {
   uint8_t kind, init_kind, optimizer_kind, reserved;
   uint32_t name_size;
   if (!r.GetU32(&c->id) || !r.GetU8(&kind) || !r.GetU8(&init_kind) || !r.GetU8(&optimizer_kind) ||
@@ -152,7 +158,9 @@ Status GetTableConfig(WireReader& r, TableConfig* c) {
       !r.GetU64(&c->dense_rows) || !r.GetF32(&c->init.value) || !r.GetF32(&c->init.low) ||
       !r.GetF32(&c->init.high) || !r.GetF32(&c->init.mean) || !r.GetF32(&c->init.stddev) ||
       !r.GetU64(&c->init.seed) || !r.GetF32(&c->optimizer.learning_rate) ||
-      !r.GetF32(&c->optimizer.initial_accumulator) || !r.GetF32(&c->optimizer.epsilon)) {
+      !r.GetF32(&c->optimizer.initial_accumulator) || !r.GetF32(&c->optimizer.epsilon) ||
+      (version >= 3 &&
+       (!r.GetU64(&c->max_rows) || !r.GetU64(&c->max_bytes) || !r.GetU64(evicted)))) {
     return DataLoss("snapshot: truncated table config");
   }
   if (name_size > r.remaining()) return DataLoss("snapshot: table name runs past the end");
@@ -174,7 +182,7 @@ Status SaveBody(const ShardState& state, SnapshotWriter& snapshot) {
   w.PutU32(0);
   for (uint32_t id : ids) {
     const Table& t = *state.table(id);
-    PutTableConfig(w, t.config());
+    PutTableConfig(w, t.config(), t.evicted());
     const uint64_t rows = t.row_count();
     w.PutU64(rows);
     uint64_t written = 0;
@@ -212,7 +220,8 @@ Status LoadBody(WireReader& r, uint32_t version, ShardState* state) {
   }
   for (uint32_t i = 0; i < table_count; ++i) {
     TableConfig config;
-    BX_RETURN_IF_ERROR(GetTableConfig(r, &config));
+    uint64_t evicted = 0;
+    BX_RETURN_IF_ERROR(GetTableConfig(r, version, &config, &evicted));
     Status created = state->CreateTable(config);
     if (!created.ok()) return DataLoss("snapshot: " + created.message());
     Table* table = state->table(config.id);
@@ -228,6 +237,11 @@ Status LoadBody(WireReader& r, uint32_t version, ShardState* state) {
       Status inserted = table->InsertRow(key, row);
       if (!inserted.ok()) return DataLoss("snapshot: " + inserted.message());
     }
+    if (table->evicted() != 0) {
+      return DataLoss("snapshot: table " + std::to_string(config.id) + " holds more rows than " +
+                      "its bound");
+    }
+    table->set_evicted(evicted);
   }
   PushDedup::Record record;
   uint64_t client_count;

@@ -1,11 +1,13 @@
 #include "ps/table.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "bx/ps/cluster.h"  // Mix64
 #include "ps/initializer.h"
@@ -51,7 +53,29 @@ Status Table::ValidateConfig(const TableConfig& c) {
   if (o.kind == OptimizerKind::kAdagrad && (!(o.initial_accumulator >= 0) || !(o.epsilon > 0))) {
     return InvalidArgument(name + ": Adagrad needs initial_accumulator >= 0 and epsilon > 0");
   }
+  if (c.max_rows == 0 && c.max_bytes == 0) return Status::Ok();
+  if (c.kind != TableKind::kEmbedding) {
+    return InvalidArgument(name + ": max_rows and max_bytes bound embedding tables only");
+  }
+  const uint64_t row_bytes = sizeof(uint64_t) + uint64_t{RowStride(c)} * sizeof(float);
+  if (c.max_bytes != 0 && c.max_bytes < row_bytes) {
+    return InvalidArgument(name + ": max_bytes " + std::to_string(c.max_bytes) +
+                           " is smaller than one row (" + std::to_string(row_bytes) +
+                           " bytes: the key, then weights and optimiser state)");
+  }
+  if (RowLimit(c) > kMaxBoundedRows) {
+    return InvalidArgument(name + ": max_rows/max_bytes allow " + std::to_string(RowLimit(c)) +
+                           " rows, above the " + std::to_string(kMaxBoundedRows) +
+                           " a bounded table holds (leave both 0 for an unbounded table)");
+  }
   return Status::Ok();
+}
+
+uint64_t Table::RowLimit(const TableConfig& c) {
+  if (c.max_bytes == 0) return c.max_rows;
+  const uint64_t by_bytes =
+      c.max_bytes / (sizeof(uint64_t) + uint64_t{RowStride(c)} * sizeof(float));
+  return c.max_rows == 0 ? by_bytes : std::min(c.max_rows, by_bytes);
 }
 
 Result<std::unique_ptr<Table>> Table::Create(const TableConfig& config) {
@@ -59,7 +83,8 @@ Result<std::unique_ptr<Table>> Table::Create(const TableConfig& config) {
   return std::unique_ptr<Table>(new Table(config));
 }
 
-Table::Table(const TableConfig& config) : config_(config), stride_(RowStride(config)) {}
+Table::Table(const TableConfig& config)
+    : config_(config), stride_(RowStride(config)), row_limit_(RowLimit(config)) {}
 
 // The stripe uses the low bits of the mixed key; the shard router uses the high bits
 // (multiply-shift), so keys of one shard still spread over all stripes.
@@ -123,6 +148,15 @@ Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradie
                            std::to_string(keys.size()) + " keys of dim " + std::to_string(dim));
   }
   BX_RETURN_IF_ERROR(ValidateKeys(keys));
+  // Row ids of a bounded table stay within 32 bits while no stripe grows past 2^26 slots: at
+  // most kMaxBoundedRows stored before the push, fewer new ones in it (the wire allows 2^24).
+  if (bounded() && keys.size() >= kMaxBoundedRows) {
+    return InvalidArgument("push to bounded table " + std::to_string(config_.id) + ": " +
+                           std::to_string(keys.size()) + " keys, at most " +
+                           std::to_string(kMaxBoundedRows - 1) + " in one push");
+  }
+  std::unique_lock<std::mutex> order;
+  if (bounded()) order = std::unique_lock(order_mu_);
   // A push whose step would leave a value or an accumulator non-finite (an SGD step with a large
   // learning rate overflows float) changes nothing and is refused whole, so every update is
   // computed and checked before any is stored. The stripes the push touches are held, in stripe
@@ -168,21 +202,87 @@ Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradie
   // Store pass: the same arithmetic on the same rows, now in place.
   for (size_t i = 0; i < keys.size(); ++i) {
     if (pushes[keys[i]] > 1) continue;
-    Stripe& stripe = StripeOf(keys[i]);  // held above
-    auto [it, inserted] = stripe.index.try_emplace(keys[i], stripe.rows.size() / stride_);
-    if (inserted) stripe.rows.resize(stripe.rows.size() + stride_);
-    std::span<float> row(stripe.rows.data() + it->second * stride_, stride_);
+    const size_t s = StripeIndex(keys[i]);  // held above
+    auto [slot, inserted] = FindOrAddRowLocked(s, keys[i]);
+    std::span<float> row(stripes_[s].rows.data() + slot * stride_, stride_);
     if (inserted) InitializeStoredRow(keys[i], row);
     ApplyGradient(config_.optimizer, config_.dim, row, gradients.subspan(i * dim, dim));
   }
   for (const auto& [key, index] : running_row) {
-    Stripe& stripe = StripeOf(key);
-    auto [it, inserted] = stripe.index.try_emplace(key, stripe.rows.size() / stride_);
-    if (inserted) stripe.rows.resize(stripe.rows.size() + stride_);
-    std::memcpy(stripe.rows.data() + it->second * stride_, running.data() + index * stride_,
+    const size_t s = StripeIndex(key);
+    const size_t slot = FindOrAddRowLocked(s, key).first;
+    std::memcpy(stripes_[s].rows.data() + slot * stride_, running.data() + index * stride_,
                 stride_ * sizeof(float));
   }
+  if (!bounded()) return Status::Ok();
+  // Recency: the push's keys become the newest in push order, so a key pushed twice counts at
+  // its last occurrence (not in running_row's hash order, which the order must not depend on).
+  for (uint64_t key : keys) {
+    const size_t s = StripeIndex(key);
+    const uint32_t id = RowId(s, stripes_[s].index.find(key)->second);
+    if (id == newest_) continue;
+    Unlink(id);
+    LinkNewest(id);
+  }
+  locks.clear();  // the victims' stripes are locked one at a time
+  EvictOverBound();
   return Status::Ok();
+}
+
+std::pair<size_t, bool> Table::FindOrAddRowLocked(size_t s, uint64_t key) {
+  Stripe& stripe = stripes_[s];
+  auto [it, inserted] = stripe.index.try_emplace(key, stripe.rows.size() / stride_);
+  if (!inserted) return {it->second, false};
+  stripe.rows.resize(stripe.rows.size() + stride_);
+  if (bounded()) {
+    stripe.recency.push_back({key, kNoRow, kNoRow});
+    LinkNewest(RowId(s, it->second));
+    stored_rows_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return {it->second, true};
+}
+
+void Table::Unlink(uint32_t id) {
+  Recency& node = Node(id);
+  (node.older == kNoRow ? oldest_ : Node(node.older).newer) = node.newer;
+  (node.newer == kNoRow ? newest_ : Node(node.newer).older) = node.older;
+  node.older = node.newer = kNoRow;
+}
+
+void Table::LinkNewest(uint32_t id) {
+  Recency& node = Node(id);
+  node.older = newest_;
+  node.newer = kNoRow;
+  (newest_ == kNoRow ? oldest_ : Node(newest_).newer) = id;
+  newest_ = id;
+}
+
+void Table::EvictOverBound() {
+  while (stored_rows_.load(std::memory_order_relaxed) > row_limit_) {
+    const uint32_t victim = oldest_;
+    const size_t s = victim % kStripes, slot = victim / kStripes;
+    Stripe& stripe = stripes_[s];
+    std::unique_lock lock(stripe.mu);
+    Unlink(victim);
+    stripe.index.erase(stripe.recency[slot].key);
+    // The stripe's last row moves into the hole, so its arrays shrink: memory an evicted row
+    // held serves the next new row, and no holes accumulate.
+    const size_t last = stripe.recency.size() - 1;
+    if (slot != last) {
+      std::memcpy(stripe.rows.data() + slot * stride_, stripe.rows.data() + last * stride_,
+                  stride_ * sizeof(float));
+      Recency& moved = stripe.recency[slot];
+      moved = stripe.recency[last];
+      stripe.index[moved.key] = slot;
+      // Its id is now the victim's (same stripe, the victim's slot): its neighbours follow.
+      (moved.older == kNoRow ? oldest_ : Node(moved.older).newer) = victim;
+      (moved.newer == kNoRow ? newest_ : Node(moved.newer).older) = victim;
+    }
+    stripe.recency.pop_back();
+    stripe.rows.resize(last * stride_);
+    stored_rows_.fetch_sub(1, std::memory_order_relaxed);
+    evicted_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void Table::InitializeStoredRow(uint64_t key, std::span<float> row) const {
@@ -203,6 +303,7 @@ bool Table::ReadRowLocked(uint64_t key, std::span<float> out) const {
 }
 
 size_t Table::row_count() const {
+  if (bounded()) return stored_rows_.load(std::memory_order_relaxed);
   size_t n = 0;
   for (const Stripe& stripe : stripes_) {
     std::shared_lock lock(stripe.mu);
@@ -212,6 +313,19 @@ size_t Table::row_count() const {
 }
 
 void Table::ForEachRow(const std::function<void(uint64_t, std::span<const float>)>& fn) const {
+  if (bounded()) {
+    std::lock_guard order(order_mu_);
+    std::vector<std::shared_lock<std::shared_mutex>> locks;
+    for (const Stripe& stripe : stripes_) locks.emplace_back(stripe.mu);
+    for (uint32_t id = oldest_; id != kNoRow;) {
+      const Stripe& stripe = stripes_[id % kStripes];
+      const size_t slot = id / kStripes;
+      fn(stripe.recency[slot].key,
+         std::span<const float>(stripe.rows.data() + slot * stride_, stride_));
+      id = stripe.recency[slot].newer;
+    }
+    return;
+  }
   for (const Stripe& stripe : stripes_) {
     std::shared_lock lock(stripe.mu);
     for (const auto& [key, row] : stripe.index) {
@@ -220,45 +334,78 @@ void Table::ForEachRow(const std::function<void(uint64_t, std::span<const float>
   }
 }
 
+uint64_t Table::Digest() const {
+  uint64_t sum = 0;
+  ForEachRow([&](uint64_t key, std::span<const float> state) {
+    uint64_t h = Mix64(key);
+    for (float f : state) {
+      uint32_t bits;
+      std::memcpy(&bits, &f, sizeof bits);
+      h = Mix64(h ^ bits);
+    }
+    sum += h;
+  });
+  return sum;
+}
+
 Status Table::InsertRow(uint64_t key, std::span<const float> state) {
   if (state.size() != stride_) return InvalidArgument("insert row: wrong row size");
   BX_RETURN_IF_ERROR(ValidateKeys(std::span<const uint64_t>(&key, 1)));
-  Stripe& stripe = StripeOf(key);
-  std::unique_lock lock(stripe.mu);
-  auto [it, inserted] = stripe.index.try_emplace(key, stripe.rows.size() / stride_);
-  if (!inserted) {
-    return InvalidArgument("insert row: key " + std::to_string(key) + " already present");
+  std::unique_lock<std::mutex> order;
+  if (bounded()) order = std::unique_lock(order_mu_);
+  const size_t s = StripeIndex(key);
+  {
+    std::unique_lock lock(stripes_[s].mu);
+    auto [slot, inserted] = FindOrAddRowLocked(s, key);
+    if (!inserted) {
+      return InvalidArgument("insert row: key " + std::to_string(key) + " already present");
+    }
+    std::copy(state.begin(), state.end(), stripes_[s].rows.begin() + slot * stride_);
   }
-  stripe.rows.insert(stripe.rows.end(), state.begin(), state.end());
+  if (bounded()) EvictOverBound();
   return Status::Ok();
 }
 
 Status Table::TakeRows(Table& source) {
   if (!(source.config_.id == config_.id && source.stride_ == stride_ &&
-        source.config_.dim == config_.dim)) {
+        source.config_.dim == config_.dim && source.row_limit_ == row_limit_)) {
     return InvalidArgument("take rows: table " + std::to_string(source.config_.id) +
-                           " has a different shape");
+                           " has a different shape or bound");
   }
-  // Same stride and key hash: each key lives in the same stripe in both tables.
+  std::scoped_lock order(order_mu_, source.order_mu_);
+  // Same stride and key hash: each key lives in the same stripe in both tables, and row ids
+  // (stripe and slot) mean the same rows.
   for (size_t i = 0; i < kStripes; ++i) {
     Stripe& to = stripes_[i];
     Stripe& from = source.stripes_[i];
     std::scoped_lock lock(to.mu, from.mu);
     to.index.swap(from.index);
     to.rows.swap(from.rows);
+    to.recency.swap(from.recency);
     from.index.clear();
     from.rows.clear();
+    from.recency.clear();
   }
+  oldest_ = std::exchange(source.oldest_, kNoRow);
+  newest_ = std::exchange(source.newest_, kNoRow);
+  stored_rows_.store(source.stored_rows_.exchange(0));
+  evicted_.store(source.evicted_.exchange(0));
   return Status::Ok();
 }
 
 Result<std::unique_ptr<Table>> Table::Copy() const {
   BX_ASSIGN_OR_RETURN(std::unique_ptr<Table> copy, Create(config_));
+  std::lock_guard order(order_mu_);  // a bounded table's list and rows, as one
   for (size_t i = 0; i < kStripes; ++i) {
     std::shared_lock lock(stripes_[i].mu);
     copy->stripes_[i].index = stripes_[i].index;
     copy->stripes_[i].rows = stripes_[i].rows;
+    copy->stripes_[i].recency = stripes_[i].recency;
   }
+  copy->oldest_ = oldest_;
+  copy->newest_ = newest_;
+  copy->stored_rows_.store(stored_rows_.load());
+  copy->evicted_.store(evicted_.load());
   return copy;
 }
 

@@ -5,17 +5,26 @@
 // optimiser's state) on its first push; fetching a row that was never pushed returns its
 // initial values without storing it, so reads never grow the table.
 //
+// A bounded table (TableConfig::max_rows, max_bytes) also keeps its rows on one recency list,
+// least recently pushed first, in the order pushes were applied (within a push, in the order of
+// each key's last occurrence). After a push it evicts from the old end until it is within its
+// bound: replicas that apply the same pushes in the same order evict the same rows. Its list,
+// its row count and its pushes are serialised by one table-wide order lock; fetches never take
+// it (they never change the order).
+//
 // Thread-safety: every method may be called from any number of threads at once. A push
 // applies each key's gradient under that key's stripe lock, so it is atomic per key (never a
 // torn row), but a push of several keys is not atomic as a whole: a concurrent fetch may see
 // some of its keys updated and others not. Callers that need one order of pushes (replicas)
-// serialise pushes themselves (ShardReplica).
+// serialise pushes themselves (ShardReplica). A bounded table's pushes also wait for each other.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <span>
 #include <unordered_map>
@@ -28,7 +37,7 @@ namespace bx::ps {
 
 class Table {
  public:
-  // Validates the config (dim, dense rows, initialiser and optimiser parameters).
+  // Validates the config (dim, dense rows, bounds, initialiser and optimiser parameters).
   static Result<std::unique_ptr<Table>> Create(const TableConfig& config);
   static Status ValidateConfig(const TableConfig& config);
 
@@ -51,20 +60,34 @@ class Table {
   // concurrent fetch sees each row whole, before or after.
   Status Push(std::span<const uint64_t> keys, std::span<const float> gradients);
 
-  // Rows stored (pushed at least once).
+  // Rows stored (pushed at least once, and not evicted since).
   size_t row_count() const;
+  // The most rows a push may leave (the tighter of max_rows and max_bytes); 0: unbounded.
+  uint64_t row_limit() const { return row_limit_; }
+  static uint64_t RowLimit(const TableConfig& config);
+  // Rows evicted to keep within the bound, since the table was created (or as the snapshot it
+  // took its rows from counted).
+  uint64_t evicted() const { return evicted_.load(std::memory_order_relaxed); }
+  void set_evicted(uint64_t evicted) { evicted_.store(evicted, std::memory_order_relaxed); }
   // The bytes `rows` rows take as stored and snapshotted: each a key and stride() floats.
   uint64_t RowBytes(uint64_t rows) const {
     return rows * (sizeof(uint64_t) + uint64_t{stride_} * sizeof(float));
   }
 
+  // A hash of every stored row's key and state (a sum over rows, so independent of their order):
+  // two tables that agree hold the same rows, barring a collision. Reads the whole table.
+  uint64_t Digest() const;
   // Calls fn(key, state) for every stored row (state = stride() floats). Each stripe is read
-  // under its lock; rows pushed concurrently may or may not be visited.
+  // under its lock; rows pushed concurrently may or may not be visited. A bounded table visits
+  // its rows least recently pushed first (under its order lock: fn must not push to it), so
+  // inserting them in that order into another table (InsertRow) gives it the same recency.
   void ForEachRow(const std::function<void(uint64_t, std::span<const float>)>& fn) const;
-  // Stores a row's full state (used when loading a snapshot). Errors if the key exists.
+  // Stores a row's full state as the most recently pushed (used when loading a snapshot).
+  // Errors if the key exists. A bounded table beyond its bound then evicts as a push does.
   Status InsertRow(uint64_t key, std::span<const float> state);
-  // Replaces every row with `source`'s (same id and shape), leaving `source` empty: stripe by
-  // stripe, so a concurrent fetch sees each row whole, old or new.
+  // Replaces every row with `source`'s (same id, shape and bound), its recency and eviction
+  // count too, leaving `source` empty: stripe by stripe, so a concurrent fetch sees each row
+  // whole, old or new.
   Status TakeRows(Table& source);
   // A copy of this table, stripe by stripe under the stripes' read locks (memcpy speed): a
   // replica copies its tables while pushes wait, and encodes the copy after they resume.
@@ -75,10 +98,22 @@ class Table {
   // an empty table stays small.
   static constexpr size_t kStripes = 64;
 
+  // A bounded table's recency list links rows by id = stripe + kStripes * slot: 32 bits hold
+  // 2^26 slots a stripe, which kMaxBoundedRows and a push's key count keep below.
+  static constexpr uint32_t kNoRow = UINT32_MAX;
+  struct Recency {
+    uint64_t key;    // the slot's key (eviction finds a victim by its position on the list)
+    uint32_t older;  // ids of the neighbours on the list, kNoRow at either end
+    uint32_t newer;
+  };
+
   struct Stripe {
     mutable std::shared_mutex mu;
     std::unordered_map<uint64_t, size_t> index;  // key -> row number in `rows`
     std::vector<float> rows;                     // row r at [r*stride, (r+1)*stride)
+    // Bounded tables only: row r's key and list links, guarded by order_mu_ (not by mu: fetches
+    // never read it). Rows stay dense: an evicted row's slot takes the stripe's last row.
+    std::vector<Recency> recency;
   };
 
   explicit Table(const TableConfig& config);
@@ -92,10 +127,29 @@ class Table {
   void InitializeStoredRow(uint64_t key, std::span<float> row) const;
   // `key`'s state as a push starts from it: stored, or a new row's.
   void LoadRowLocked(uint64_t key, std::span<float> out) const;
+  // `key`'s slot in stripe `s` (its lock held, and order_mu_ for a bounded table), added (state
+  // unset; newest on the list) when it has none; second: whether it was added.
+  std::pair<size_t, bool> FindOrAddRowLocked(size_t s, uint64_t key);
+
+  // The recency list (bounded tables; order_mu_ held).
+  bool bounded() const { return row_limit_ != 0; }
+  static uint32_t RowId(size_t stripe, size_t slot) { return uint32_t(stripe + kStripes * slot); }
+  Recency& Node(uint32_t id) { return stripes_[id % kStripes].recency[id / kStripes]; }
+  void Unlink(uint32_t id);
+  void LinkNewest(uint32_t id);
+  // Evicts from the old end of the list until the table is within its bound; takes each
+  // victim's stripe lock (the caller holds none).
+  void EvictOverBound();
 
   const TableConfig config_;
   const uint32_t stride_;
+  const uint64_t row_limit_;
   std::array<Stripe, kStripes> stripes_;
+  mutable std::mutex order_mu_;  // bounded tables: pushes, the list, stored_rows_
+  uint32_t oldest_ = kNoRow;     // least recently pushed row (order_mu_)
+  uint32_t newest_ = kNoRow;
+  std::atomic<uint64_t> stored_rows_{0};  // bounded tables (written under order_mu_)
+  std::atomic<uint64_t> evicted_{0};
 };
 
 }  // namespace bx::ps

@@ -594,6 +594,7 @@ void AddPsCommand(CLI::App* app) {
     int heartbeat_timeout_ms = 0;  // 0: rpc::ClientOptions' default
     std::string start_file;
     VerifyFlags verify;
+    StreamKeysFlags stream;
   };
   for (bool training : {false, true}) {
     auto options = std::make_shared<WorkloadOptions>();
@@ -639,9 +640,22 @@ void AddPsCommand(CLI::App* app) {
                     "--verify: pushes per second per thread (default 0: each as soon as the one "
                     "before is acknowledged)")
           ->check(CLI::NonNegativeNumber);
+      w->add_option("--stream-keys", options->stream.keys,
+                    "Push this many distinct keys (--key-base on), each once, to the first table "
+                    "in batches, then print a JSON summary (an unbounded id space streaming "
+                    "through a bounded table); --threads pushers, --push-timeout-ms each")
+          ->check(CLI::PositiveNumber);
+      w->add_option("--stream-batch", options->stream.batch, "Keys per push of --stream-keys")
+          ->check(CLI::Range(1, 1 << 20));
     }
     w->callback([options, training] {
       ps::ClusterSpec spec = LoadClusterOrFail(options->cluster);
+      if (options->stream.keys > 0) {
+        options->stream.key_base = options->verify.key_base;
+        options->stream.push_timeout_ms = options->verify.push_timeout_ms;
+        if (!RunStreamKeys(spec, options->threads, options->stream)) throw CLI::RuntimeError(1);
+        return;
+      }
       if (options->verify.enabled) {
         return RunVerify(spec, options->seconds, options->threads, options->verify);
       }

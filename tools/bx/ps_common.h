@@ -2,6 +2,7 @@
 // library, failing with one line, and stopping on a signal.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "bx/ps/cluster.h"
@@ -21,5 +22,16 @@ void InitPsProcess();
 // finished first.
 void StopOnSigintOrSigterm();
 bool PsStopRequested();
+
+// `bx ps train --stream-keys` (ps_stream.cc): keys key_base .. key_base+keys-1, each pushed once
+// to the cluster file's first table, `batch` to a push, over `threads` threads; prints a JSON
+// line (keys, pushes, seconds, keys per second). False when a push failed.
+struct StreamKeysFlags {
+  uint64_t keys = 0;
+  uint64_t key_base = 0;
+  uint64_t batch = 1024;
+  int push_timeout_ms = 10000;
+};
+bool RunStreamKeys(const ps::ClusterSpec& spec, int threads, const StreamKeysFlags& flags);
 
 }  // namespace bx::tools

@@ -20,17 +20,18 @@ struct StatFlags {
   std::string cluster;
   double interval_seconds = 1.0;
   bool json = false;
+  bool digest = false;
 };
 
 void RunStat(const StatFlags& flags) {
   ps::ClusterSpec spec = LoadClusterOrFail(flags.cluster);
   InitPsProcess();
   const auto timeout = std::chrono::seconds(3);
-  std::vector<ps::ReplicaStats> first = ps::QueryClusterStats(spec, timeout);
+  std::vector<ps::ReplicaStats> first = ps::QueryClusterStats(spec, timeout, {}, flags.digest);
   std::vector<ps::ReplicaStats> last = first;
   if (flags.interval_seconds > 0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(flags.interval_seconds));
-    last = ps::QueryClusterStats(spec, timeout);
+    last = ps::QueryClusterStats(spec, timeout, {}, flags.digest);
   }
   auto rate = [&](size_t i, uint64_t ps::PsServerCounters::*counter) {
     if (flags.interval_seconds <= 0 || !first[i].status.ok() || !last[i].status.ok()) return 0.0;
@@ -38,8 +39,11 @@ void RunStat(const StatFlags& flags) {
   };
   bool all_answered = true;
   nlohmann::json out = nlohmann::json::array();
-  // Per table, over the shards' primaries: the cluster's rows and bytes.
-  std::map<std::string, std::pair<uint64_t, uint64_t>> totals;
+  // Per table, over the shards' primaries: the cluster's rows, bytes and evictions.
+  struct Total {
+    uint64_t rows = 0, bytes = 0, evicted = 0;
+  };
+  std::map<std::string, Total> totals;
   if (!flags.json) {
     std::printf("%-6s%-8s%-9s%7s%12s%8s%10s%10s%12s%10s%10s\n", "shard", "replica", "role", "epoch",
                 "lsn", "backups", "fetch/s", "push/s", "rows", "MiB", "ckpt age");
@@ -64,10 +68,15 @@ void RunStat(const StatFlags& flags) {
     for (const ps::PsTableStats& t : r.tables) {
       rows += t.rows;
       bytes += t.bytes;
-      tables.push_back({{"id", t.id}, {"name", t.name}, {"rows", t.rows}, {"bytes", t.bytes}});
+      nlohmann::json table = {
+          {"id", t.id},       {"name", t.name},           {"rows", t.rows},
+          {"bytes", t.bytes}, {"row_limit", t.row_limit}, {"evicted", t.evicted}};
+      if (flags.digest) table["digest"] = t.digest;
+      tables.push_back(std::move(table));
       if (r.role == "primary") {
-        totals[t.name].first += t.rows;
-        totals[t.name].second += t.bytes;
+        totals[t.name].rows += t.rows;
+        totals[t.name].bytes += t.bytes;
+        totals[t.name].evicted += t.evicted;
       }
     }
     const double fetches = rate(i, &ps::PsServerCounters::fetches);
@@ -109,8 +118,10 @@ void RunStat(const StatFlags& flags) {
     std::printf("%s\n", out.dump().c_str());
   } else {
     for (const auto& [name, total] : totals) {
-      std::printf("table %s: %llu rows, %.1f MiB on the primaries\n", name.c_str(),
-                  (unsigned long long)total.first, double(total.second) / double(1 << 20));
+      std::printf("table %s: %llu rows, %.1f MiB on the primaries", name.c_str(),
+                  (unsigned long long)total.rows, double(total.bytes) / double(1 << 20));
+      if (total.evicted != 0) std::printf(", %llu evicted", (unsigned long long)total.evicted);
+      std::printf("\n");
     }
   }
   std::fflush(stdout);
@@ -132,6 +143,9 @@ void AddPsStatCommand(CLI::App* ps) {
                 "Seconds between the two samples the rates come from (0: no rates)")
       ->check(CLI::NonNegativeNumber);
   c->add_flag("--json", flags->json, "Print JSON");
+  c->add_flag("--digest", flags->digest,
+              "With --json: each replica also hashes every table's rows (a full scan); replicas "
+              "at one lsn hold the same rows when their digests agree");
   c->callback([flags] { RunStat(*flags); });
 }
 

@@ -62,6 +62,13 @@ struct BX_EXPORT PsTableStats {
   uint32_t dim = 0;
   uint64_t rows = 0;
   uint64_t bytes = 0;
+  // A bounded table's (docs/PS.md "Bounded tables"): the most rows it keeps (0: unbounded) and
+  // the rows it evicted to keep within that.
+  uint64_t row_limit = 0;
+  uint64_t evicted = 0;
+  // Only when asked for (QueryClusterStats' digests): a hash of every row's key and state,
+  // independent of their order; replicas at one position hold the same rows when theirs agree.
+  uint64_t digest = 0;
 };
 
 struct BX_EXPORT PsServerOptions {

@@ -35,9 +35,10 @@ struct BX_EXPORT ReplicaStats {
 
 // Asks every replica of `cluster`, all at once, each within `timeout`: one entry per replica,
 // in cluster-file order. A replica that does not answer has its status set, not an error of
-// the whole call. `client`'s transport secret, when empty, is the cluster's.
+// the whole call. `client`'s transport secret, when empty, is the cluster's. `digests`: each
+// replica also hashes its tables' rows (PsTableStats::digest; a scan of every table).
 BX_EXPORT std::vector<ReplicaStats> QueryClusterStats(
     const ClusterSpec& cluster, std::chrono::milliseconds timeout = std::chrono::seconds(3),
-    rpc::ClientOptions client = {});
+    rpc::ClientOptions client = {}, bool digests = false);
 
 }  // namespace bx::ps

@@ -54,10 +54,19 @@ struct BX_EXPORT TableConfig {
   uint64_t dense_rows = 0;  // kDense only
   InitializerConfig init;
   OptimizerConfig optimizer;
+  // Bounds of an embedding table on each replica (0: unbounded, the default). A push that takes
+  // the table over either evicts its least recently pushed rows (docs/PS.md "Bounded tables");
+  // a fetch of an evicted row returns its initial value again. max_bytes counts rows as
+  // bx_ps_table_bytes does (key, weights, optimiser state), so it must hold at least one row.
+  uint64_t max_rows = 0;
+  uint64_t max_bytes = 0;
 };
 
 // Bounds that keep every size computation far from overflow.
 inline constexpr uint32_t kMaxDim = 1u << 16;
 inline constexpr uint64_t kMaxDenseRows = 1ull << 32;
+// A bounded table holds at most this many rows per replica: its recency list links rows by
+// 32-bit numbers (docs/PS.md "Bounded tables", overhead).
+inline constexpr uint64_t kMaxBoundedRows = 1ull << 25;
 
 }  // namespace bx::ps

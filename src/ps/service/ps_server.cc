@@ -295,11 +295,12 @@ PsServerCounters PsServerCore::counters() const {
           checkpoints_offered_.load()};
 }
 
-std::vector<PsTableStats> PsServerCore::TableStats() const {
+std::vector<PsTableStats> PsServerCore::TableStats(bool digest) const {
   std::vector<PsTableStats> out;
   replica_.ForEachTable([&](const Table& t) {
     const uint64_t rows = t.row_count();
-    out.push_back({t.config().id, t.config().name, t.dim(), rows, t.RowBytes(rows)});
+    out.push_back({t.config().id, t.config().name, t.dim(), rows, t.RowBytes(rows), t.row_limit(),
+                   t.evicted(), digest ? t.Digest() : 0});
   });
   return out;
 }

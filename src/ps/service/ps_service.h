@@ -216,7 +216,8 @@ class PsServerCore {
   // only for want of a secret would promote a second one).
   void LendSecrets(TransportOptions* transport) const;
   PsServerCounters counters() const;
-  std::vector<PsTableStats> TableStats() const;
+  // digest: also hash every table's rows (a scan of each, PsTableStats::digest).
+  std::vector<PsTableStats> TableStats(bool digest = false) const;
   rpc::ServerStats rpc_stats() const { return server_->stats(); }
   void CountCheckpointOffered() { checkpoints_offered_.fetch_add(1, std::memory_order_relaxed); }
   // The position and wall-clock time (ms since the epoch) of the last checkpoint this replica

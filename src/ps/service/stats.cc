@@ -59,6 +59,10 @@ Result<ReplicaStats> ParseStats(std::span<const std::byte> bytes) {
     ok = ok && t.is_object() && u64(t, "id", &id) && u64(t, "dim", &dim) &&
          u64(t, "rows", &table.rows) && u64(t, "bytes", &table.bytes) && t["name"].is_string();
     if (!ok) break;
+    // Replicas older than bounded tables say nothing of them: 0, as for an unbounded table.
+    u64(t, "row_limit", &table.row_limit);
+    u64(t, "evicted", &table.evicted);
+    u64(t, "digest", &table.digest);
     table.id = uint32_t(id);
     table.dim = uint32_t(dim);
     table.name = t["name"].get<std::string>();
@@ -81,10 +85,16 @@ void PsServerCore::OnStat(rpc::ServerCall call) {
   json counters_json = json::object();
   ForEachCounter(c, [&](const char* name, uint64_t v) { counters_json[name] = v; });
   out["counters"] = std::move(counters_json);
+  // A request of one byte with bit 0 set asks for the tables' digests too (a scan of each).
+  const std::span<const std::byte> request = Bytes(call.request());
+  const bool digest = request.size() == 1 && (uint8_t(request[0]) & 1) != 0;
   json tables = json::array();
-  for (const PsTableStats& t : TableStats()) {
-    tables.push_back(
-        {{"id", t.id}, {"name", t.name}, {"dim", t.dim}, {"rows", t.rows}, {"bytes", t.bytes}});
+  for (const PsTableStats& t : TableStats(digest)) {
+    json table = {{"id", t.id},          {"name", t.name},   {"dim", t.dim},
+                  {"rows", t.rows},      {"bytes", t.bytes}, {"row_limit", t.row_limit},
+                  {"evicted", t.evicted}};
+    if (digest) table["digest"] = t.digest;
+    tables.push_back(std::move(table));
   }
   out["tables"] = std::move(tables);
   const auto [at, unix_ms] = LastCheckpoint();
@@ -98,7 +108,7 @@ void PsServerCore::OnStat(rpc::ServerCall call) {
 
 std::vector<ReplicaStats> QueryClusterStats(const ClusterSpec& cluster,
                                             std::chrono::milliseconds timeout,
-                                            rpc::ClientOptions client) {
+                                            rpc::ClientOptions client, bool digests) {
   if (client.transport.auth_secret.empty()) client.transport.auth_secret = cluster.secret;
   client.log = client.log ? client.log : [](std::string_view) {};
   std::vector<ReplicaStats> out;
@@ -116,11 +126,12 @@ std::vector<ReplicaStats> QueryClusterStats(const ClusterSpec& cluster,
     }
   }
   for (const rpc::ReplicaAddress& address : addresses) {
-    asked.push_back(
-        std::async(std::launch::async, [&address, &client, timeout]() -> Result<ReplicaStats> {
+    asked.push_back(std::async(
+        std::launch::async, [&address, &client, timeout, digests]() -> Result<ReplicaStats> {
           BX_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Client> rpc_client,
                               rpc::Client::Create({address}, client));
-          BX_ASSIGN_OR_RETURN(rpc::Message request, rpc::Message::Allocate(0));
+          BX_ASSIGN_OR_RETURN(rpc::Message request, rpc::Message::Allocate(digests ? 1 : 0));
+          if (digests) request.data()[0] = std::byte{1};
           BX_ASSIGN_OR_RETURN(rpc::Message reply,
                               CallOnce(*rpc_client, kStatMethod, std::move(request), timeout));
           return ParseStats(Bytes(reply));

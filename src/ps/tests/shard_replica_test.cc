@@ -907,3 +907,115 @@ TEST(ShardReplica, APrimaryPromotedWithTooFewReplicasAcknowledgesNothing) {
 
 }  // namespace
 }  // namespace bx::ps
+
+namespace bx::ps {
+namespace {
+
+// Bounded tables (docs/PS.md "Bounded tables"): one replica's rows of the test table, least
+// recently pushed first, with their whole state.
+std::vector<std::pair<uint64_t, std::vector<float>>> BoundedRows(const ShardReplica& r) {
+  std::vector<std::pair<uint64_t, std::vector<float>>> rows;
+  r.ForEachTable([&](const Table& t) {
+    t.ForEachRow([&](uint64_t key, std::span<const float> s) {
+      rows.emplace_back(key, std::vector<float>(s.begin(), s.end()));
+    });
+  });
+  return rows;
+}
+uint64_t Evicted(const ShardReplica& r) {
+  uint64_t evicted = 0;
+  r.ForEachTable([&](const Table& t) { evicted += t.evicted(); });
+  return evicted;
+}
+
+// Pushes overflow a bounded table while a replica joins by snapshot mid-stream and then the
+// primary dies with pushes only some replicas hold; the new primary re-forwards them. After
+// all that, the two survivors hold exactly the same rows, in the same recency order, with the
+// same values, as one table that applied every push in order: nothing resurrected, nothing
+// silently lost. (With a snapshot that dropped the recency order, the joiner would evict other
+// rows than its peers after installing it.)
+TEST(ShardReplica, BoundedTablesEvictTheSameRowsOnEveryReplicaThroughJoinAndFailover) {
+  TableConfig config = TestTable();
+  config.max_rows = 50;
+  auto make = [&] {
+    auto r = std::make_unique<ShardReplica>();
+    EXPECT_TRUE(r->CreateTable(config).ok());
+    return r;
+  };
+  auto p = make(), b1 = make(), joiner = make();
+  auto reference = Table::Create(config);
+  ASSERT_TRUE(reference.ok());
+  auto push_to = [&](ShardReplica& primary, uint64_t i) {
+    // Five keys, three new and two pushed before (kept recent, or revived once evicted).
+    PushRequest push = MakePush(1, i, {3 * i, 3 * i + 1, 3 * i + 2, i / 2, (i * 7) % 40});
+    return std::make_pair(push, Push(primary, push));
+  };
+  auto apply = [&](const PushRequest& push) {
+    ASSERT_TRUE((*reference)->Push(push.keys, push.gradients).ok());
+  };
+
+  FakeGuard guard;
+  auto to_b1 = std::make_shared<FakeLink>(b1.get());
+  ASSERT_TRUE(p->BecomePrimary(1, {to_b1}, guard.Make()).ok());
+  uint64_t i = 1;
+  for (; i <= 60; ++i) {
+    auto [push, outcome] = push_to(*p, i);
+    ASSERT_TRUE(outcome->acked());
+    apply(push);
+  }
+  Result<ShardReplica::JoinSnapshot> snapshot = p->SnapshotForJoin(2);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status().ToString();
+  for (; i <= 80; ++i) {  // while the snapshot travels
+    auto [push, outcome] = push_to(*p, i);
+    ASSERT_TRUE(outcome->acked());
+    apply(push);
+  }
+  ASSERT_TRUE(joiner->InstallSnapshot(snapshot->bytes).ok());
+  auto to_joiner = std::make_shared<FakeLink>(joiner.get(), FakeLink::Mode::kHold);
+  ASSERT_TRUE(p->AttachLearner(2, to_joiner, guard.Add()).ok());
+  to_joiner->DeliverHeld();
+  guard.AnswerAdds(Status::Ok());
+  to_joiner->set_mode(FakeLink::Mode::kDeliver);
+  for (; i <= 120; ++i) {
+    auto [push, outcome] = push_to(*p, i);
+    ASSERT_TRUE(outcome->acked());
+    apply(push);
+  }
+  // The primary forwards three more; b1 never gets them, the joiner does; then it dies.
+  to_b1->set_mode(FakeLink::Mode::kHold);
+  std::vector<PushRequest> unacked;
+  for (; i <= 123; ++i) {
+    auto [push, outcome] = push_to(*p, i);
+    EXPECT_FALSE(outcome->result);
+    unacked.push_back(push);
+    apply(push);
+  }
+  to_b1->LoseHeld();
+  EXPECT_GT(joiner->position().lsn, b1->position().lsn);
+  EXPECT_NE(BoundedRows(*joiner), BoundedRows(*b1)) << "b1 lacks the last three pushes";
+
+  // The joiner holds the most: it takes over and re-forwards what b1 lacks.
+  ASSERT_TRUE(joiner->BecomePrimary(2, {std::make_shared<FakeLink>(b1.get())}).ok());
+  for (const PushRequest& retry : unacked) {
+    EXPECT_TRUE(Push(*joiner, retry)->duplicate()) << "applied once, before the failover";
+  }
+  for (; i <= 200; ++i) {
+    auto [push, outcome] = push_to(*joiner, i);
+    ASSERT_TRUE(outcome->acked());
+    apply(push);
+  }
+  const auto rows = BoundedRows(*joiner);
+  EXPECT_EQ(rows.size(), 50u);
+  EXPECT_EQ(rows, BoundedRows(*b1));
+  EXPECT_EQ(Evicted(*joiner), Evicted(*b1));
+  std::vector<std::pair<uint64_t, std::vector<float>>> want;
+  (*reference)->ForEachRow([&](uint64_t key, std::span<const float> s) {
+    want.emplace_back(key, std::vector<float>(s.begin(), s.end()));
+  });
+  EXPECT_EQ(rows, want);
+  EXPECT_EQ(Evicted(*joiner), (*reference)->evicted());
+  EXPECT_GT(Evicted(*joiner), 500u);
+}
+
+}  // namespace
+}  // namespace bx::ps
