@@ -159,6 +159,7 @@ test-upgrade: build
 	cmake --build $(BUILD)/upgrade-from/build --target bx bx_simnic -j $(JOBS)
 	bash src/ps/service/tests/rolling_restart.sh $(BUILD)/bin/bx \
 	  --old-bx $(BUILD)/upgrade-from/build/bin/bx
+
 # Bounded tables at scale (docs/PS.md "Bounded tables"): 10 million distinct ids through a
 # 64 MiB table of a 1 x 2 `bx ps serve` cluster, the primary killed mid-stream and caught up
 # again; peak RSS, evictions and identical replicas checked. make test runs 2 million through
