@@ -317,7 +317,10 @@ void Serve(const ServeOptions& serve) {
   }
   if (monitor && !store.empty() && failover.handover_on_stop && (*server)->primary_epoch() != 0) {
     const auto start = std::chrono::steady_clock::now();
-    Result<ps::HandoverResult> handed = monitor->HandOver();
+    // Pushes are refused while it runs: if it cannot finish within half a lease (a backup slow
+    // to take the last pushes), giving the lease back is the faster way out.
+    Result<ps::HandoverResult> handed =
+        monitor->HandOver(std::nullopt, std::chrono::milliseconds(failover.lease_ms / 2));
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (handed.ok()) {
