@@ -14,11 +14,15 @@
 # The control runs the old lease-less detector (--unsafe-failover-without-leases) under a
 # pause and must LOSE acknowledged pushes, proving the check can fail.
 #
-# Usage: chaos_test.sh BX quick|full. quick (ctest, under 90 s): tcp, a pause of 1.5 leases
-# with leases, and the control. full (`make test-chaos`): tcp and rdma (the simnic) x kill,
-# pause 1.5/3/10 leases, partition primary|backups, partition primary|etcd, restart of a killed
-# primary, mixed, and etcd-pause-restart (etcd itself paused for 2 leases, then, a lease after
-# it resumed, killed and restarted on its data directory: at most one promotion per shard).
+# Usage: chaos_test.sh BX quick|full|etcd3. quick (ctest, under 90 s): tcp, a pause of 1.5
+# leases with leases, and the control. full (`make test-chaos`): tcp and rdma (the simnic) x
+# kill, pause 1.5/3/10 leases, partition primary|backups, partition primary|etcd, restart of a
+# killed primary, mixed, etcd-pause-restart (etcd itself paused for 2 leases, then, a lease
+# after it resumed, killed and restarted on its data directory: at most one promotion per
+# shard), and the faults of a three-member etcd, each member on its own host and every server
+# given all three (chaos_etcd3.sh: etcd3-kill-leader, etcd3-pause-member,
+# etcd3-partition-member, etcd3-rolling-restart, etcd3-kill-leader-during-promotion; each must
+# bite, and every member be healthy afterwards). etcd3: only those, over tcp and rdma.
 # The simnic fabric joins the namespaces like a switch (BX_SIM_FABRIC_DIR); IP routes cannot
 # partition it, so a partition also cuts it (BX_SIM_PARTITIONS). Then the control.
 # SCHEME:FAULT[,SCHEME:FAULT...] (e.g. rdma:partition-backups,tcp:restart) runs those
@@ -26,11 +30,13 @@
 # Exit 0 passed, 77 skipped (no network namespaces), else failed.
 set -euo pipefail
 
-BX=${1:?usage: chaos_test.sh path/to/bx quick|full}
+BX=${1:?usage: chaos_test.sh path/to/bx quick|full|etcd3|SCHEME:FAULT,...}
 MODE=${2:-quick}
 [[ -x $BX ]] || { echo "FAIL: $BX is not executable"; exit 1; }
 # shellcheck source=netns_cluster.sh
 source "$(dirname "$0")/netns_cluster.sh"
+# shellcheck source=chaos_etcd3.sh
+source "$(dirname "$0")/chaos_etcd3.sh"
 netns_require_root
 
 LEASE_S=2  # etcd's minimum
@@ -39,8 +45,9 @@ LEASE_S=2  # etcd's minimum
 # pushes in flight through the fault are what count (the control still loses thousands).
 PUSH_RATE=${CHAOS_PUSH_RATE:-$([[ $MODE == quick ]] && echo 100 || echo 0)}
 ETCD_HOST=9
-# Hosts 1..6: shard s replica r is host 3*s+r+1; 7, 8: trainers; 9: etcd.
-netns_hosts 9
+# Hosts 1..6: shard s replica r is host 3*s+r+1; 7, 8: trainers; 9: etcd; 10..12: the members
+# of the three-member etcd (started for the first etcd3-* scenario).
+netns_hosts 12
 netns_start_etcd $ETCD_HOST
 REPORT="$WORK/report.txt"
 : >"$REPORT"
@@ -79,7 +86,7 @@ declare -A SERVER
 start_server() {  # shard replica [log-suffix]
   local host=$((3 * $1 + $2 + 1)) failover
   if [[ $LEASES == on ]]; then
-    failover=(--etcd "$ETCD_URL" --lease-ms $((LEASE_S * 1000)) --probe-interval-ms 100)
+    failover=(--etcd "$STORE_URLS" --lease-ms $((LEASE_S * 1000)) --probe-interval-ms 100)
   else
     failover=(--unsafe-failover-without-leases --failover-timeout-ms 1000 --probe-interval-ms 100)
   fi
@@ -151,8 +158,18 @@ inject() {  # fault — on shard 0, whose primary is replica 0 (host 1)
       sleep "$LEASE_S"
       blackhole del 4 5 6
       ;;
+    etcd3-*) inject_etcd3 "$1" ;;
     *) fail "unknown fault $1" ;;
   esac
+}
+
+# The store the scenario's servers use, read from outside.
+store_ctl() {  # etcdctl args...
+  if [[ $FAULT == etcd3-* ]]; then
+    etcd3ctl --endpoints "$ETCD3_URLS" "$@"
+  else
+    etcdctl_in $ETCD_HOST "$@"
+  fi
 }
 
 # One scenario: a fresh cluster, trainers, the fault 2 s into training, checks after healing.
@@ -162,14 +179,25 @@ scenario() {  # scheme leases fault
   local start=$SECONDS
   CLUSTER="$WORK/$RUN.json"
   write_cluster "$SCHEME" "$CLUSTER"
-  etcdctl_in $ETCD_HOST del --prefix /bexpress >/dev/null
+  if [[ $FAULT == etcd3-* ]]; then
+    etcd3_prepare "$FAULT"
+    STORE_URLS=$ETCD3_URLS
+  else
+    etcdctl_in $ETCD_HOST del --prefix /bexpress >/dev/null
+    STORE_URLS=$ETCD_URL
+  fi
   SERVER=() CUTS=()
   rm -f "$BX_SIM_PARTITIONS"
   for s in 0 1; do for r in 1 2 0; do start_server $s $r; done; done
   for s in 0 1; do wait_for "$WORK/$RUN-s${s}r0.log" "primary of epoch 1" 30; done
   local t trainers=() seconds=12
   [[ $FAULT == pause10 ]] && seconds=28
-  [[ $FAULT == etcd-pause-restart ]] && seconds=18
+  case $FAULT in
+    etcd-pause-restart | etcd3-kill-leader) seconds=18 ;;
+    etcd3-partition-member) seconds=16 ;;
+    etcd3-kill-leader-during-promotion) seconds=20 ;;
+    etcd3-rolling-restart) seconds=28 ;;
+  esac
   # The fault window: from the injection (2 s in) to two leases after the fault ends.
   local fault_ms
   case $FAULT in
@@ -177,6 +205,8 @@ scenario() {  # scheme leases fault
     pause*) fault_ms=$(awk -v f="${FAULT#pause}" -v l="$LEASE_S" 'BEGIN { printf "%d", f * l * 1000 }') ;;
     restart) fault_ms=$((2 * LEASE_S * 1000)) ;;
     etcd-pause-restart) fault_ms=$((4 * LEASE_S * 1000)) ;;  # with etcd's restart
+    etcd3-kill-leader | etcd3-kill-leader-during-promotion) fault_ms=$((4 * LEASE_S * 1000)) ;;
+    etcd3-rolling-restart) fault_ms=$((8 * LEASE_S * 1000)) ;;  # three times down a lease, up
     *) fault_ms=$((3 * LEASE_S * 1000)) ;;
   esac
   for t in 0 1; do
@@ -188,6 +218,10 @@ scenario() {  # scheme leases fault
   done
   sleep 2
   inject "$FAULT"
+  # The fault must have been over while the trainers still pushed.
+  for t in 0 1; do
+    kill -0 "${trainers[$t]}" 2>/dev/null || fail "$RUN: the trainers finished before the fault did"
+  done
   for t in 0 1; do wait "${trainers[$t]}" || true; done
 
   local doubled acked applied p99 max fault_p99 failed results
@@ -223,7 +257,7 @@ scenario() {  # scheme leases fault
       [[ $s == 0 && $FAULT == kill ]] && want=2
       local deadline=$((SECONDS + 30))
       while :; do
-        config=$(etcdctl_in $ETCD_HOST get "/bexpress/ps/shard/$s/config" --print-value-only)
+        config=$(store_ctl get "/bexpress/ps/shard/$s/config" --print-value-only)
         # Epochs come from the store and start at 1: every later one is a promotion.
         read -r promoted list < <(python3 -c "import json,sys; c = json.loads(sys.argv[1]); print(c['epoch'] - 1, *[m['replica'] for m in c['members']])" "$config")
         (($(wc -w <<<"$list") >= want || SECONDS >= deadline)) && break
@@ -262,9 +296,13 @@ scenario() {  # scheme leases fault
 
   for pid in "${SERVER[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   for pid in "${SERVER[@]}"; do { wait "$pid"; } 2>/dev/null || true; done
-  local line
-  line=$(printf '%-5s leases=%-3s %-18s acked %7d lost %6d doubled %3d  push p99 %6.1f ms, in the fault %7.1f ms, max %7.1f ms  promotions (shard 0, 1):%s  members:%s  (%d s)' \
-    "$SCHEME" "$LEASES" "$FAULT" "$acked" "$LOST" "$doubled" "$p99" "$fault_p99" "$max" "${promotions:- n/a}" "${members:- n/a}" $((SECONDS - start)))
+  local line etcd3=""
+  if [[ $FAULT == etcd3-* ]]; then
+    etcd3_count_leases
+    etcd3="  etcd: $ETCD3_NOTE"
+  fi
+  line=$(printf '%-5s leases=%-3s %-18s acked %7d lost %6d doubled %3d  push p99 %6.1f ms, in the fault %7.1f ms, max %7.1f ms  promotions (shard 0, 1):%s  members:%s%s  (%d s)' \
+    "$SCHEME" "$LEASES" "$FAULT" "$acked" "$LOST" "$doubled" "$p99" "$fault_p99" "$max" "${promotions:- n/a}" "${members:- n/a}" "$etcd3" $((SECONDS - start)))
   echo "$line" | tee -a "$REPORT"
   check_sanitizer_reports "$WORK/$RUN-*.log"
   [[ -z $twice ]] || fail "$RUN: two primaries of one epoch:$twice"
@@ -273,7 +311,8 @@ scenario() {  # scheme leases fault
   local effect=""
   case $FAULT in
     partition-backups) effect="dropped unreachable replica" ;;
-    partition-etcd | pause* | etcd-pause-restart) effect="stepping down" ;;
+    partition-etcd | pause* | etcd-pause-restart | etcd3-kill-leader-during-promotion)
+      effect="stepping down" ;;
   esac
   if [[ -n $effect && $LEASES == on ]] && ! grep -q "$effect" "$WORK/$RUN-s0r0.log"; then
     fail "$RUN: shard 0's primary never logged '$effect': the fault did not bite"
@@ -292,26 +331,31 @@ scenario() {  # scheme leases fault
       done
     fi
     ((failed == 0)) || fail "$RUN: the trainers had $failed failed pushes"
+    # shellcheck disable=SC2086 # one promotion count a shard
+    [[ $FAULT != etcd3-* ]] || etcd3_check "$FAULT" $promotions
   fi
 }
 
 case $MODE in
   quick) scenario tcp on pause1.5 ;;
   full)
-    for fault in kill pause1.5 pause3 pause10 partition-backups partition-etcd restart mixed \
-      etcd-pause-restart; do
-      scenario tcp on "$fault"
+    for scheme in tcp rdma; do
+      for fault in kill pause1.5 pause3 pause10 partition-backups partition-etcd restart mixed \
+        etcd-pause-restart "${ETCD3_FAULTS[@]}"; do
+        scenario "$scheme" on "$fault"
+      done
     done
-    for fault in kill pause1.5 pause3 pause10 partition-backups partition-etcd restart mixed \
-      etcd-pause-restart; do
-      scenario rdma on "$fault"
+    ;;
+  etcd3)  # the three-member etcd's faults only, over both transports
+    for scheme in tcp rdma; do
+      for fault in "${ETCD3_FAULTS[@]}"; do scenario "$scheme" on "$fault"; done
     done
     ;;
   tcp:* | rdma:*)  # scenarios, e.g. rdma:mixed,tcp:restart
     IFS=, read -ra picked <<<"$MODE"
     for one in "${picked[@]}"; do scenario "${one%%:*}" on "${one#*:}"; done
     ;;
-  *) fail "mode must be quick, full or SCHEME:FAULT[,...]" ;;
+  *) fail "mode must be quick, full, etcd3 or SCHEME:FAULT[,...]" ;;
 esac
 
 # The control: the same pause without leases must lose acknowledged pushes. It is the old

@@ -220,12 +220,13 @@ try:
 except ValueError:
     statuses = []
 leader, term, ids = -1, 0, ["-"] * len(urls)
-for status in statuses:
+for status in statuses:  # proto3 JSON leaves out zeros: no "leader" while there is none
     s, i = status["Status"], urls.index(status["Endpoint"])
-    ids[i] = format(s["header"]["member_id"], "x")
-    if s["leader"] == s["header"]["member_id"] and s["raftTerm"] >= term:
-        leader, term = i, s["raftTerm"]
-    term = max(term, s["raftTerm"])
+    me, its_term = s["header"]["member_id"], s.get("raftTerm", 0)
+    ids[i] = format(me, "x")
+    if s.get("leader") == me and its_term >= term:
+        leader, term = i, its_term
+    term = max(term, its_term)
 print(leader, term, ",".join(ids))' "$ETCD3_URLS" "$status"
 }
 

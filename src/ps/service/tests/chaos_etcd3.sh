@@ -1,0 +1,123 @@
+# The three-member etcd faults of chaos_test.sh (sourced by it, not run): scenarios etcd3-*.
+# The servers are given all three members (--etcd e0,e1,e2) and send to e0 until it fails them,
+# so every fault hits e0, the member they use; where it leads is set before each run.
+#
+#   etcd3-kill-leader      e0 leads; SIGKILL, a new leader elected, restarted 2 leases later
+#   etcd3-pause-member     e0 follows; SIGSTOP for 3 leases, then SIGCONT
+#   etcd3-partition-member e0 leads; cut off from e1, e2 and every replica for 3 leases
+#   etcd3-rolling-restart  e0 leads; e0, e1, e2 killed and restarted in turn, each down a lease
+#   etcd3-kill-leader-during-promotion
+#                          shard 0's primary paused as e0 (leading) is killed; e0 restarted
+#                          2 leases later; the primary resumed once a backup was promoted
+#
+# The fault must bite: a new etcd leader elected (etcdctl endpoint status) where a leader is
+# killed or cut off, an election where all restart, a promotion on shard 0 under the paused
+# primary, and a primary's lease held (renewed only after the store answered again), lost, or
+# taken over wherever e0 stops answering the servers for a while (pause, partition). Every
+# member must be healthy afterwards.
+
+ETCD3_FAULTS=(etcd3-kill-leader etcd3-pause-member etcd3-partition-member etcd3-rolling-restart
+  etcd3-kill-leader-during-promotion)
+
+etcd3_prepare() {  # fault — a healthy cluster with its leader where the fault wants it
+  [[ -n ${ETCD3_URLS:-} ]] || netns_start_etcd3 10 11 12
+  etcd3_wait_healthy 0 1 2
+  if [[ $1 == etcd3-pause-member ]]; then etcd3_move_leader 1; else etcd3_move_leader 0; fi
+  etcd3ctl --endpoints "$ETCD3_URLS" del --prefix /bexpress >/dev/null
+  ETCD3_NOTE=""
+}
+
+etcd3_cut() {  # add|del — e0 from the other members and every replica, both ways
+  local e0=${ETCD3_HOST[0]} other
+  blackhole "$1" "$e0" "${ETCD3_HOST[1]}" "${ETCD3_HOST[2]}" 1 2 3 4 5 6
+  for other in "${ETCD3_HOST[1]}" "${ETCD3_HOST[2]}" 1 2 3 4 5 6; do blackhole "$1" "$other" "$e0"; done
+}
+
+sleep_until() {  # SECONDS value
+  local left=$(($1 - SECONDS))
+  ((left <= 0)) || sleep "$left"
+}
+
+# The new leader after e0 stopped leading, in ETCD3_NOTE.
+etcd3_note_new_leader() {  # term-before
+  etcd3_wait_leader 0 30
+  ETCD3_NOTE="leader e0 -> e$ETCD3_LEADER, term $1 -> $ETCD3_TERM"
+}
+
+inject_etcd3() {  # fault
+  local leader term ids start=$SECONDS i
+  read -r leader term ids < <(etcd3_status)
+  case $1 in
+    etcd3-kill-leader)
+      etcd3_kill 0
+      etcd3_note_new_leader "$term"
+      sleep_until $((start + 2 * LEASE_S))
+      etcd3_start_member 0 existing
+      ;;
+    etcd3-pause-member)
+      etcd3_pause 0
+      sleep $((3 * LEASE_S))
+      etcd3_resume 0
+      ETCD3_NOTE="leader e$leader"
+      ;;
+    etcd3-partition-member)
+      etcd3_cut add
+      etcd3_note_new_leader "$term"
+      sleep_until $((start + 3 * LEASE_S))
+      etcd3_cut del
+      ;;
+    etcd3-rolling-restart)
+      for i in 0 1 2; do
+        etcd3_kill $i
+        sleep "$LEASE_S"
+        etcd3_start_member $i existing
+        etcd3_wait_healthy 0 1 2  # all three back before the next goes: quorum throughout
+        sleep "$LEASE_S"
+      done
+      local now
+      read -r leader now ids < <(etcd3_status)
+      ((now > term)) || fail "$RUN: etcd held no election while every member restarted"
+      ETCD3_NOTE="term $term -> $now"
+      ;;
+    etcd3-kill-leader-during-promotion)
+      kill -STOP "${SERVER[0.0]}"
+      etcd3_kill 0
+      etcd3_note_new_leader "$term"
+      sleep_until $((start + 2 * LEASE_S))
+      etcd3_start_member 0 existing
+      local deadline=$((SECONDS + 30))
+      until grep -qs "now primary of epoch" "$WORK/$RUN-s0r1.log" "$WORK/$RUN-s0r2.log"; do
+        ((SECONDS < deadline)) || fail "$RUN: no backup of shard 0 promoted under the paused primary"
+        sleep 0.1
+      done
+      kill -CONT "${SERVER[0.0]}"
+      ;;
+    *) fail "unknown fault $1" ;;
+  esac
+  etcd3_wait_healthy 0 1 2
+}
+
+# The servers' side of the bite: leases held (renewed only once the store answered again) and
+# lost, counted from their logs into ETCD3_HELD, ETCD3_LOST and ETCD3_NOTE.
+etcd3_count_leases() {
+  ETCD3_HELD=$(cat "$WORK/$RUN"-s*.log | grep -c "lease renewed after the store came back" || true)
+  ETCD3_LOST=$(cat "$WORK/$RUN"-s*.log | grep -c "lease lost" || true)
+  ETCD3_NOTE+="${ETCD3_NOTE:+, }leases held $ETCD3_HELD, lost $ETCD3_LOST"
+}
+
+# After the run: the servers' side of the bite, required where e0 stopped answering them
+# without a kill; every member healthy.
+etcd3_check() {  # fault promotions...
+  local fault=$1 promoted=0 n
+  shift
+  for n in "$@"; do promoted=$((promoted + n)); done
+  case $fault in
+    etcd3-pause-member | etcd3-partition-member)
+      ((ETCD3_HELD + ETCD3_LOST + promoted > 0)) ||
+        fail "$RUN: no primary's lease held, lost or taken over: the fault did not bite"
+      ;;
+  esac
+  local leader term ids
+  read -r leader term ids < <(etcd3_status)
+  [[ $leader -ge 0 && $ids != *-* ]] || fail "$RUN: etcd not whole afterwards (leader $leader, members $ids)"
+}
