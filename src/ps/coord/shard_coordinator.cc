@@ -311,17 +311,37 @@ Result<VersionedConfig> ShardCoordinator::ChangeMembers(
 
 void ShardCoordinator::RenewLoop() {
   std::unique_lock lock(mu_);
+  int64_t renewing = 0;  // the lease `next` is for
+  Clock::time_point next;
+  bool answered = true;  // the last renewal got an answer
   while (true) {
     cv_.wait(lock, [this] { return stop_ || lease_id_ != 0; });
     const int64_t lease = lease_id_;
-    cv_.wait_for(lock, options_.lease_ttl / 3, [&] { return stop_ || lease_id_ != lease; });
+    if (lease != renewing) {
+      renewing = lease;
+      next = Clock::now() + options_.lease_ttl / 3;
+      answered = true;
+    }
+    // ttl/3 after the last renewal left, not after its answer: waiting ttl/3 more after one
+    // that timed out (a second on etcd) let a 2 s lease expire at the store while the other
+    // members would have renewed it.
+    cv_.wait_until(lock, next, [&] { return stop_ || lease_id_ != lease; });
     if (stop_) return;
     if (lease_id_ != lease) continue;  // resigned, or lost and replaced: start over
     lock.unlock();
     const Clock::time_point sent = Clock::now();
+    next = sent + options_.lease_ttl / 3;
     Result<std::chrono::milliseconds> renewed = store_->KeepAlive(lease);
     lock.lock();
     if (lease_id_ != lease) continue;  // resigned meanwhile: the answer is nobody's
+    const bool unanswered = !renewed.ok() && renewed.status().code() != StatusCode::kNotFound;
+    if (unanswered && answered && options_.on_renewal_unanswered) {
+      lock.unlock();
+      options_.on_renewal_unanswered(renewed.status());
+      lock.lock();
+    }
+    answered = !unanswered;
+    if (lease_id_ != lease) continue;
     if (renewed.ok()) {
       // The store renewed the lease, so it (and its key) never expired: no successor can
       // exist, and the store's expiry lies past this deadline. So a deadline that had passed

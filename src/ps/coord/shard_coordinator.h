@@ -21,7 +21,9 @@
 // alive changes the set.
 //
 // The lease: granted with `lease_ttl`, renewed every ttl/3 by a thread of this object (one for
-// every office it holds). Each renewal is timed from before its request left, so the local
+// every office it holds), counted from when the last renewal left: one the store left unanswered
+// for longer (a member paused or cut off; the store's next call goes to the next member) is
+// followed at once, before the lease can expire at the store. Each renewal is timed from before its request left, so the local
 // deadline — send time + granted ttl - drift margin — falls before the store's expiry (which
 // counts from when the store got the renewal) as long as the two clocks' rates differ by less
 // than the margin. LeaseValid() reads that deadline. When it passes because the store does not
@@ -91,6 +93,9 @@ class ShardCoordinator {
     // Runs (on the keep-alive thread) when a renewal made a deadline that had passed valid
     // again: the holder may act again (e.g. release the acks it held back).
     std::function<void()> on_lease_renewed;
+    // Runs (on the keep-alive thread) when a renewal got no answer after one that did: the
+    // first sign of a store outage, once per outage.
+    std::function<void(const Status&)> on_renewal_unanswered;
   };
 
   // `store` must outlive this object. The incarnation is random, fresh for every object.

@@ -71,6 +71,9 @@ LeasedFailoverCore::LeasedFailoverCore(PsServerCore* server, FailoverOptions opt
   };
   // The store did not answer for longer than the lease (paused, restarted) and then renewed it:
   // this primary keeps its office, and the acks held back meanwhile go out.
+  co.on_renewal_unanswered = [this](const Status& why) {
+    Log("lease renewal unanswered (" + why.ToString() + "); renewing again");
+  };
   co.on_lease_renewed = [this] {
     Log("lease renewed after the store came back; still primary");
     server_->replica().LeaseConfirmed();

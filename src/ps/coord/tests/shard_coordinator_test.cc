@@ -31,6 +31,10 @@ class CutOffStore : public KvStore {
   }
   Result<std::chrono::milliseconds> KeepAlive(int64_t lease) override {
     if (cut_) return Unavailable("cut off");
+    if (const int64_t ms = hang_next_ms_.exchange(0); ms > 0) {  // taken, never answered
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      return DeadlineExceeded("no answer");
+    }
     ++keepalives_;
     return inner_->KeepAlive(lease);
   }
@@ -41,6 +45,7 @@ class CutOffStore : public KvStore {
   std::string Describe() const override { return "cut-off " + inner_->Describe(); }
   std::atomic<bool> cut_{false};
   std::atomic<int> keepalives_{0};  // renewals that reached the store
+  std::atomic<int64_t> hang_next_ms_{0};  // the next renewal times out after this long
 
  private:
   KvStore* inner_;
@@ -207,6 +212,28 @@ TEST(ShardCoordinator, EveryOfficeItHoldsIsRenewed) {
       << "the second office's lease is never renewed";
   EXPECT_TRUE(a.LeaseValid());
   EXPECT_TRUE(a.office());
+}
+
+// An etcd member that took a renewal and never answered (paused, cut off) costs the call its
+// timeout: half a ttl here, as a second is of a 2 s lease. The next renewal leaves at once (the
+// store sends it to the next member) and the lease lives on. Waiting ttl/3 more, as the
+// keep-alive once did, left the store 1/3 + 1/2 + 1/3 of a ttl without a renewal: lease lost.
+TEST(ShardCoordinator, ARenewalLeftUnansweredIsFollowedAtOnce) {
+  auto inner = NewMemoryKvStore();
+  CutOffStore store(inner.get());
+  std::atomic<int> lost{0}, unanswered{0};
+  ShardCoordinator::Options po = Replica(0, 3000ms);  // margins of half a second either way
+  po.on_lease_lost = [&](const Status&) { ++lost; };
+  po.on_renewal_unanswered = [&](const Status&) { ++unanswered; };
+  ShardCoordinator primary(&store, po);
+  ASSERT_TRUE(primary.Bootstrap(Members({0, 1, 2})).ok());
+  store.hang_next_ms_ = 1500;
+  ASSERT_TRUE(WaitFor([&] { return unanswered.load() == 1; }));
+  const int before = store.keepalives_.load();
+  ASSERT_TRUE(WaitFor([&] { return store.keepalives_.load() >= before + 2; }));
+  EXPECT_EQ(lost.load(), 0) << "the lease expired at the store between two renewals";
+  EXPECT_EQ(unanswered.load(), 1) << "reported once per outage";
+  EXPECT_TRUE(primary.LeaseValid());
 }
 
 // A config can name as primary a replica that could not take the office (the store failed
