@@ -13,8 +13,8 @@
 # The fault must bite: a new etcd leader elected (etcdctl endpoint status) where a leader is
 # killed or cut off, an election where all restart, a promotion on shard 0 under the paused
 # primary, and a primary's lease held (renewed only after the store answered again), lost, or
-# taken over wherever e0 stops answering the servers for a while (pause, partition). Every
-# member must be healthy afterwards.
+# taken over, or at least a renewal left unanswered, wherever e0 stops answering the servers for
+# a while (pause, partition). Every member must be healthy afterwards.
 
 ETCD3_FAULTS=(etcd3-kill-leader etcd3-pause-member etcd3-partition-member etcd3-rolling-restart
   etcd3-kill-leader-during-promotion)
@@ -33,6 +33,11 @@ etcd3_cut() {  # add|del — e0 from the other members and every replica, both w
   for other in "${ETCD3_HOST[1]}" "${ETCD3_HOST[2]}" 1 2 3 4 5 6; do blackhole "$1" "$other" "$e0"; done
 }
 
+# What the fault did when, for a failed run's logs ($RUN-fault.log).
+fault_log() {  # what...
+  echo "$(date +%T.%3N) $*" >>"$WORK/$RUN-fault.log"
+}
+
 sleep_until() {  # SECONDS value
   local left=$(($1 - SECONDS))
   ((left <= 0)) || sleep "$left"
@@ -42,16 +47,19 @@ sleep_until() {  # SECONDS value
 etcd3_note_new_leader() {  # term-before
   etcd3_wait_leader 0 30
   ETCD3_NOTE="leader e0 -> e$ETCD3_LEADER, term $1 -> $ETCD3_TERM"
+  fault_log "$ETCD3_NOTE"
 }
 
 inject_etcd3() {  # fault
   local leader term ids start=$SECONDS i
   read -r leader term ids < <(etcd3_status)
+  fault_log "$1: leader e$leader, term $term"
   case $1 in
     etcd3-kill-leader)
       etcd3_kill 0
       etcd3_note_new_leader "$term"
       sleep_until $((start + 2 * LEASE_S))
+      fault_log "restarting e0"
       etcd3_start_member 0 existing
       ;;
     etcd3-pause-member)
@@ -62,6 +70,7 @@ inject_etcd3() {  # fault
       ;;
     etcd3-partition-member)
       etcd3_cut add
+      fault_log "e0 cut off"
       etcd3_note_new_leader "$term"
       sleep_until $((start + 3 * LEASE_S))
       etcd3_cut del
@@ -69,9 +78,11 @@ inject_etcd3() {  # fault
     etcd3-rolling-restart)
       for i in 0 1 2; do
         etcd3_kill $i
+        fault_log "e$i killed"
         sleep "$LEASE_S"
         etcd3_start_member $i existing
         etcd3_wait_healthy 0 1 2  # all three back before the next goes: quorum throughout
+        fault_log "e$i back"
         sleep "$LEASE_S"
       done
       local now
@@ -90,19 +101,24 @@ inject_etcd3() {  # fault
         ((SECONDS < deadline)) || fail "$RUN: no backup of shard 0 promoted under the paused primary"
         sleep 0.1
       done
+      fault_log "shard 0 promoted"
       kill -CONT "${SERVER[0.0]}"
       ;;
     *) fail "unknown fault $1" ;;
   esac
+  fault_log "healed; waiting for every member's health"
   etcd3_wait_healthy 0 1 2
+  fault_log "every member healthy"
 }
 
-# The servers' side of the bite: leases held (renewed only once the store answered again) and
-# lost, counted from their logs into ETCD3_HELD, ETCD3_LOST and ETCD3_NOTE.
+# The servers' side of the bite, counted from their logs: lease renewals left unanswered,
+# leases held (renewed only once the store answered again after their deadline) and lost.
 etcd3_count_leases() {
-  ETCD3_HELD=$(cat "$WORK/$RUN"-s*.log | grep -c "lease renewed after the store came back" || true)
-  ETCD3_LOST=$(cat "$WORK/$RUN"-s*.log | grep -c "lease lost" || true)
-  ETCD3_NOTE+="${ETCD3_NOTE:+, }leases held $ETCD3_HELD, lost $ETCD3_LOST"
+  local logs=("$WORK/$RUN"-s*.log)
+  ETCD3_UNANSWERED=$(cat "${logs[@]}" | grep -c "lease renewal unanswered" || true)
+  ETCD3_HELD=$(cat "${logs[@]}" | grep -c "lease renewed after the store came back" || true)
+  ETCD3_LOST=$(cat "${logs[@]}" | grep -c "lease lost" || true)
+  ETCD3_NOTE+="${ETCD3_NOTE:+, }renewals unanswered $ETCD3_UNANSWERED, leases held $ETCD3_HELD, lost $ETCD3_LOST"
 }
 
 # After the run: the servers' side of the bite, required where e0 stopped answering them
@@ -113,8 +129,8 @@ etcd3_check() {  # fault promotions...
   for n in "$@"; do promoted=$((promoted + n)); done
   case $fault in
     etcd3-pause-member | etcd3-partition-member)
-      ((ETCD3_HELD + ETCD3_LOST + promoted > 0)) ||
-        fail "$RUN: no primary's lease held, lost or taken over: the fault did not bite"
+      ((ETCD3_UNANSWERED + ETCD3_HELD + ETCD3_LOST + promoted > 0)) ||
+        fail "$RUN: no lease renewal unanswered, no lease held, lost or taken over: the fault did not bite"
       ;;
   esac
   local leader term ids
