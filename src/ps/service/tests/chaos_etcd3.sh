@@ -1,20 +1,23 @@
 # The three-member etcd faults of chaos_test.sh (sourced by it, not run): scenarios etcd3-*.
-# The servers are given all three members (--etcd e0,e1,e2) and send to e0 until it fails them,
-# so every fault hits e0, the member they use; where it leads is set before each run.
+# The servers are given all three members (--etcd e0,e1,e2) and start with e0, which is made
+# the leader before each run (etcdctl move-leader), so every fault hits the leader: until the
+# other two have elected one, no member answers (a follower waits for its leader), whichever
+# member a server uses by then (one that timed out or refused a call moved it to the next).
+# A paused follower would stall only the servers using it, which may be none.
 #
-#   etcd3-kill-leader      e0 leads; SIGKILL, a new leader elected, restarted 2 leases later
-#   etcd3-pause-member     e0 follows; SIGSTOP for 3 leases, then SIGCONT
-#   etcd3-partition-member e0 leads; cut off from e1, e2 and every replica for 3 leases
-#   etcd3-rolling-restart  e0 leads; e0, e1, e2 killed and restarted in turn, each down a lease
+#   etcd3-kill-leader      SIGKILL of e0, a new leader elected, e0 restarted 2 leases later
+#   etcd3-pause-member     SIGSTOP of e0 for 3 leases, then SIGCONT
+#   etcd3-partition-member e0 cut off from e1, e2 and every replica for 3 leases
+#   etcd3-rolling-restart  e0, e1, e2 killed and restarted in turn, each down a lease
 #   etcd3-kill-leader-during-promotion
-#                          shard 0's primary paused as e0 (leading) is killed; e0 restarted
-#                          2 leases later; the primary resumed once a backup was promoted
+#                          shard 0's primary paused as e0 is killed; e0 restarted 2 leases
+#                          later; the primary resumed once a backup was promoted
 #
-# The fault must bite: a new etcd leader elected (etcdctl endpoint status) where a leader is
-# killed or cut off, an election where all restart, a promotion on shard 0 under the paused
-# primary, and a primary's lease held (renewed only after the store answered again), lost, or
-# taken over, or at least a renewal left unanswered, wherever e0 stops answering the servers for
-# a while (pause, partition). Every member must be healthy afterwards.
+# The fault must bite: a new etcd leader elected (etcdctl endpoint status) where e0 is killed,
+# paused or cut off, an election where all restart, a promotion on shard 0 under the paused
+# primary, and, where e0 is paused or cut off, a primary's lease renewal left unanswered, its
+# lease held (renewed only after the store answered again) or lost, or a promotion. Every
+# member must be healthy afterwards.
 
 ETCD3_FAULTS=(etcd3-kill-leader etcd3-pause-member etcd3-partition-member etcd3-rolling-restart
   etcd3-kill-leader-during-promotion)
@@ -22,7 +25,7 @@ ETCD3_FAULTS=(etcd3-kill-leader etcd3-pause-member etcd3-partition-member etcd3-
 etcd3_prepare() {  # fault — a healthy cluster with its leader where the fault wants it
   [[ -n ${ETCD3_URLS:-} ]] || netns_start_etcd3 10 11 12
   etcd3_wait_healthy 0 1 2
-  if [[ $1 == etcd3-pause-member ]]; then etcd3_move_leader 1; else etcd3_move_leader 0; fi
+  etcd3_move_leader 0
   etcd3ctl --endpoints "$ETCD3_URLS" del --prefix /bexpress >/dev/null
   ETCD3_NOTE=""
 }
@@ -64,9 +67,9 @@ inject_etcd3() {  # fault
       ;;
     etcd3-pause-member)
       etcd3_pause 0
-      sleep $((3 * LEASE_S))
+      etcd3_note_new_leader "$term"
+      sleep_until $((start + 3 * LEASE_S))
       etcd3_resume 0
-      ETCD3_NOTE="leader e$leader"
       ;;
     etcd3-partition-member)
       etcd3_cut add
