@@ -126,8 +126,11 @@ conformance: build
 	bash tools/rdma_cm_programs.sh $(BUILD)/lib/libbx_simnic.so $(BUILD)/lib/libbx_simnic_cm.so
 
 # Parameter-server replication under faults: tcp and rdma x SIGKILL, pauses of 1.5,
-# 3 and 10 leases, partitions primary|backups and primary|etcd, restart, mixed, then the
-# lease-less control, which must lose pushes. A quick slice (ctest ps_chaos_quick) is in make test;
+# 3 and 10 leases, partitions primary|backups and primary|etcd, restart, mixed, etcd paused and
+# restarted, and a three-member etcd's leader killed, paused, cut off, all three members
+# restarted in turn, the leader killed during a promotion (etcd3-*), then the lease-less
+# control, which must lose pushes. A quick slice (ctest ps_chaos_quick) is in make test;
+# CHAOS=etcd3 runs the three-member etcd's scenarios only, over tcp and rdma;
 # CHAOS=rdma:partition-backups,tcp:restart (for example) runs those scenarios only.
 # CHAOS_CONTROL=0 leaves the control out (CI runs it once, in ps_chaos_quick).
 CHAOS ?= full
