@@ -2,7 +2,8 @@
 # The servers are given all three members (--etcd e0,e1,e2) and start with e0, which is made
 # the leader before each run (etcdctl move-leader), so every fault hits the leader: until the
 # other two have elected one, no member answers (a follower waits for its leader), whichever
-# member a server uses by then (one that timed out or refused a call moved it to the next).
+# member a server uses by then (a call that timed out, was refused or was answered "leader
+# changed" moved it to the next member).
 # A paused follower would stall only the servers using it, which may be none.
 #
 #   etcd3-kill-leader      SIGKILL of e0, a new leader elected, e0 restarted 2 leases later
