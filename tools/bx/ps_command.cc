@@ -384,15 +384,9 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
   InitPsProcess();
   // As rank and train: one transport for the reachability check and every RPC client, and a
   // cluster that is not there fails the run at once, in one line.
-  ps::PsClientOptions client_options;
-  client_options.transport = spec.transport;
-  Result<std::unique_ptr<Transport>> transport =
-      CreateSharedClientTransport(spec, spec.transport, &client_options);
-  if (!transport.ok()) FailPs("client transport", transport.status());
-  if (Status s = CheckShardsReachable(spec, **transport, 3s); !s.ok()) FailPs("train --verify", s);
+  ConnectedPsClient connected = ConnectPsClientOrFail(spec, "train --verify");
+  ps::PsClient& client = *connected.client;
   RateLimitedStderrLog log;  // the run's errors, each kind once a second
-  Result<std::unique_ptr<ps::PsClient>> client = ps::PsClient::Create(spec, client_options);
-  if (!client.ok()) FailPs("client", client.status());
 
   const size_t n = size_t(flags.keys);
   std::vector<uint64_t> keys(n);
@@ -417,7 +411,7 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
       for (uint64_t i = 0; !g_stop && std::chrono::steady_clock::now() < end; ++i) {
         size_t k = (size_t(t) + i) % n;
         const auto sent = std::chrono::steady_clock::now();
-        Status s = (*client)->Push(table.id, table.dim, std::span(&keys[k], 1), ones, timeout);
+        Status s = client.Push(table.id, table.dim, std::span(&keys[k], 1), ones, timeout);
         const auto done = std::chrono::steady_clock::now();
         const float us = std::chrono::duration<float, std::micro>(done - sent).count();
         latencies_us[size_t(t)].push_back(us);
@@ -448,7 +442,7 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
   Result<ps::FetchResult> fetched = Status(StatusCode::kUnavailable, "not fetched");
   for (int attempt = 0; attempt < 20 && !fetched.ok(); ++attempt) {
     if (attempt > 0) std::this_thread::sleep_for(250ms);
-    fetched = (*client)->Fetch(table.id, keys, 2s);
+    fetched = client.Fetch(table.id, keys, 2s);
   }
   if (!fetched.ok()) FailPs("final fetch", fetched.status());
 
@@ -477,7 +471,7 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
                             {"uniform_row", uniform}});
     }
   }
-  ps::PsClientStats stats = (*client)->stats();
+  ps::PsClientStats stats = client.stats();
   out["keys"] = n;
   out["acked"] = total_acked;
   out["failed"] = total_failed;
@@ -516,6 +510,20 @@ void RunVerify(const ps::ClusterSpec& spec, double seconds, int threads, const V
 }
 
 }  // namespace
+
+ConnectedPsClient ConnectPsClientOrFail(const ps::ClusterSpec& spec, const std::string& command) {
+  ps::PsClientOptions client_options;
+  client_options.transport = spec.transport;
+  Result<std::unique_ptr<Transport>> transport =
+      CreateSharedClientTransport(spec, spec.transport, &client_options);
+  if (!transport.ok()) FailPs("client transport", transport.status());
+  if (Status s = CheckShardsReachable(spec, **transport, std::chrono::seconds(3)); !s.ok()) {
+    FailPs(command, s);
+  }
+  Result<std::unique_ptr<ps::PsClient>> client = ps::PsClient::Create(spec, client_options);
+  if (!client.ok()) FailPs("client", client.status());
+  return {std::move(transport).value(), std::move(client).value()};
+}
 
 void AddPsCommand(CLI::App* app) {
   CLI::App* ps = app->add_subcommand("ps", "Parameter-server roles as separate processes");

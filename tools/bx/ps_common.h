@@ -3,10 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "bx/ps/client.h"
 #include "bx/ps/cluster.h"
 #include "bx/status.h"
+#include "bx/transport.h"
 
 namespace bx::tools {
 
@@ -22,6 +25,15 @@ void InitPsProcess();
 // finished first.
 void StopOnSigintOrSigterm();
 bool PsStopRequested();
+
+// A PsClient of `spec` on one shared transport (CreateSharedClientTransport, ps_reach.h), made once
+// every shard answers (CheckShardsReachable, 3 s); FailPs naming `command` otherwise. The client
+// goes first.
+struct ConnectedPsClient {
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<ps::PsClient> client;
+};
+ConnectedPsClient ConnectPsClientOrFail(const ps::ClusterSpec& spec, const std::string& command);
 
 // `bx ps train --stream-keys` (ps_stream.cc): keys key_base .. key_base+keys-1, each pushed once
 // to the cluster file's first table, `batch` to a push, over `threads` threads; prints a JSON

@@ -21,17 +21,9 @@ bool RunStreamKeys(const ps::ClusterSpec& spec, int threads, const StreamKeysFla
   if (spec.tables.empty()) FailPs("stream", Status(StatusCode::kInvalidArgument, "no tables"));
   const ps::TableConfig& table = spec.tables[0];
   InitPsProcess();
-  ps::PsClientOptions client_options;
-  client_options.transport = spec.transport;
-  Result<std::unique_ptr<Transport>> transport =
-      CreateSharedClientTransport(spec, spec.transport, &client_options);
-  if (!transport.ok()) FailPs("client transport", transport.status());
-  if (Status s = CheckShardsReachable(spec, **transport, std::chrono::seconds(3)); !s.ok()) {
-    FailPs("train --stream-keys", s);
-  }
+  ConnectedPsClient connected = ConnectPsClientOrFail(spec, "train --stream-keys");
+  ps::PsClient& client = *connected.client;
   RateLimitedStderrLog log;  // failed pushes, each kind once a second
-  Result<std::unique_ptr<ps::PsClient>> client = ps::PsClient::Create(spec, client_options);
-  if (!client.ok()) FailPs("client", client.status());
 
   // Batches are taken in order from one counter, so N keys go out once each whatever the
   // threads; gradient -1 everywhere (a row of SGD lr 1 from zeros then holds 1s).
@@ -49,7 +41,7 @@ bool RunStreamKeys(const ps::ClusterSpec& spec, int threads, const StreamKeysFla
         keys.resize(n);
         for (uint64_t i = 0; i < n; ++i) keys[i] = flags.key_base + first + i;
         gradients.assign(n * table.dim, -1.0f);
-        Status s = (*client)->Push(table.id, table.dim, keys, gradients, timeout);
+        Status s = client.Push(table.id, table.dim, keys, gradients, timeout);
         (s.ok() ? acked : failed).fetch_add(1);
         if (s.ok()) pushed_keys.fetch_add(n);
         if (!s.ok())

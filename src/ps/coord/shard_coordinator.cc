@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <random>
 #include <utility>
@@ -247,24 +248,32 @@ Result<VersionedConfig> ShardCoordinator::Add(const ShardMember& member) {
   });
 }
 
-Status ShardCoordinator::NameSuccessor(uint32_t replica) {
-  VersionedConfig office;
-  int64_t key_created;
+Result<ShardCoordinator::Held> ShardCoordinator::HeldOffice() const {
+  Held held;
   {
     std::lock_guard lock(mu_);
     if (!office_ || lease_id_ == 0) return FailedPrecondition("not the primary");
-    office = *office_;
-    key_created = lease_key_created_;
-  }
-  if (replica == options_.self || office.config.Find(replica) == nullptr) {
-    return InvalidArgument("replica " + std::to_string(replica) + " is not a backup in the set");
+    held.office = *office_;
+    held.key_created = lease_key_created_;
   }
   if (!LeaseValid()) return FailedPrecondition("the primary's lease expired");
+  return held;
+}
+
+std::array<KvCompare, 2> ShardCoordinator::OfficeCompares(const Held& held) const {
+  return {KvCompare{Key("config"), KvCompare::Target::kMod, held.office.revision},
+          KvCompare{Key("lease"), KvCompare::Target::kCreate, held.key_created}};
+}
+
+Status ShardCoordinator::NameSuccessor(uint32_t replica) {
+  BX_ASSIGN_OR_RETURN(Held held, HeldOffice());
+  if (replica == options_.self || held.office.config.Find(replica) == nullptr) {
+    return InvalidArgument("replica " + std::to_string(replica) + " is not a backup in the set");
+  }
   // Not bound to the lease: it must outlive the resignation that follows.
-  const KvCompare compares[] = {{Key("config"), KvCompare::Target::kMod, office.revision},
-                                {Key("lease"), KvCompare::Target::kCreate, key_created}};
+  const std::array<KvCompare, 2> compares = OfficeCompares(held);
   const KvPut put{Key("successor"),
-                  std::to_string(replica) + " " + std::to_string(office.config.epoch), 0};
+                  std::to_string(replica) + " " + std::to_string(held.office.config.epoch), 0};
   BX_ASSIGN_OR_RETURN(bool done, store_->Commit(compares, {&put, 1}));
   if (!done) return FailedPrecondition("the configuration changed or the lease expired");
   return Status::Ok();
@@ -284,19 +293,10 @@ Result<std::optional<uint32_t>> ShardCoordinator::Successor(uint64_t epoch) {
 
 Result<VersionedConfig> ShardCoordinator::ChangeMembers(
     const std::string& what, const std::function<Status(ShardConfig&)>& change) {
-  VersionedConfig office;
-  int64_t key_created;
-  {
-    std::lock_guard lock(mu_);
-    if (!office_ || lease_id_ == 0) return FailedPrecondition("not the primary");
-    office = *office_;
-    key_created = lease_key_created_;
-  }
-  if (!LeaseValid()) return FailedPrecondition("the primary's lease expired");
-  ShardConfig next = office.config;
+  BX_ASSIGN_OR_RETURN(Held held, HeldOffice());
+  ShardConfig next = held.office.config;
   BX_RETURN_IF_ERROR(change(next));
-  const KvCompare compares[] = {{Key("config"), KvCompare::Target::kMod, office.revision},
-                                {Key("lease"), KvCompare::Target::kCreate, key_created}};
+  const std::array<KvCompare, 2> compares = OfficeCompares(held);
   const KvPut put{Key("config"), EncodeShardConfig(next), 0};
   BX_ASSIGN_OR_RETURN(bool done, store_->Commit(compares, {&put, 1}));
   if (!done) return FailedPrecondition("the configuration changed or the lease expired");

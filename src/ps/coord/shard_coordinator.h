@@ -23,20 +23,21 @@
 // The lease: granted with `lease_ttl`, renewed every ttl/3 by a thread of this object (one for
 // every office it holds), counted from when the last renewal left: one the store left unanswered
 // for longer (a member paused or cut off; the store's next call goes to the next member) is
-// followed at once, before the lease can expire at the store. Each renewal is timed from before its request left, so the local
-// deadline — send time + granted ttl - drift margin — falls before the store's expiry (which
-// counts from when the store got the renewal) as long as the two clocks' rates differ by less
-// than the margin. LeaseValid() reads that deadline. When it passes because the store does not
-// answer, the holder must stop acting (LeaseValid() is false) but keeps the office and keeps
-// renewing: a store that comes back with the lease alive (etcd renews every lease when it
-// restarts) renews it, the deadline starts again from that renewal and `on_lease_renewed` runs.
-// A renewal accepted by the store proves that the lease — and so its key — lived throughout,
+// followed at once, before the lease can expire at the store. Each renewal is timed from before its
+// request left, so the local deadline — send time + granted ttl - drift margin — falls before the
+// store's expiry (which counts from when the store got the renewal) as long as the two clocks'
+// rates differ by less than the margin. LeaseValid() reads that deadline. When it passes because
+// the store does not answer, the holder must stop acting (LeaseValid() is false) but keeps the
+// office and keeps renewing: a store that comes back with the lease alive (etcd renews every lease
+// when it restarts) renews it, the deadline starts again from that renewal and `on_lease_renewed`
+// runs. A renewal accepted by the store proves that the lease — and so its key — lived throughout,
 // so no other replica can have been promoted meanwhile. Only the store saying the lease is
 // gone ends the office: `on_lease_lost` runs once.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -150,6 +151,16 @@ class ShardCoordinator {
   // After a successful Bootstrap/Promote commit: learns the revisions the next Drop compares
   // with, and starts renewing.
   Result<VersionedConfig> TakeOffice(const KvLease& lease, const ShardConfig& config);
+  // The office this primary holds, and its lease key's create revision: FailedPrecondition
+  // when it holds none or its lease expired.
+  struct Held {
+    VersionedConfig office;
+    int64_t key_created = 0;
+  };
+  Result<Held> HeldOffice() const;
+  // What a change made under `held` commits on: the config unchanged since this primary wrote
+  // it, and its own lease key (same create revision) still there.
+  std::array<KvCompare, 2> OfficeCompares(const Held& held) const;
   // As the primary holding its lease: commits office's config changed by `change`.
   Result<VersionedConfig> ChangeMembers(const std::string& what,
                                         const std::function<Status(ShardConfig&)>& change);

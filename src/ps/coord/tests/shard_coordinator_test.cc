@@ -44,7 +44,7 @@ class CutOffStore : public KvStore {
   }
   std::string Describe() const override { return "cut-off " + inner_->Describe(); }
   std::atomic<bool> cut_{false};
-  std::atomic<int> keepalives_{0};  // renewals that reached the store
+  std::atomic<int> keepalives_{0};        // renewals that reached the store
   std::atomic<int64_t> hang_next_ms_{0};  // the next renewal times out after this long
 
  private:
