@@ -318,6 +318,15 @@ void ShardReplica::AddWaiterLocked(uint64_t lsn, Waiter waiter) {
   waiters_.emplace(lsn, std::move(waiter));
 }
 
+std::future<Status> ShardReplica::DurableFutureLocked(uint64_t lsn) {
+  auto durable = std::make_shared<std::promise<Status>>();
+  std::future<Status> future = durable->get_future();
+  AddWaiterLocked(lsn, Waiter{PushAck{}, [durable](Result<PushAck> r) {
+                                durable->set_value(r.ok() ? Status::Ok() : r.status());
+                              }});
+  return future;
+}
+
 size_t ShardReplica::InSyncLocked() const {
   if (role_ != Role::kPrimary) return 0;
   size_t n = 1;
@@ -502,14 +511,10 @@ Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForJoin(uint32_t joiner
 
 Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForCheckpoint(
     std::chrono::milliseconds timeout) {
-  auto durable = std::make_shared<std::promise<Status>>();
-  std::future<Status> durable_future = durable->get_future();
+  std::future<Status> durable_future;
   // The copy's last push is the one to wait for: every one before it is durable first.
   BX_ASSIGN_OR_RETURN(JoinSnapshot snapshot, CopyAndEncodeAsPrimary([&](const Position& at) {
-                        AddWaiterLocked(
-                            at.lsn, Waiter{PushAck{}, [durable](Result<PushAck> r) {
-                                             durable->set_value(r.ok() ? Status::Ok() : r.status());
-                                           }});
+                        durable_future = DurableFutureLocked(at.lsn);
                       }));
   const Position at = snapshot.position;
   if (durable_future.wait_for(timeout) != std::future_status::ready) {
@@ -524,8 +529,7 @@ Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForCheckpoint(
 // ---- Planned handover ---------------------------------------------------------------------
 
 Result<ShardReplica::Position> ShardReplica::BeginHandover(std::chrono::milliseconds timeout) {
-  auto durable = std::make_shared<std::promise<Status>>();
-  std::future<Status> durable_future = durable->get_future();
+  std::future<Status> durable_future;
   Position at;
   Status refused;
   {
@@ -540,9 +544,7 @@ Result<ShardReplica::Position> ShardReplica::BeginHandover(std::chrono::millisec
       handing_over_ = true;
       at = Position{state_->epoch, state_->applied_lsn};
       // The newest push is the one to wait for: every one before it is durable first.
-      AddWaiterLocked(at.lsn, Waiter{PushAck{}, [durable](Result<PushAck> r) {
-                                       durable->set_value(r.ok() ? Status::Ok() : r.status());
-                                     }});
+      durable_future = DurableFutureLocked(at.lsn);
     }
   }
   RunDeferred();

@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -311,6 +312,9 @@ class ShardReplica {
   // StepDown and StepDownIfPrimary.
   void Fence(const std::string& reason, bool only_a_primary);
   void AddWaiterLocked(uint64_t lsn, Waiter waiter);
+  // OK once `lsn` is durable, or the error a push waiting for it would get (checkpoints and
+  // handovers wait on it). order_mu_ held.
+  std::future<Status> DurableFutureLocked(uint64_t lsn);
 
   // Forward completion: mu_ only. Inside this replica's order section (a forward completing
   // within Forward) its callbacks are deferred to RunDeferred.

@@ -158,12 +158,17 @@ Result<HandoverResult> LeasedFailoverCore::HandOverNow(std::optional<uint32_t> t
     return ping.role == ShardReplica::Role::kBackup && (ping.position == at || at.lsn == 0);
   };
   std::optional<uint32_t> chosen;
+  std::unique_ptr<rpc::Client> successor;  // the ping's client, kept to wake the one chosen
   std::string passed_over;
   for (uint32_t r : candidates) {
-    Result<PingReply> ping = PingReplicaOnce(options_.replicas[r], options_.client,
-                                             std::min(Until(deadline), options_.lease_ttl / 2));
+    Result<std::unique_ptr<rpc::Client>> client =
+        rpc::Client::Create({options_.replicas[r]}, options_.client);
+    Result<PingReply> ping = client.ok()
+                                 ? Ping(**client, std::min(Until(deadline), options_.lease_ttl / 2))
+                                 : Result<PingReply>(client.status());
     if (ping.ok() && holds_everything(*ping)) {
       chosen = r;
+      successor = std::move(client).value();
       break;
     }
     passed_over += "; replica " + std::to_string(r) + ": " +
@@ -191,12 +196,8 @@ Result<HandoverResult> LeasedFailoverCore::HandOverNow(std::optional<uint32_t> t
   primary_epoch_ = 0;
   const std::string resigned_ms = ms_since(start);
   // Best effort: a successor not woken finds itself named at its next probe.
-  if (Result<std::unique_ptr<rpc::Client>> client =
-          rpc::Client::Create({options_.replicas[*chosen]}, options_.client);
-      client.ok()) {
-    if (Result<rpc::Message> empty = rpc::Message::Allocate(0); empty.ok()) {
-      (void)CallOnce(**client, kTakeOverMethod, std::move(empty).value(), options_.probe_interval);
-    }
+  if (Result<rpc::Message> empty = rpc::Message::Allocate(0); empty.ok()) {
+    (void)CallOnce(*successor, kTakeOverMethod, std::move(empty).value(), options_.probe_interval);
   }
   Log("handed the shard over to " + who + " at lsn " + std::to_string(at.lsn) + " of epoch " +
       std::to_string(at.epoch) + " (ms from the start: pushes durable " + durable_ms +
