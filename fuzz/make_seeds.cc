@@ -279,7 +279,7 @@ void SimnicFrameSeeds(const fs::path& dir) {
 Bytes HandshakeRecordBytes(uint8_t type, uint16_t arg, uint8_t fill) {
   Bytes b(bx::tcp::kHandshakeRecordBytes, fill);
   Put32(b, 0, bx::tcp::kHandshakeMagic);
-  b[4] = bx::tcp::kHandshakeVersion;
+  b[4] = 1;  // version 1 records, as a version 1 client sends them (still spoken)
   b[5] = type;
   b[6] = uint8_t(arg);
   b[7] = uint8_t(arg >> 8);

@@ -78,6 +78,9 @@ std::string RefusalText(uint16_t code) {
              "side has none configured)";
     case Refusal::kTooManyConnections:
       return "too many connections from this address (max_connections_per_peer)";
+    case Refusal::kVersion:
+      return "no wire version in common with the accepting side (it is too old or too new for "
+             "this build: upgrade the older one)";
   }
   return "refused for an unknown reason (code " + std::to_string(code) + ")";
 }

@@ -67,6 +67,7 @@ enum class Refusal : uint16_t {
   kAuthMissing = 2,         // the accepting side requires a secret; the peer sent no proof
   kAuthUnexpected = 3,      // the peer offers a secret; the accepting side has none configured
   kTooManyConnections = 4,  // max_connections_per_peer reached for the peer's address
+  kVersion = 5,             // the two sides speak no wire version in common
 };
 
 // The secret a connecting side proves: privileged_secret when set, else auth_secret.

@@ -1,5 +1,6 @@
 // WireWriter and WireReader: the byte layout they produce, and what a short input does.
 #include "base/wire_encoding.h"
+#include "base/wire_version.h"
 
 #include <gtest/gtest.h>
 
@@ -121,4 +122,20 @@ TEST(WireEncodingTest, FullSpanRefusesFurtherPuts) {
 }
 
 }  // namespace
+// Two peers use the highest version both speak; windows that do not meet are refused, naming
+// both.
+TEST(WireVersionTest, NegotiatesTheHighestVersionBothSpeak) {
+  EXPECT_EQ(NegotiateVersion("x", {4, 5}, {4, 4}).value(), 4);
+  EXPECT_EQ(NegotiateVersion("x", {4, 5}, {4, 5}).value(), 5);
+  EXPECT_EQ(NegotiateVersion("x", {4, 5}, {5, 9}).value(), 5);
+  EXPECT_EQ(NegotiateVersion("x", {4, 5}, {1, 4}).value(), 4);
+  Result<uint16_t> too_new = NegotiateVersion("handshake", {4, 5}, {6, 7});
+  ASSERT_FALSE(too_new.ok());
+  EXPECT_EQ(too_new.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(too_new.status().message(),
+            "handshake: peer speaks version 6..7, this build speaks 4..5");
+  EXPECT_FALSE(NegotiateVersion("x", {4, 5}, {1, 3}).ok());
+  EXPECT_FALSE(NegotiateVersion("x", {4, 5}, {5, 4}).ok()) << "an inverted window is malformed";
+}
+
 }  // namespace bx

@@ -11,8 +11,10 @@ namespace {
 // Layout of the 64-byte Hello:
 //   0 magic u32 | 4 version u16 | 6 flags u16 | 8 qp_num u32 | 12 psn u32 | 16 gid[16]
 //   32 recv_queue_depth u32 | 36 eager_limit u32 | 40 max_message_bytes u64 | 48 lid u16
-//   50 link_layer u8 | 51 mtu u8 | 52 reserved[12]
+//   50 link_layer u8 | 51 mtu u8 | 52 newest version u16 (from version 5; 0: the same as the
+//   version field) | 54 reserved[10]
 constexpr size_t kHelloBytes = 64;
+constexpr size_t kNewestVersionOffset = 52;
 
 // The start every 64-byte record shares: magic u32, version u16, then a u16 (Hello: flags;
 // Challenge: reserved; Refusal: its code). A whole record is there: none of the reads can fail.
@@ -29,24 +31,31 @@ RecordStart GetRecordStart(WireReader& r) {
   return start;
 }
 
-void PutRecordStart(WireWriter& w, uint32_t magic, uint16_t arg) {
+void PutRecordStart(WireWriter& w, uint32_t magic, uint16_t arg,
+                    uint16_t oldest = kProtocolVersions.oldest) {
   w.PutU32(magic);
-  w.PutU16(kProtocolVersion);
+  w.PutU16(oldest);
   w.PutU16(arg);
 }
 
-Status CheckVersion(uint16_t version) {
-  if (version != kProtocolVersion)
-    return FailedPrecondition("bootstrap: peer speaks protocol version " + std::to_string(version) +
-                              ", this build speaks " + std::to_string(kProtocolVersion));
+// A Challenge or Refusal carries only its sender's oldest version: one we cannot speak means
+// the sender cannot speak to us either.
+Status CheckVersion(uint16_t oldest) {
+  if (oldest < 1 || oldest > kProtocolVersions.newest)
+    return FailedPrecondition("bootstrap: peer speaks protocol version " + std::to_string(oldest) +
+                              " and later, this build speaks " + kProtocolVersions.ToString());
   return Status::Ok();
 }
 
 }  // namespace
 
 void EncodeHello(const Hello& h, uint8_t out[64]) {
+  EncodeHelloSpeaking(h, kProtocolVersions, out);
+}
+
+void EncodeHelloSpeaking(const Hello& h, VersionRange versions, uint8_t out[64]) {
   WireWriter w(std::span<uint8_t>(out, kHelloBytes));
-  PutRecordStart(w, kHelloMagic, h.auth ? kHelloFlagAuth : 0);
+  PutRecordStart(w, kHelloMagic, h.auth ? kHelloFlagAuth : 0, versions.oldest);
   w.PutU32(h.qp_num);
   w.PutU32(h.psn);
   w.PutBytes(h.gid.raw, 16);
@@ -56,6 +65,7 @@ void EncodeHello(const Hello& h, uint8_t out[64]) {
   w.PutU16(h.lid);
   w.PutU8(h.link_layer);
   w.PutU8(uint8_t(h.mtu));
+  w.PutU16(versions.newest > 4 ? versions.newest : 0);  // a version 4 Hello has zeros here
   w.PutZeros(kHelloBytes - w.position());
 }
 
@@ -65,11 +75,17 @@ Result<Hello> DecodeHello(const uint8_t in[64]) {
   if (start.magic != kHelloMagic)
     return DataLoss("bootstrap: not a bexpress RDMA peer (magic " + std::to_string(start.magic) +
                     ")");
-  BX_RETURN_IF_ERROR(CheckVersion(start.version));
+  // The versions first: a peer we cannot speak to is told so, whatever else it sent.
+  uint16_t newest = 0;
+  WireReader(std::span<const uint8_t>(in + kNewestVersionOffset, 2)).GetU16(&newest);
+  BX_ASSIGN_OR_RETURN(const uint16_t version,
+                      NegotiateVersion("bootstrap", kProtocolVersions,
+                                       {start.version, std::max(start.version, newest)}));
   const uint16_t flags = start.arg;
   if ((flags & ~kHelloFlagAuth) != 0)
     return DataLoss("bootstrap: unknown Hello flags " + std::to_string(flags));
   Hello h;
+  h.version = version;
   h.auth = (flags & kHelloFlagAuth) != 0;
   r.GetU32(&h.qp_num);
   r.GetU32(&h.psn);

@@ -1,5 +1,6 @@
 // The RDMA connection handshake, over a TCP "bootstrap" connection (as brpc and rc_pingpong do).
-// Protocol version 3. Without a secret (TransportOptions::auth_secret empty on both sides):
+// Protocol versions 4 and 5 (kProtocolVersions). Without a secret (TransportOptions::auth_secret
+// empty on both sides):
 //
 //   client -> server  Hello   (its QP number, GID, receive depth, eager limit, max message)
 //   server -> client  Hello   (the same for the server; the server's QP is in RTS by now)
@@ -27,8 +28,14 @@
 // reach each other, and each side refuses the other's Hello saying so.
 //
 // Hello, Challenge and Refusal are 64 bytes, little-endian, fixed layout, told apart by their
-// magic. A peer that sends anything else (wrong magic, unknown version or flags, sizes out of
-// range) is refused with a message that says what was wrong.
+// magic. A peer that sends anything else (wrong magic, unknown flags, sizes out of range) is
+// refused with a message that says what was wrong.
+//
+// Versions: every record's version field is the oldest version its sender speaks, and a Hello
+// from version 5 on also says the newest (bytes 52-53; a version 4 peer leaves them zero). Each
+// side uses the highest version both speak (Hello::version). A peer whose window does not meet
+// ours is refused with Refusal::kVersion, which names both windows. Version 4 peers accept a
+// version 5 Hello: they check the version field and not the bytes reserved after the MTU.
 #pragma once
 
 #include <chrono>
@@ -36,6 +43,7 @@
 #include <cstdint>
 #include <string>
 
+#include "base/wire_version.h"
 #include "bx/status.h"
 #include "verbs/verbs.h"
 
@@ -45,8 +53,9 @@ inline constexpr uint32_t kHelloMagic = 0x31524842;      // "BHR1" little-endian
 inline constexpr uint32_t kChallengeMagic = 0x43524842;  // "BHRC"
 inline constexpr uint32_t kRefusalMagic = 0x58524842;    // "BHRX"
 // 2: channels (QP multiplexing); 3: authentication (Hello flags, Challenge, Refusal);
-// 4: addressing (LID, link layer and MTU in the Hello; random PSNs).
-inline constexpr uint16_t kProtocolVersion = 4;
+// 4: addressing (LID, link layer and MTU in the Hello; random PSNs); 5: the Hello says the
+// newest version its sender speaks (a compatibility window: rolling upgrades).
+inline constexpr VersionRange kProtocolVersions{4, 5};
 inline constexpr uint8_t kReady = 0x52;        // 'R'
 inline constexpr size_t kRecordBytes = 64;     // Hello, Challenge, Refusal
 inline constexpr size_t kNonceBytes = 32;      // after an authenticating Hello; in a Challenge
@@ -64,6 +73,9 @@ struct Hello {
   uint64_t max_message_bytes = 0;
   uint32_t psn = 0;   // its first send PSN (24 bits, random per connection)
   bool auth = false;  // kHelloFlagAuth: the sender authenticates (a nonce or proof follows)
+  // Decoded: the highest version the sender and this build both speak. Not encoded: a Hello
+  // always offers kProtocolVersions (EncodeHelloSpeaking for a test's older or newer peer).
+  uint16_t version = 0;
 };
 
 // Bounds a peer's Hello must respect; anything outside is a malformed or hostile peer.
@@ -78,6 +90,10 @@ Status SendHello(int fd, const Hello& hello);
 Result<Hello> ReceiveHello(int fd, std::chrono::milliseconds timeout, uint8_t* raw = nullptr);
 // Encoding, exposed for tests (the fuzz test feeds ReceiveHello malformed bytes).
 void EncodeHello(const Hello& hello, uint8_t out[64]);
+// A Hello as a peer speaking `versions` sends it (a version 4 peer: {4, 4}).
+void EncodeHelloSpeaking(const Hello& hello, VersionRange versions, uint8_t out[64]);
+// FailedPrecondition when the sender's versions do not meet this build's (answer
+// Refusal::kVersion); DataLoss when the record is malformed.
 Result<Hello> DecodeHello(const uint8_t in[64]);
 
 // What the server sends in place of a Hello: its Hello, a Challenge or a Refusal.

@@ -31,6 +31,17 @@ void SendRefusal(int fd, Refusal code, Deadline deadline) {
   (void)transport::WriteAll(fd, record, sizeof(record), deadline, "refusal");
 }
 
+void SendVersionRefusal(int fd, const uint8_t hello_raw[64], Deadline deadline) {
+  // An authenticating Hello's nonce is read first, so the refusal is not lost to a reset over
+  // unread bytes. The flags are where every version put them.
+  if ((hello_raw[6] & kHelloFlagAuth) != 0) {
+    uint8_t nonce[kNonceBytes];
+    (void)transport::ReadExactly(fd, nonce, sizeof(nonce), deadline, "client nonce",
+                                 "bootstrap connection");
+  }
+  SendRefusal(fd, Refusal::kVersion, deadline);
+}
+
 Result<std::optional<AcceptedAuth>> AuthenticateConnectingPeer(int fd, const Hello& hello,
                                                                const uint8_t hello_raw[64],
                                                                const std::string& secret,

@@ -47,6 +47,8 @@ Result<std::optional<AcceptedAuth>> AuthenticateConnectingPeer(int fd, const Hel
 
 // Tells the client why it is refused (best effort: the caller closes fd next).
 void SendRefusal(int fd, transport::auth::Refusal code, Deadline deadline);
+// Refuses a Hello whose versions do not meet ours (Refusal::kVersion), reading its nonce first.
+void SendVersionRefusal(int fd, const uint8_t hello_raw[64], Deadline deadline);
 
 // Accepting side: its Hello, flagged and followed by its proof when `auth` is set, made with
 // `secret`: the one the client proved.

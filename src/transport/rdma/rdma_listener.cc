@@ -149,7 +149,12 @@ void RdmaListener::Admit(int fd, const PendingHellos::Arrived& arrived,
     Refused(peer, evicted ? ResourceExhausted("evicted to make room for newer handshakes") : why);
   };
   Result<Hello> hello = DecodeHello(arrived.raw.data());
-  if (!hello.ok()) return refused(hello.status());
+  if (!hello.ok()) {
+    // A peer of another version is told why; a malformed one is not worth an answer.
+    if (hello.status().code() == StatusCode::kFailedPrecondition)
+      SendVersionRefusal(fd, arrived.raw.data(), deadline);
+    return refused(hello.status());
+  }
   auto auth = AuthenticateConnectingPeer(fd, *hello, arrived.raw.data(), options.auth_secret,
                                          options.privileged_secret, deadline);
   if (!auth.ok()) return refused(auth.status());

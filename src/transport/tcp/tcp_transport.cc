@@ -63,15 +63,7 @@ class TcpTransport final : public Transport {
                                           std::chrono::milliseconds timeout) override {
     BX_ASSIGN_OR_RETURN(Url url, ParseTcpUrl(url_text));
     auto deadline = std::chrono::steady_clock::now() + timeout;
-    BX_ASSIGN_OR_RETURN(transport::ConnectedSocket connected,
-                        transport::ConnectFirst(url, deadline));
-    // Connected means accepted: the peer authenticated us (and we it) and took the socket.
-    if (Status s = ConnectingHandshake(connected.fd, transport::auth::ProvenSecret(options_),
-                                       connected.peer, deadline);
-        !s.ok()) {
-      ::close(connected.fd);
-      return s.WithContext("connect " + url.ToString());
-    }
+    BX_ASSIGN_OR_RETURN(transport::ConnectedSocket connected, Handshake(url, deadline));
     std::shared_ptr<IoThread> io_thread =
         io_threads_[next_thread_.fetch_add(1, std::memory_order_relaxed) % io_threads_.size()];
     std::shared_ptr<TcpSocket> socket =
@@ -81,6 +73,27 @@ class TcpTransport final : public Transport {
   }
 
  private:
+  // Connects and runs the handshake: accepted means the peer authenticated us (and we it) and
+  // took the socket. A peer that closed on our Hello unanswered may be a version 1 build (it
+  // closes on any other version): it is asked again offering version 1 alone.
+  Result<transport::ConnectedSocket> Handshake(const Url& url,
+                                               std::chrono::steady_clock::time_point deadline) {
+    const std::string& secret = transport::auth::ProvenSecret(options_);
+    bool unanswered = false;
+    VersionRange offer = kHandshakeVersions;
+    for (;;) {
+      BX_ASSIGN_OR_RETURN(transport::ConnectedSocket connected,
+                          transport::ConnectFirst(url, deadline));
+      Result<uint8_t> agreed =
+          ConnectingHandshake(connected.fd, secret, connected.peer, deadline, offer, &unanswered);
+      if (agreed.ok()) return connected;
+      ::close(connected.fd);
+      if (!unanswered || offer.newest == 1)
+        return agreed.status().WithContext("connect " + url.ToString());
+      offer = {1, 1};
+    }
+  }
+
   const TransportOptions options_;
   const std::vector<std::shared_ptr<IoThread>> io_threads_;
   // Sockets accepted by this transport's listeners, per remote address.

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "bx/bemalloc.h"
+#include "transport/auth.h"
 #include "transport/rdma/bootstrap.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/tests/transports_under_test.h"
@@ -180,6 +181,65 @@ TEST(RdmaBootstrapTest, ListenerDropsGarbageAndKeepsServing) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   for (int i = 0; i < 1000 && counted.accepted.load() == 0; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(counted.accepted.load(), 1);
+}
+
+// Versions (bootstrap.h): a version 4 peer's Hello is spoken to at 4, ours passes the checks
+// a version 4 build makes, a newer peer is met at our newest, and one we cannot speak to is
+// refused naming both windows.
+TEST(RdmaBootstrapTest, HellosNegotiateTheHighestVersionBothSpeak) {
+  uint8_t v4[64];
+  EncodeHelloSpeaking(ValidHello(), {4, 4}, v4);
+  for (size_t i = 52; i < 64; ++i) ASSERT_EQ(v4[i], 0) << "a version 4 Hello: reserved byte " << i;
+  auto old_peer = DecodeHello(v4);
+  ASSERT_TRUE(old_peer.ok()) << old_peer.status().ToString();
+  EXPECT_EQ(old_peer->version, 4);
+
+  // What a version 4 build checked before reading fields it shares with us: the magic, the
+  // version field equal to 4, and no unknown flag.
+  uint8_t ours[64];
+  EncodeHello(ValidHello(), ours);
+  auto u16 = [](const uint8_t* p) { return uint16_t(p[0] | p[1] << 8); };
+  EXPECT_EQ(u16(ours + 4), 4) << "a version 4 build refuses any other version field";
+  EXPECT_EQ(u16(ours + 6) & ~kHelloFlagAuth, 0);
+  EXPECT_EQ(DecodeHello(ours)->version, kProtocolVersions.newest);
+
+  uint8_t future[64];
+  EncodeHelloSpeaking(ValidHello(), {4, 7}, future);
+  EXPECT_EQ(DecodeHello(future)->version, kProtocolVersions.newest);
+  EncodeHelloSpeaking(ValidHello(), {6, 7}, future);
+  auto refused = DecodeHello(future);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("6..7"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("4..5"), std::string::npos)
+      << refused.status().ToString();
+}
+
+// A listener answers a Hello it cannot speak to with a version Refusal rather than silence, so
+// the peer's operator reads why.
+TEST(RdmaBootstrapTest, ListenerRefusesAPeerOfAnotherVersionSayingSo) {
+  auto transport = MakeRdma();
+  CountingListener counted(*transport);
+  ASSERT_TRUE(counted.listener);
+  int fd = RawConnection("127.0.0.1", counted.port);
+  uint8_t hello[64];
+  EncodeHelloSpeaking(ValidHello(), {6, 7}, hello);
+  ASSERT_EQ(send(fd, hello, sizeof(hello), 0), 64);
+  uint8_t reply[64];
+  size_t got = 0;
+  while (got < sizeof(reply)) {
+    ssize_t n = recv(fd, reply + got, sizeof(reply) - got, 0);
+    if (n <= 0) break;
+    got += size_t(n);
+  }
+  close(fd);
+  ASSERT_EQ(got, sizeof(reply)) << "the listener closed without a refusal";
+  auto decoded = DecodeReply(reply);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  ASSERT_EQ(decoded->kind, Reply::Kind::kRefusal);
+  EXPECT_EQ(decoded->refusal, uint16_t(transport::auth::Refusal::kVersion));
+  EXPECT_EQ(counted.accepted.load(), 0);
 }
 
 void RaiseDescriptorLimit(rlim_t wanted) {

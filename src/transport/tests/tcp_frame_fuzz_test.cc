@@ -65,8 +65,10 @@ class TcpFrameFuzzTest : public ::testing::Test {
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
     // The handshake (handshake.h) first, as any client: the frames are what is fuzzed here.
-    Status accepted = ConnectingHandshake(
-        fd, "", "tcp://127.0.0.1", std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    Status accepted =
+        ConnectingHandshake(fd, "", "tcp://127.0.0.1",
+                            std::chrono::steady_clock::now() + std::chrono::seconds(5))
+            .status();
     EXPECT_TRUE(accepted.ok()) << accepted.ToString();
     size_t written = 0;
     while (written < bytes.size()) {
