@@ -484,7 +484,7 @@ void ShardReplica::ForgetBackupLocked(uint64_t bit) {
 // ---- Catch-up --------------------------------------------------------------------------------
 
 Result<ShardReplica::JoinSnapshot> ShardReplica::CopyAndEncodeAsPrimary(
-    const std::function<void(const Position&)>& pin) {
+    const std::function<void(const Position&)>& pin, uint32_t version) {
   Result<std::unique_ptr<ShardState>> copy = FailedPrecondition(
       "replica is not the primary of "
       "its shard");
@@ -496,17 +496,21 @@ Result<ShardReplica::JoinSnapshot> ShardReplica::CopyAndEncodeAsPrimary(
       primary = role_ == Role::kPrimary && LeaseHeldLocked();
     }
     // Pushes wait only for the copy; the encoding below runs beside them.
-    if (primary) copy = state_->Copy();
+    if (primary) {
+      Status encodable = state_->CheckEncodable(version);
+      copy = encodable.ok() ? state_->Copy() : encodable;
+    }
     if (copy.ok()) pin(Position{(*copy)->epoch, (*copy)->applied_lsn});
   }
   RunDeferred();
   if (!copy.ok()) return copy.status();
-  BX_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, (*copy)->Encode());
+  BX_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, (*copy)->Encode(version));
   return JoinSnapshot{Position{(*copy)->epoch, (*copy)->applied_lsn}, std::move(bytes)};
 }
 
-Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForJoin(uint32_t joiner) {
-  return CopyAndEncodeAsPrimary([&](const Position& at) { join_pins_[joiner] = at; });
+Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForJoin(uint32_t joiner,
+                                                                 uint32_t version) {
+  return CopyAndEncodeAsPrimary([&](const Position& at) { join_pins_[joiner] = at; }, version);
 }
 
 Result<ShardReplica::JoinSnapshot> ShardReplica::SnapshotForCheckpoint(

@@ -206,8 +206,11 @@ class ShardReplica {
   // Primary with a valid lease: a snapshot of this replica for `joiner` (an id of the caller's
   // choosing; a new snapshot for the same joiner replaces its last). The pushes after it stay
   // in the log, up to max_catch_up_pushes, until AttachLearner. Pushes wait while the state is
-  // copied (memory speed), not while the copy is encoded.
-  Result<JoinSnapshot> SnapshotForJoin(uint32_t joiner);
+  // copied (memory speed), not while the copy is encoded. Encoded at `version`, the newest the
+  // joiner reads: FailedPrecondition, before anything is copied, when the state needs a newer
+  // one (ShardState::CheckEncodable).
+  Result<JoinSnapshot> SnapshotForJoin(uint32_t joiner,
+                                       uint32_t version = ShardState::kSnapshotVersions.newest);
   // Primary: `joiner` installed its snapshot and `link` reaches it. Forwards it every push
   // after the snapshot, then every new one; it counts towards durability once it has acked
   // the pushes issued before the attach, and `add` is called once it holds every push
@@ -353,7 +356,9 @@ class ShardReplica {
   // The state of a primary with a valid lease, copied while pushes wait (order_mu_ taken here)
   // and encoded after they resume; `pin` runs with the copy's position inside the same order
   // section (a joiner's pin, a checkpoint's durability wait). FailedPrecondition otherwise.
-  Result<JoinSnapshot> CopyAndEncodeAsPrimary(const std::function<void(const Position&)>& pin);
+  Result<JoinSnapshot> CopyAndEncodeAsPrimary(
+      const std::function<void(const Position&)>& pin,
+      uint32_t version = ShardState::kSnapshotVersions.newest);
 
   const Options options_;
   std::unique_ptr<ShardState> state_;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/wire_version.h"
 #include "bx/ps/table_config.h"
 #include "bx/status.h"
 #include "ps/push_dedup.h"
@@ -42,6 +43,11 @@ class ShardState {
   PushDedup& dedup() { return dedup_; }
   const PushDedup& dedup() const { return dedup_; }
 
+  // Snapshot versions this build reads (every one) and writes (from kOldestWrittenSnapshot):
+  // 1 the first; 2 dedup client keys and a word checksum; 3 table bounds and evictions.
+  static constexpr VersionRange kSnapshotVersions{1, 3};
+  static constexpr uint32_t kOldestWrittenSnapshot = 2;
+
   // Replication position: the epoch this replica last served or followed and the last lsn it
   // applied in that epoch (see ShardReplica).
   uint64_t epoch = 0;
@@ -54,8 +60,12 @@ class ShardState {
   static Result<std::unique_ptr<ShardState>> Load(const std::string& path,
                                                   PushDedup::Options dedup_options = {});
   // The same format in memory (a primary's snapshot for a joining replica, docs/PS.md
-  // "Catch-up"). Encode's caller ensures no push runs concurrently.
-  Result<std::vector<std::byte>> Encode() const;
+  // "Catch-up"), at `version` (kSnapshotVersions.newest, or an older one a joiner reads: see
+  // CheckEncodable). Encode's caller ensures no push runs concurrently.
+  Result<std::vector<std::byte>> Encode(uint32_t version = kSnapshotVersions.newest) const;
+  // Whether the state can be written at snapshot `version`: FailedPrecondition naming what an
+  // older version cannot carry (version 2: bounded tables), or a version never written.
+  Status CheckEncodable(uint32_t version) const;
   static Result<std::unique_ptr<ShardState>> Decode(std::span<const std::byte> bytes,
                                                     PushDedup::Options dedup_options = {});
   // A copy (tables, dedup record, position), made at memory speed while the caller keeps

@@ -33,7 +33,7 @@ namespace bx::ps {
 namespace {
 
 constexpr char kSnapshotMagic[8] = {'B', 'X', 'P', 'S', 'S', 'N', 'A', 'P'};
-constexpr uint32_t kSnapshotVersion = 3;
+constexpr uint32_t kSnapshotVersion = ShardState::kSnapshotVersions.newest;
 constexpr size_t kSnapshotHeader = 32;
 
 // The body's checksum: detects corruption and truncation (the body size is in the header
@@ -92,11 +92,13 @@ class BodyChecksum {
 class SnapshotWriter {
  public:
   explicit SnapshotWriter(FILE* f) : f_(f) {}
-  explicit SnapshotWriter(std::vector<std::byte>* memory) : memory_(memory) {}
+  SnapshotWriter(std::vector<std::byte>* memory, uint32_t version)
+      : memory_(memory), version_(version), sum_(version) {}
   SnapshotWriter(const SnapshotWriter&) = delete;
   SnapshotWriter& operator=(const SnapshotWriter&) = delete;
 
   WireWriter& out() { return out_; }
+  uint32_t version() const { return version_; }
   // Flushes once 1 MiB is buffered: called between rows, so a snapshot never sits in memory
   // whole on its way to a file.
   void MaybeFlush() {
@@ -124,12 +126,13 @@ class SnapshotWriter {
   std::vector<std::byte>* memory_ = nullptr;
   std::string buffer_;
   WireWriter out_{&buffer_};
+  uint32_t version_ = kSnapshotVersion;
   BodyChecksum sum_{kSnapshotVersion};
   uint64_t bytes_ = 0;
   bool failed_ = false;
 };
 
-void PutTableConfig(WireWriter& w, const TableConfig& c, uint64_t evicted) {
+void PutTableConfig(WireWriter& w, uint32_t version, const TableConfig& c, uint64_t evicted) {
   w.PutU32(c.id);
   w.PutU8(static_cast<uint8_t>(c.kind));
   w.PutU8(static_cast<uint8_t>(c.init.kind));
@@ -144,9 +147,11 @@ void PutTableConfig(WireWriter& w, const TableConfig& c, uint64_t evicted) {
        {c.optimizer.learning_rate, c.optimizer.initial_accumulator, c.optimizer.epsilon}) {
     w.PutF32(f);
   }
-  w.PutU64(c.max_rows);
-  w.PutU64(c.max_bytes);
-  w.PutU64(evicted);
+  if (version >= 3) {
+    w.PutU64(c.max_rows);
+    w.PutU64(c.max_bytes);
+    w.PutU64(evicted);
+  }
   w.PutBytes(c.name.data(), c.name.size());
 }
 
@@ -182,7 +187,7 @@ Status SaveBody(const ShardState& state, SnapshotWriter& snapshot) {
   w.PutU32(0);
   for (uint32_t id : ids) {
     const Table& t = *state.table(id);
-    PutTableConfig(w, t.config(), t.evicted());
+    PutTableConfig(w, snapshot.version(), t.config(), t.evicted());
     const uint64_t rows = t.row_count();
     w.PutU64(rows);
     uint64_t written = 0;
@@ -272,7 +277,7 @@ Status LoadBody(WireReader& r, uint32_t version, ShardState* state) {
 void WriteHeader(const SnapshotWriter& w, std::span<std::byte, kSnapshotHeader> out) {
   WireWriter h(out);
   h.PutBytes(kSnapshotMagic, sizeof kSnapshotMagic);
-  h.PutU32(kSnapshotVersion);
+  h.PutU32(w.version());
   h.PutU32(0);
   h.PutU64(w.bytes());
   h.PutU64(w.checksum());
@@ -341,7 +346,25 @@ Status ShardState::Save(const std::string& path) const {
   return Status::Ok();
 }
 
-Result<std::vector<std::byte>> ShardState::Encode() const {
+Status ShardState::CheckEncodable(uint32_t version) const {
+  if (version < kOldestWrittenSnapshot || version > kSnapshotVersions.newest) {
+    return FailedPrecondition("snapshot version " + std::to_string(version) +
+                              " is not written by this build (it writes " +
+                              std::to_string(kOldestWrittenSnapshot) + ".." +
+                              std::to_string(kSnapshotVersions.newest) + ")");
+  }
+  for (uint32_t id : table_ids()) {
+    const TableConfig& c = table(id)->config();
+    if (version < 3 && (c.max_rows != 0 || c.max_bytes != 0)) {
+      return FailedPrecondition("table " + c.name + " is bounded (max_rows, max_bytes), which " +
+                                "snapshot version " + std::to_string(version) + " cannot carry");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<std::byte>> ShardState::Encode(uint32_t version) const {
+  BX_RETURN_IF_ERROR(CheckEncodable(version));
   std::vector<std::byte> out(kSnapshotHeader);
   // The rows' bytes, known up front: growing by doubling copied a GB-sized snapshot twice more.
   size_t rows_bytes = 0;
@@ -350,7 +373,7 @@ Result<std::vector<std::byte>> ShardState::Encode() const {
     rows_bytes += t.RowBytes(t.row_count());
   }
   out.reserve(kSnapshotHeader + rows_bytes + (size_t{1} << 20));
-  SnapshotWriter w(&out);
+  SnapshotWriter w(&out, version);
   BX_RETURN_IF_ERROR(SaveBody(*this, w));
   w.Flush();
   WriteHeader(w, std::span<std::byte, kSnapshotHeader>(out.data(), kSnapshotHeader));

@@ -41,14 +41,20 @@ void PsServerCore::SetJoinService(std::shared_ptr<JoinService> service) {
 void PsServerCore::OnJoin(rpc::ServerCall call) {
   std::shared_ptr<JoinService> service = join_service_.Load();
   if (!service) return call.Fail(FailedPrecondition("this server takes no joins"));
+  const bool v2 = call.method() == kJoinV2Method;
   WireReader r(Bytes(call.request()));
   uint32_t replica = 0, n = 0;
-  if (!r.GetU32(&replica) || !r.GetU32(&n) || n > kMaxIncarnationBytes || n != r.remaining()) {
-    return call.Fail(InvalidArgument("ps.Join: malformed request"));
+  if (!r.GetU32(&replica) || !r.GetU32(&n) || n > kMaxIncarnationBytes ||
+      n + (v2 ? sizeof(uint32_t) : 0) != r.remaining()) {
+    return call.Fail(InvalidArgument(call.method() + ": malformed request"));
   }
   std::string incarnation(n, '\0');
   r.GetBytes(incarnation.data(), n);
-  Result<JoinOffer> offer = service->Begin(replica, incarnation);
+  uint32_t reads = kJoinSnapshotVersion;  // what every ps.Join caller reads
+  if (v2) r.GetU32(&reads);
+  // A joiner that reads versions beyond ours gets our newest.
+  const uint32_t version = std::min<uint32_t>(reads, ShardState::kSnapshotVersions.newest);
+  Result<JoinOffer> offer = service->Begin(replica, incarnation, version);
   if (!offer.ok()) return call.Fail(offer.status());
   Result<rpc::Message> reply =
       U64Message({offer->token, offer->position.epoch, offer->position.lsn, offer->bytes});
@@ -129,12 +135,19 @@ Result<CatchUpResult> CatchUpFrom(const rpc::ReplicaAddress& primary,
                                   std::chrono::milliseconds timeout) {
   BX_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Client> client, rpc::Client::Create({primary}, options));
 
-  BX_ASSIGN_OR_RETURN(rpc::Message request,
-                      rpc::Message::Allocate(2 * sizeof(uint32_t) + incarnation.size()));
-  WireWriter w(std::span<std::byte>(request.data(), request.size()));
-  w.PutU32(self);
-  w.PutU32(static_cast<uint32_t>(incarnation.size()));
-  w.PutBytes(incarnation.data(), incarnation.size());
+  // ps.Join.v2 says which snapshot versions we read; a primary of an older build serves only
+  // ps.Join (and writes a version we read: we read every older one).
+  auto join_request = [&](bool v2) -> Result<rpc::Message> {
+    BX_ASSIGN_OR_RETURN(
+        rpc::Message request,
+        rpc::Message::Allocate((v2 ? 3 : 2) * sizeof(uint32_t) + incarnation.size()));
+    WireWriter w(std::span<std::byte>(request.data(), request.size()));
+    w.PutU32(self);
+    w.PutU32(static_cast<uint32_t>(incarnation.size()));
+    w.PutBytes(incarnation.data(), incarnation.size());
+    if (v2) w.PutU32(ShardState::kSnapshotVersions.newest);
+    return request;
+  };
   CatchUpResult result;
   auto lap = [start = Clock::now()]() mutable {
     const Clock::time_point now = Clock::now();
@@ -142,7 +155,13 @@ Result<CatchUpResult> CatchUpFrom(const rpc::ReplicaAddress& primary,
     start = now;
     return ms;
   };
-  Result<rpc::Message> reply = CallOnce(*client, kJoinMethod, std::move(request), timeout);
+  BX_ASSIGN_OR_RETURN(rpc::Message request, join_request(true));
+  Result<rpc::Message> reply = CallOnce(*client, kJoinV2Method, std::move(request), timeout);
+  if (!reply.ok() && reply.status().code() == StatusCode::kNotFound &&
+      reply.status().message().find("is not served") != std::string::npos) {
+    BX_ASSIGN_OR_RETURN(request, join_request(false));
+    reply = CallOnce(*client, kJoinMethod, std::move(request), timeout);
+  }
   result.offer_time = lap();
   if (!reply.ok()) return reply.status().WithContext("ps.Join");
   uint64_t token = 0, size = 0;
@@ -190,12 +209,14 @@ class LeasedFailoverCore::JoinDesk : public JoinService {
     if (preparing.joinable()) preparing.join();
   }
 
-  Result<JoinOffer> Begin(uint32_t replica, const std::string& incarnation) override {
+  Result<JoinOffer> Begin(uint32_t replica, const std::string& incarnation,
+                          uint32_t snapshot_version) override {
     std::lock_guard lock(mu_);
     if (core_ == nullptr) return Unavailable("failover monitor stopped");
     BX_RETURN_IF_ERROR(core_->CheckJoiner(replica, incarnation));
-    if (auto it = pending_.find(replica);
-        it != pending_.end() && it->second.incarnation == incarnation) {
+    if (auto it = pending_.find(replica); it != pending_.end() &&
+                                          it->second.incarnation == incarnation &&
+                                          it->second.snapshot_version == snapshot_version) {
       const Pending& p = it->second;
       if (p.bytes) return JoinOffer{p.token, p.position, p.bytes->size()};
       if (!p.failure.ok()) {
@@ -210,9 +231,12 @@ class LeasedFailoverCore::JoinDesk : public JoinService {
     if (preparing_busy_) return Unavailable("preparing a snapshot for another replica");
     if (preparing_.joinable()) preparing_.join();  // finished: its result is in pending_
     Pending& p = pending_[replica];  // replaces an earlier attempt of the same replica
-    p = Pending{.token = ++last_token_, .incarnation = incarnation};
+    p = Pending{
+        .token = ++last_token_, .incarnation = incarnation, .snapshot_version = snapshot_version};
     preparing_busy_ = true;
-    preparing_ = std::thread([this, replica, token = p.token] { Prepare(replica, token); });
+    preparing_ = std::thread([this, replica, token = p.token, snapshot_version] {
+      Prepare(replica, token, snapshot_version);
+    });
     return Unavailable("preparing the snapshot for replica " + std::to_string(replica) +
                        "; ask again");
   }
@@ -249,6 +273,7 @@ class LeasedFailoverCore::JoinDesk : public JoinService {
   struct Pending {
     uint64_t token = 0;
     std::string incarnation;
+    uint32_t snapshot_version = 0;
     ShardReplica::Position position;
     std::shared_ptr<const std::vector<std::byte>> bytes;  // null while preparing
     Status failure;
@@ -256,14 +281,14 @@ class LeasedFailoverCore::JoinDesk : public JoinService {
 
   // The preparing thread: takes the snapshot (the copy under the replica's order lock, the
   // encoding beside the pushes) and files it under `token` if that is still wanted.
-  void Prepare(uint32_t replica, uint64_t token) {
+  void Prepare(uint32_t replica, uint64_t token, uint32_t snapshot_version) {
     ShardReplica* shard;
     {
       std::lock_guard lock(mu_);
       if (core_ == nullptr) return;
       shard = &core_->server_->replica();
     }
-    Result<ShardReplica::JoinSnapshot> snapshot = shard->SnapshotForJoin(replica);
+    Result<ShardReplica::JoinSnapshot> snapshot = shard->SnapshotForJoin(replica, snapshot_version);
     std::lock_guard lock(mu_);
     preparing_busy_ = false;
     auto it = FindLocked(token);
@@ -274,9 +299,9 @@ class LeasedFailoverCore::JoinDesk : public JoinService {
     }
     it->second.position = snapshot->position;
     it->second.bytes = std::make_shared<const std::vector<std::byte>>(std::move(snapshot->bytes));
-    core_->Log("snapshot for replica " + std::to_string(replica) + " at epoch " +
-               std::to_string(snapshot->position.epoch) + " lsn " +
-               std::to_string(snapshot->position.lsn) + " (" +
+    core_->Log("snapshot (version " + std::to_string(snapshot_version) + ") for replica " +
+               std::to_string(replica) + " at epoch " + std::to_string(snapshot->position.epoch) +
+               " lsn " + std::to_string(snapshot->position.lsn) + " (" +
                std::to_string(it->second.bytes->size()) + " bytes)");
   }
 

@@ -152,6 +152,8 @@ Status PsServerCore::Register() {
   BX_RETURN_IF_ERROR(
       server_->AddMethod(std::string(kJoinMethod), replicas_only(&PsServerCore::OnJoin)));
   BX_RETURN_IF_ERROR(
+      server_->AddMethod(std::string(kJoinV2Method), replicas_only(&PsServerCore::OnJoin)));
+  BX_RETURN_IF_ERROR(
       server_->AddMethod(std::string(kJoinChunkMethod), replicas_only(&PsServerCore::OnJoinChunk)));
   BX_RETURN_IF_ERROR(server_->AddMethod(std::string(kJoinAttachMethod),
                                         replicas_only(&PsServerCore::OnJoinAttach)));

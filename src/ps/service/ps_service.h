@@ -44,7 +44,14 @@ inline constexpr std::string_view kPingMethod = "ps.Ping";
 // u64 lsn, u64 snapshot bytes), reads it in pieces ("ps.JoinChunk": u64 token, u64 offset ->
 // up to kJoinChunkBytes), installs it and asks to be sent the pushes after it
 // ("ps.JoinAttach": u64 token -> empty).
+// "ps.Join.v2" is ps.Join with a u32 after the incarnation: the newest snapshot version the
+// joiner reads, which the primary writes at (or refuses, saying what needs a newer one). A
+// joiner falls back to ps.Join when the primary does not serve ps.Join.v2 (an older build), and
+// a primary answers ps.Join (an older joiner) at kJoinSnapshotVersion: a replica of either
+// build can catch up from the other (docs/DEPLOYING.md "Upgrades").
 inline constexpr std::string_view kJoinMethod = "ps.Join";
+inline constexpr std::string_view kJoinV2Method = "ps.Join.v2";
+inline constexpr uint32_t kJoinSnapshotVersion = 2;  // the newest every ps.Join caller reads
 inline constexpr std::string_view kJoinChunkMethod = "ps.JoinChunk";
 inline constexpr std::string_view kJoinAttachMethod = "ps.JoinAttach";
 inline constexpr size_t kJoinOfferBytes = 32;
@@ -132,7 +139,9 @@ class JoinService {
   // outlast any call's deadline (seconds for a large shard), so it is prepared in the
   // background: Unavailable ("preparing") until it is ready, asked again; the same offer for
   // every ask of the same process until it attaches.
-  virtual Result<JoinOffer> Begin(uint32_t replica, const std::string& incarnation) = 0;
+  // `snapshot_version`: the newest snapshot version the joiner reads.
+  virtual Result<JoinOffer> Begin(uint32_t replica, const std::string& incarnation,
+                                  uint32_t snapshot_version) = 0;
   virtual Result<std::shared_ptr<const std::vector<std::byte>>> Snapshot(uint64_t token) = 0;
   // The joiner installed the snapshot: send it the pushes after it.
   virtual Status Attach(uint64_t token) = 0;
@@ -233,7 +242,7 @@ class PsServerCore {
   void OnPush(rpc::ServerCall call);
   void OnForward(rpc::ServerCall call);
   void OnPing(rpc::ServerCall call);
-  void OnJoin(rpc::ServerCall call);
+  void OnJoin(rpc::ServerCall call);  // ps.Join and ps.Join.v2
   void OnJoinChunk(rpc::ServerCall call);
   void OnJoinAttach(rpc::ServerCall call);
   void OnStat(rpc::ServerCall call);

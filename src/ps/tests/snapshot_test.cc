@@ -166,6 +166,47 @@ TEST_F(SnapshotTest, ACopyIsTheStateAtTheTimeOfCopying) {
   EXPECT_EQ(Values(**decoded, 1), before);
 }
 
+// A joiner of an older build reads snapshots up to version 2 (ps.Join): a primary writes it
+// one at that version, which a version 2 reader (the layout frozen here: no bounds after the
+// optimiser) and this build both load to the same rows; a bounded table, which version 2
+// cannot carry, is refused naming it, before anything is copied.
+TEST_F(SnapshotTest, AnOlderJoinerGetsASnapshotOfTheVersionItReads) {
+  Result<std::vector<std::byte>> v2 = primary_.state().Encode(2);
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  uint32_t header_version = 0;
+  std::memcpy(&header_version, v2->data() + 8, 4);
+  EXPECT_EQ(header_version, 2u);
+  // Version 2's first table config: u32 id .. u64 seed and three floats, then the name, with
+  // no max_rows, max_bytes or evicted between (body: u64 epoch, u64 lsn, u32 n, u32 0).
+  const size_t config = 32 + 24;
+  const size_t name_offset = config + 4 + 4 + 4 + 4 + 8 + 5 * 4 + 8 + 3 * 4;
+  uint32_t name_size = 0;
+  std::memcpy(&name_size, v2->data() + config + 12, 4);
+  ASSERT_EQ(name_size, std::string("user embeddings").size());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(v2->data() + name_offset), name_size),
+            "user embeddings");
+  Result<std::unique_ptr<ShardState>> decoded = ShardState::Decode(*v2);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  for (uint32_t t : {1u, 2u}) EXPECT_EQ(Values(**decoded, t), Values(primary_.state(), t));
+  EXPECT_EQ((*decoded)->dedup().Export().clients.size(), 3u);
+
+  EXPECT_EQ(primary_.state().Encode(1).status().code(), StatusCode::kFailedPrecondition);
+  ShardReplica bounded;
+  TableConfig capped;
+  capped.id = 7;
+  capped.name = "capped";
+  capped.dim = 4;
+  capped.max_rows = 100;
+  ASSERT_TRUE(bounded.CreateTable(capped).ok());
+  ASSERT_TRUE(bounded.BecomePrimary(1, {}).ok());
+  Result<ShardReplica::JoinSnapshot> refused = bounded.SnapshotForJoin(1, 2);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("capped"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_TRUE(bounded.SnapshotForJoin(1, 3).ok());
+}
+
 // Version 1 files (before client keys and the minimum generation) still load: their clients
 // get key 0, so a client's next push under its own key starts a new session.
 TEST_F(SnapshotTest, AVersionOneFileLoads) {

@@ -162,8 +162,9 @@ TEST(TcpVersionsTest, ConnectsToAVersionOnePeerByOfferingVersionOneAgain) {
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
     bool unanswered = false;
-    auto offered_both = ConnectingHandshake(fd, "", peer.url(), std::chrono::steady_clock::now() + 10s,
-                                            kHandshakeVersions, &unanswered);
+    auto offered_both =
+        ConnectingHandshake(fd, "", peer.url(), std::chrono::steady_clock::now() + 10s,
+                            kHandshakeVersions, &unanswered);
     close(fd);
     EXPECT_FALSE(offered_both.ok()) << "a version 1 peer drops a version 2 Hello";
     EXPECT_TRUE(unanswered) << offered_both.status().ToString();
@@ -205,7 +206,8 @@ TEST(TcpVersionsTest, TwoCurrentBuildsAgreeOnTheNewestAtTheFirstOffer) {
   a.sin_port = htons(url->port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  auto agreed = ConnectingHandshake(fd, "", (*listener)->url(), std::chrono::steady_clock::now() + 10s);
+  auto agreed =
+      ConnectingHandshake(fd, "", (*listener)->url(), std::chrono::steady_clock::now() + 10s);
   ASSERT_TRUE(agreed.ok()) << agreed.status().ToString();
   EXPECT_EQ(*agreed, kHandshakeVersions.newest);
   close(fd);

@@ -8,9 +8,15 @@
 # and every restart starts BX: an upgrade, one process at a time (`make test-upgrade` builds
 # OLD from UPGRADE_FROM).
 #
+# With --old-bx, once shard 0 is upgraded one of its backups is rolled back to OLD and forward
+# again (an operator backing out one host): the OLD replica catches up from a BX primary, which
+# writes it a snapshot of the version OLD reads (ps.Join; docs/DEPLOYING.md "Upgrades").
+#
 # Checks: 0 acknowledged pushes lost or doubled (every trainer), no request refused for a
-# version reason (no "version" in any log), every replica back in the set at the end, and
-# every shard still taking pushes.
+# version reason (no "version" in any log, but for the one line a version 1 tcp:// peer logs
+# when it drops a version 2 Hello, after which the connecting side offers version 1: counted
+# as "tcp offers dropped"), every replica back in the set at the end, and every shard still
+# taking pushes.
 #
 #   rolling_restart.sh BX [--old-bx OLD] [--transport tcp|rdma]
 #
@@ -114,6 +120,19 @@ for s in 0 1; do
   start_replica "$BX" $s "$primary"
   wait_back $s "$primary"
   echo "shard $s primary $primary stopped (SIGTERM), restarted and back in the set"
+  if [[ $OLD != "$BX" && $s == 0 ]]; then
+    new_primary=$(primary_of 0)
+    backup=$(( (new_primary + 1) % 3 ))
+    stop_replica 0 $backup
+    start_replica "$OLD" 0 $backup
+    wait_back 0 $backup
+    grep -q "snapshot (version 2) for replica $backup" "${REPLICA_LOG[0.$new_primary]}" ||
+      { echo "FAIL: the rolled-back replica got no version 2 snapshot" >&2; exit 1; }
+    stop_replica 0 $backup
+    start_replica "$BX" 0 $backup
+    wait_back 0 $backup
+    echo "shard 0 backup $backup rolled back to the old build, caught up, and forward again"
+  fi
 done
 # The trainers last: the old ones end (SIGTERM: they check what they pushed), new ones run.
 kill -TERM "${TRAINERS[@]}"
@@ -129,7 +148,10 @@ print(sum(r["lost"] for r in runs), sum(r["doubled"] for r in runs),
       sum(r["acked"] for r in runs), max(r["longest_stall_ms"] for r in runs))
 PY
 )
-version_refusals=$(cat "$WORK"/s*.log "$WORK"/trainer*.log | grep -ci "version" || true)
+probe="tcp handshake: peer speaks version 2, this build speaks 1"
+offers_dropped=$(cat "$WORK"/s*.log "$WORK"/trainer*.log | grep -c "$probe" || true)
+version_refusals=$(cat "$WORK"/s*.log "$WORK"/trainer*.log | grep -v "$probe" |
+  grep -v "snapshot (version [0-9]*) for replica" | grep -ci "version" || true)
 # Members of each shard's committed set, as etcd holds it.
 in_set=0
 for s in 0 1; do
@@ -138,7 +160,8 @@ for s in 0 1; do
   in_set=$((in_set + n))
 done
 echo "rolling_restart: transport=$TRANSPORT from $( [[ $OLD == "$BX" ]] && echo "the same build" || echo "$OLD"); acked $acked," \
-  "lost $lost, doubled $doubled, longest push $longest_ms ms; version refusals $version_refusals;" \
+  "lost $lost, doubled $doubled, longest push $longest_ms ms; version refusals $version_refusals" \
+  "(tcp offers dropped $offers_dropped);" \
   "replicas in the sets at the end $in_set of 6"
 fail=0
 ((lost == 0 && doubled == 0)) || { echo "FAIL: $lost lost, $doubled doubled" >&2; fail=1; }
