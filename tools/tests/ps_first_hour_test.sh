@@ -36,13 +36,8 @@ fail() {
 export BX_VERBS=sim BX_SIM_FABRIC_DIR="$WORK/fabric"
 mkdir -p "$BX_SIM_FABRIC_DIR"
 
-read -r P0 P1 P2 < <(python3 - <<'PY'
-import socket
-socks = [socket.socket() for _ in range(3)]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
-)
+# Ports below the ephemeral range, where no other process's connection can take them.
+read -r P0 P1 P2 < <(python3 "$(dirname "$0")/../../src/ps/service/tests/free_ports.py" 3)
 cluster() {  # file "replica json, ..." [top-level fields instead of "insecure": true]
   local extra=${3:-'"insecure": true,'}
   cat >"$1" <<JSON

@@ -34,6 +34,20 @@ HandshakeRecord Record(uint8_t version, uint8_t type, uint16_t arg) {
   return r;
 }
 
+// A plain TCP connection to a loopback port (-1 when refused), for the handshake by hand.
+int ConnectTo(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 HandshakeRecord AsRecord(const std::string& bytes) {
   HandshakeRecord r{};
   EXPECT_EQ(bytes.size(), r.size());
@@ -155,12 +169,8 @@ TEST(TcpVersionsTest, ConnectsToAVersionOnePeerByOfferingVersionOneAgain) {
     VersionOnePeer peer;
     auto url = ParseUrl(peer.url());
     ASSERT_TRUE(url.ok());
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(url->port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    int fd = ConnectTo(url->port);
+    ASSERT_GE(fd, 0);
     bool unanswered = false;
     auto offered_both =
         ConnectingHandshake(fd, "", peer.url(), std::chrono::steady_clock::now() + 10s,
@@ -200,12 +210,8 @@ TEST(TcpVersionsTest, TwoCurrentBuildsAgreeOnTheNewestAtTheFirstOffer) {
   ASSERT_TRUE(listener.ok()) << listener.status().ToString();
   auto url = ParseUrl((*listener)->url());
   ASSERT_TRUE(url.ok());
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(url->port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  int fd = ConnectTo(url->port);
+  ASSERT_GE(fd, 0);
   auto agreed =
       ConnectingHandshake(fd, "", (*listener)->url(), std::chrono::steady_clock::now() + 10s);
   ASSERT_TRUE(agreed.ok()) << agreed.status().ToString();

@@ -25,6 +25,7 @@ while (($#)); do
   esac
 done
 
+FREE_PORTS="$(dirname "$0")/free_ports.py"  # loopback ports below the ephemeral range
 WORK=$(mktemp -d /tmp/bx-checkpoint.XXXXXX)
 PIDS=()
 cleanup() {
@@ -48,12 +49,12 @@ mkdir -p "$BX_SIM_FABRIC_DIR"
 # A cluster file NAME.json of SHARDS x REPLICAS on free loopback ports; table 1 "emb" (AdaGrad,
 # so rows carry optimiser state), the same in every file.
 cluster_file() {  # name shards replicas
-  python3 - "$WORK/$1.json" "$TRANSPORT" "$2" "$3" <<'PY'
-import json, socket, sys
+  local ports
+  ports=$(python3 "$FREE_PORTS" $((2 * $2 * $3)))
+  python3 - "$WORK/$1.json" "$TRANSPORT" "$2" "$3" "$ports" <<'PY'
+import json, sys
 path, transport, shards, replicas = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-socks = [socket.socket() for _ in range(2 * shards * replicas)]
-for s in socks: s.bind(("127.0.0.1", 0))
-ports = iter(s.getsockname()[1] for s in socks)
+ports = iter(int(p) for p in sys.argv[5].split())
 json.dump({"version": 1, "transport": transport, "secret_file": "cluster.secret",
            "tables": [{"id": 1, "name": "emb", "kind": "embedding", "dim": 16,
                        "init": {"kind": "uniform", "low": -0.05, "high": 0.05, "seed": 3},

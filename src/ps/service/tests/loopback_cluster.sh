@@ -30,13 +30,9 @@ trap loopback_cleanup EXIT
 command -v etcd >/dev/null || { echo "etcd is missing (tools/install-deps.sh)" >&2; exit 77; }
 
 # Free loopback ports: etcd's two and two per replica (rdma:// listens on a TCP port too).
-read -r -a PORTS < <(python3 - <<'PY'
-import socket
-socks = [socket.socket() for _ in range(8)]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
-)
+# free_ports.py takes them from below the ephemeral range (why: its comment).
+FREE_PORTS="$(dirname "${BASH_SOURCE[0]}")/free_ports.py"
+read -r -a PORTS < <(python3 "$FREE_PORTS" 8)
 
 export BX_SIM_FABRIC_DIR="$WORK/fabric" BX_VERBS=sim
 mkdir -p "$BX_SIM_FABRIC_DIR"
@@ -54,13 +50,7 @@ loopback_start_etcd() {
 # A three-member etcd cluster on loopback: ETCD_MEMBER_URL[i] each member's client URL,
 # ETCD_URLS all of them with commas (what --etcd and etcdctl --endpoints take), ETCD_PID[i].
 loopback_start_etcd3() {
-  read -r -a ETCD_PORTS < <(python3 - <<'PY'
-import socket
-socks = [socket.socket() for _ in range(6)]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
-)
+  read -r -a ETCD_PORTS < <(python3 "$FREE_PORTS" 6)
   local initial="" i
   ETCD_URLS=""
   for i in 0 1 2; do

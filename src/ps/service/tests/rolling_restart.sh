@@ -38,13 +38,7 @@ source "$(dirname "$0")/loopback_cluster.sh"
 LEASE_MS=2000
 
 # Two shards of three replicas: twelve more loopback ports.
-read -r -a CLUSTER_PORTS < <(python3 - <<'PY'
-import socket
-socks = [socket.socket() for _ in range(12)]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
-)
+read -r -a CLUSTER_PORTS < <(python3 "$FREE_PORTS" 12)
 (umask 077 && head -c 32 /dev/urandom | base64 >"$WORK/cluster.secret")
 python3 - "$WORK/cluster.json" "$TRANSPORT" "${CLUSTER_PORTS[@]}" <<'PY'
 import json, sys
