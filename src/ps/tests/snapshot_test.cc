@@ -182,9 +182,11 @@ TEST_F(SnapshotTest, AVersionOneFileLoads) {
   std::vector<char> file = ReadFile(path);
   // v1's dedup section: u64 clients 1, client 5: u64 id, u64 contiguous 3, u64 n 0.
   std::vector<char> body(file.begin() + 32, file.end() - 16);
-  // v1 (and v2) table configs end at epsilon: no max rows, max bytes, rows evicted (body bytes
-  // 88..112, after the position, the table count and the config's first 64 bytes).
-  body.erase(body.begin() + 88, body.begin() + 112);
+  // v1 (and v2) table configs end at epsilon: no max rows, max bytes, rows evicted, nor
+  // version 4's ttl, admission and rows expired (body bytes 96..144, after the position, the
+  // table count, the push clock and the config's first 64 bytes); and no push clock (24..32).
+  body.erase(body.begin() + 96, body.begin() + 144);
+  body.erase(body.begin() + 24, body.begin() + 32);
   for (uint64_t v : {uint64_t{1}, uint64_t{5}, uint64_t{3}, uint64_t{0}}) {
     const char* b = reinterpret_cast<const char*>(&v);  // little-endian hosts, as the format
     body.insert(body.end(), b, b + 8);
