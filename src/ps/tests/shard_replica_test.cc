@@ -1094,5 +1094,39 @@ TEST(ShardReplica, ExpiryAndAdmissionAreTheSameOnEveryReplicaThroughJoinAndFailo
   EXPECT_GT(reference.admission(kTable)->rejected(), 100u);
 }
 
+// A checkpoint restores only into tables with its ttl and admission (stamps and counts mean
+// nothing under others), keeping its push clock; the bounds may differ.
+TEST(ShardReplica, ARestoreKeepsThePushClockAndRefusesAnotherTtlOrAdmission) {
+  TableConfig config = TestTable();
+  config.ttl_seconds = 60;
+  config.admit_after_pushes = 2;
+  ShardState checkpoint;
+  ASSERT_TRUE(checkpoint.CreateTable(config).ok());
+  PushRequest push = MakePush(1, 1, {4, 4, 5});
+  push.stamp_ms = 123'456;
+  ASSERT_TRUE(checkpoint.ApplyPush(push).ok());
+  auto restore_into = [&](const TableConfig& mine) {
+    ShardReplica fresh;
+    EXPECT_TRUE(fresh.CreateTable(mine).ok());
+    Result<std::unique_ptr<ShardState>> copy = checkpoint.Copy();
+    EXPECT_TRUE(copy.ok());
+    Status restored = fresh.Restore(**copy);
+    return std::make_pair(restored, fresh.state().clock_ms);
+  };
+  TableConfig bounded = config;
+  bounded.max_rows = 10;
+  auto [same, clock] = restore_into(bounded);
+  EXPECT_TRUE(same.ok()) << same.ToString();
+  EXPECT_EQ(clock, 123'456u);
+  TableConfig other_ttl = config;
+  other_ttl.ttl_seconds = 30;
+  Status refused = restore_into(other_ttl).first;
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("ttl_seconds 60"), std::string::npos) << refused.ToString();
+  TableConfig no_admission = config;
+  no_admission.admit_after_pushes = 0;
+  EXPECT_EQ(restore_into(no_admission).first.code(), StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace bx::ps
