@@ -2,8 +2,10 @@
 # What a checkpoint costs a training job: a cluster of 2 shards x 2 `bx ps serve` replicas on
 # loopback holding ROWS rows of a dim-DIM AdaGrad table (weights and accumulators: 8 x DIM bytes
 # a row), and `bx ps train` pushing for SECONDS twice over each transport: alone, then with
-# `bx ps checkpoint --every EVERY` beside it. Prints the checkpoints' size and MiB/s, and the
-# trainers' push P50/P99 without and with them (one run: noisy; compare within the run).
+# `bx ps checkpoint --every EVERY` beside it. Prints the checkpoints' size and MiB/s, the
+# trainers' push P50/P99 without and with them (one run: noisy; compare within the run), and the
+# servers' peak VmRSS in each phase (the largest server's, sampled every 50 ms from /proc): what
+# a checkpoint adds to a server's memory is the second minus the first.
 #
 #   checkpoint_bench.sh BX [--rows 500000] [--dim 64] [--seconds 8] [--every 2]
 #                          [--transport tcp|rdma|both] [--json]
@@ -38,8 +40,22 @@ mkdir -p "$BX_SIM_FABRIC_DIR"
 PY=(env PYTHONPATH="${BX_PYTHON_DIR:-$(dirname "$BX")/../python}"
   /usr/bin/python3)
 
+# Peak VmRSS (kB) of the largest of SERVERS into $1, until $1.stop exists.
+sample_rss() {
+  local out=$1 peak=0 pid kb
+  until [[ -e $out.stop ]]; do
+    for pid in "${SERVERS[@]}"; do
+      kb=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
+      ((${kb:-0} > peak)) && peak=$kb
+    done
+    echo "$peak" >"$out"
+    sleep 0.05
+  done
+}
+
 run_transport() {  # transport -> one JSON line on stdout
-  local transport=$1 w="$WORK/$1"
+  local transport=$1 w="$WORK/$1" sampler
+  SERVERS=()
   mkdir -p "$w"
   python3 - "$w/cluster.json" "$transport" "$DIM" <<'PY'
 import json, socket, sys
@@ -59,6 +75,7 @@ PY
     for r in 0 1; do
       "$BX" ps serve --cluster "$w/cluster.json" --shard $s --replica $r >"$w/s$s-r$r.log" 2>&1 &
       PIDS+=($!)
+      SERVERS+=($!)
     done
   done
   for s in 0 1; do
@@ -79,8 +96,14 @@ with bexpress.PsClient(path, transport=transport) as client:
         keys = np.arange(10_000_000 + first, 10_000_000 + min(rows, first + 8192), dtype=np.uint64)
         client.push(1, keys, grads[: len(keys)], timeout=60.0)
 PY
+  sample_rss "$w/rss-alone" &
+  sampler=$!
   "$BX" ps train --cluster "$w/cluster.json" --threads 2 --duration "$SECONDS_RUN" --json \
     >"$w/alone.json" 2>"$w/alone.log"
+  touch "$w/rss-alone.stop"
+  wait "$sampler"
+  sample_rss "$w/rss-beside" &
+  sampler=$!
   "$BX" ps checkpoint --cluster "$w/cluster.json" --to "$w/ckpt" --every "$EVERY" --keep 1 --json \
     >"$w/checkpoints.json" 2>"$w/checkpoints.log" &
   local checkpointer=$!
@@ -89,6 +112,8 @@ PY
     >"$w/beside.json" 2>"$w/beside.log"
   kill -TERM "$checkpointer"
   wait "$checkpointer" || true
+  touch "$w/rss-beside.stop"
+  wait "$sampler"
   python3 - "$w" "$transport" <<'PY'
 import json, statistics, sys
 w, transport = sys.argv[1], sys.argv[2]
@@ -101,7 +126,9 @@ print(json.dumps({
     "checkpoint_mib_per_second_median": statistics.median(c["mib_per_second"] for c in cks) if cks else 0,
     "push_p50_us": [alone["push_p50_us"], beside["push_p50_us"]],
     "push_p99_us": [alone["push_p99_us"], beside["push_p99_us"]],
-    "requests_per_sec": [alone["requests_per_sec"], beside["requests_per_sec"]]}))
+    "requests_per_sec": [alone["requests_per_sec"], beside["requests_per_sec"]],
+    "server_peak_rss_mib": [int(open(f"{w}/rss-{n}").read()) // 1024
+                            for n in ("alone", "beside")]}))
 PY
   for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
@@ -116,12 +143,14 @@ fi
 python3 - "$WORK/results.jsonl" <<'PY'
 import json, sys
 print(f"{'transport':<10}{'ckpts':>6}{'MiB':>8}{'s':>7}{'MiB/s':>8}  {'push P50 us alone/beside':>26}"
-      f"  {'push P99 us alone/beside':>26}  {'requests/s alone/beside':>24}")
+      f"  {'push P99 us alone/beside':>26}  {'requests/s alone/beside':>24}"
+      f"  {'peak RSS MiB alone/beside':>26}")
 for line in open(sys.argv[1]):
     r = json.loads(line)
     p50, p99, rps = r["push_p50_us"], r["push_p99_us"], r["requests_per_sec"]
+    rss = r["server_peak_rss_mib"]
     print(f"{r['transport']:<10}{r['checkpoints']:>6}{r['checkpoint_mib']:>8.1f}"
           f"{r['checkpoint_seconds_median']:>7.2f}{r['checkpoint_mib_per_second_median']:>8.1f}"
           f"  {p50[0]:>12.0f} / {p50[1]:<11.0f}  {p99[0]:>12.0f} / {p99[1]:<11.0f}"
-          f"  {rps[0]:>10.0f} / {rps[1]:<11.0f}")
+          f"  {rps[0]:>10.0f} / {rps[1]:<11.0f}  {rss[0]:>12d} / {rss[1]:<11d}")
 PY

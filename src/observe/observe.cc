@@ -305,6 +305,15 @@ CollectorHandle ExportPsServer(ps::PsServer& server, Labels labels, Registry& re
       w.Counter("bx_ps_table_evictions_total",
                 "Rows a bounded table evicted on this replica to keep within max_rows/max_bytes.",
                 table, double(t.evicted));
+      w.Counter("bx_ps_table_expirations_total",
+                "Rows a table with a ttl evicted on this replica for not being pushed within it.",
+                table, double(t.expired));
+      w.Counter("bx_ps_table_admissions_total",
+                "Ids a table with admit_after_pushes gave a row on this replica.", table,
+                double(t.admitted));
+      w.Counter("bx_ps_table_admission_rejections_total",
+                "Pushes of ids not yet admitted, counted and dropped on this replica.", table,
+                double(t.admission_rejected));
     }
     WriteServerStats(w, server.rpc_stats(), labels);
   });

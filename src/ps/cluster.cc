@@ -120,10 +120,31 @@ Status ParseBounds(const json& j, const std::string& path, TableConfig* t) {
   return Status::Ok();
 }
 
+// ttl_seconds and admit_after_pushes (docs/PS.md "Expiry and admission").
+Status ParseExpiryAndAdmission(const json& j, const std::string& path, TableConfig* t) {
+  BX_RETURN_IF_ERROR(GetNumber(j, path, "ttl_seconds", &t->ttl_seconds));
+  BX_RETURN_IF_ERROR(GetNumber(j, path, "admit_after_pushes", &t->admit_after_pushes));
+  if (t->ttl_seconds > kMaxTtlSeconds) {
+    return Bad(path + ".ttl_seconds",
+               "at most " + std::to_string(kMaxTtlSeconds) + " (ten years; 0: rows never expire)");
+  }
+  if (t->admit_after_pushes > kMaxAdmitAfterPushes) {
+    return Bad(path + ".admit_after_pushes",
+               "at most " + std::to_string(kMaxAdmitAfterPushes) + " (0: admit every id)");
+  }
+  if (t->kind != TableKind::kEmbedding) {
+    if (t->ttl_seconds != 0) return Bad(path + ".ttl_seconds", "only embedding rows expire");
+    if (t->admit_after_pushes != 0) {
+      return Bad(path + ".admit_after_pushes", "only embedding tables admit ids");
+    }
+  }
+  return Status::Ok();
+}
+
 Status ParseTable(const json& j, const std::string& path, TableConfig* t) {
-  BX_RETURN_IF_ERROR(CheckKeys(
-      j, path,
-      {"id", "name", "kind", "dim", "rows", "init", "optimizer", "max_rows", "max_bytes"}));
+  BX_RETURN_IF_ERROR(CheckKeys(j, path,
+                               {"id", "name", "kind", "dim", "rows", "init", "optimizer",
+                                "max_rows", "max_bytes", "ttl_seconds", "admit_after_pushes"}));
   if (!j.contains("id")) return Bad(path, "missing \"id\"");
   if (!j.contains("dim")) return Bad(path, "missing \"dim\"");
   BX_RETURN_IF_ERROR(GetNumber(j, path, "id", &t->id));
@@ -175,7 +196,8 @@ Status ParseTable(const json& j, const std::string& path, TableConfig* t) {
     if (!(o.initial_accumulator >= 0)) return Bad(p + ".initial_accumulator", "must be >= 0");
     if (!(o.epsilon > 0)) return Bad(p + ".epsilon", "must be > 0");
   }
-  return ParseBounds(j, path, t);
+  BX_RETURN_IF_ERROR(ParseBounds(j, path, t));
+  return ParseExpiryAndAdmission(j, path, t);
 }
 
 // A replica address: scheme://host:port with a port other replicas can reach (1-65535). Both
@@ -495,6 +517,8 @@ std::string ClusterSpecToJson(const ClusterSpec& spec) {
                       {"epsilon", t.optimizer.epsilon}};
     if (t.max_rows != 0) j["max_rows"] = t.max_rows;
     if (t.max_bytes != 0) j["max_bytes"] = t.max_bytes;
+    if (t.ttl_seconds != 0) j["ttl_seconds"] = t.ttl_seconds;
+    if (t.admit_after_pushes != 0) j["admit_after_pushes"] = t.admit_after_pushes;
     tables.push_back(std::move(j));
   }
   root["tables"] = std::move(tables);

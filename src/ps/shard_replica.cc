@@ -174,7 +174,8 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
           }
           refused = state_->ValidatePush(push);
           if (!refused.ok()) break;
-          refused = state_->ApplyPush(push);  // validated above: cannot fail
+          if (state_->has_ttl_tables()) push.stamp_ms = StampNow();
+          refused = state_->ApplyPush(push);  // validated above; refused if non-finite
           if (!refused.ok()) break;
           dedup.MarkApplied(push.id, push.client_key);
           PublishDedupLocked();
@@ -193,6 +194,13 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
   } else if (expired) {
     done(*expired);
   }
+}
+
+uint64_t ShardReplica::StampNow() const {
+  if (options_.clock_ms) return options_.clock_ms();
+  return uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count());
 }
 
 Status ShardReplica::CheckNewSession(uint64_t client_id, uint64_t min_generation) const {
@@ -708,6 +716,15 @@ Status ShardReplica::Restore(ShardState& restored) {
     // Bounds are the cluster file's to choose: a checkpoint of an unbounded table (or one of
     // older format) restores into a bounded one, keeping the most recently pushed rows.
     const TableConfig& mine = state_->table(id)->config();
+    if (mine.ttl_seconds != config.ttl_seconds ||
+        mine.admit_after_pushes != config.admit_after_pushes) {
+      return FailedPrecondition(
+          "restore: table " + std::to_string(id) + " (" + config.name + ") was checkpointed " +
+          "with ttl_seconds " + std::to_string(config.ttl_seconds) + " and admit_after_pushes " +
+          std::to_string(config.admit_after_pushes) + ", the cluster file has " +
+          std::to_string(mine.ttl_seconds) + " and " + std::to_string(mine.admit_after_pushes) +
+          " (restore with the checkpoint's values: its rows' stamps and counts depend on them)");
+    }
     if (mine.max_rows != config.max_rows || mine.max_bytes != config.max_bytes) {
       BX_RETURN_IF_ERROR(restored.Rebound(id, mine.max_rows, mine.max_bytes));
     }

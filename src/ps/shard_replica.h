@@ -113,6 +113,10 @@ class ShardReplica {
     // same way: it never acknowledges alone what one crash would lose. 1: acknowledge on
     // whatever backups are left (availability over durability).
     size_t min_in_sync = 1;
+    // The clock a primary stamps pushes with when its shard has tables that expire rows, in ms
+    // since the Unix epoch (tests set their own); null: the system clock. Backups never read
+    // theirs: they use the stamps.
+    std::function<uint64_t()> clock_ms;
   };
 
   struct Position {
@@ -300,6 +304,8 @@ class ShardReplica {
   // Both take the push into the log (moved, not copied: pushes are up to 64 MiB).
   void ApplyForwardLocked(ForwardedPush&& forwarded, Status* result);
   void AppendLogLocked(PushRequest&& push);
+  // A push stamp: options_.clock_ms, or the system clock.
+  uint64_t StampNow() const;
   // InvalidArgument for a new session whose generation is implausibly far ahead.
   Status CheckNewSession(uint64_t client_id, uint64_t min_generation) const;
   // Mirrors the dedup record's size into the atomics the metrics read.

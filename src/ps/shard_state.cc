@@ -1,5 +1,6 @@
 #include "ps/shard_state.h"
 
+#include <algorithm>
 #include <mutex>
 
 namespace bx::ps {
@@ -13,7 +14,8 @@ bool SameConfig(const TableConfig& a, const TableConfig& b) {
          i.high == j.high && i.mean == j.mean && i.stddev == j.stddev && i.seed == j.seed &&
          o.kind == p.kind && o.learning_rate == p.learning_rate &&
          o.initial_accumulator == p.initial_accumulator && o.epsilon == p.epsilon &&
-         a.max_rows == b.max_rows && a.max_bytes == b.max_bytes;
+         a.max_rows == b.max_rows && a.max_bytes == b.max_bytes && a.ttl_seconds == b.ttl_seconds &&
+         a.admit_after_pushes == b.admit_after_pushes;
 }
 
 }  // namespace
@@ -26,6 +28,9 @@ Status ShardState::CreateTable(const TableConfig& config) {
                               " exists with a different config");
   }
   BX_ASSIGN_OR_RETURN(std::unique_ptr<Table> table, Table::Create(config));
+  if (config.admit_after_pushes >= 2) {
+    BX_ASSIGN_OR_RETURN(admission_[config.id], PushAdmission::Create(config.admit_after_pushes));
+  }
   tables_.emplace(config.id, std::move(table));
   return Status::Ok();
 }
@@ -56,9 +61,38 @@ Status ShardState::ValidatePush(const PushRequest& push) const {
   return t->ValidateKeys(push.keys);
 }
 
+PushAdmission* ShardState::admission(uint32_t id) const {
+  std::shared_lock lock(tables_mu_);
+  auto it = admission_.find(id);
+  return it == admission_.end() ? nullptr : it->second.get();
+}
+
+bool ShardState::has_ttl_tables() const {
+  std::shared_lock lock(tables_mu_);
+  return std::any_of(tables_.begin(), tables_.end(),
+                     [](const auto& t) { return t.second->ttl_ms() != 0; });
+}
+
 Status ShardState::ApplyPush(const PushRequest& push) {
   BX_RETURN_IF_ERROR(ValidatePush(push));
-  return table(push.table_id)->Push(push.keys, push.gradients);
+  Table* target = table(push.table_id);
+  // The clock moves, and other tables expire, only once the push is taken: a refused push is
+  // not replicated, so it must leave no trace.
+  const uint64_t now = std::max(clock_ms, push.stamp_ms);
+  PushAdmission* counts = admission(push.table_id);
+  if (counts == nullptr) {
+    BX_RETURN_IF_ERROR(target->Push(push.keys, push.gradients, now));
+  } else {
+    const PushAdmission::Decision d = counts->Decide(*target, push.keys, push.gradients);
+    BX_RETURN_IF_ERROR(d.everything ? target->Push(push.keys, push.gradients, now)
+                                    : target->Push(d.keys, d.gradients, now));
+    counts->Commit(d);
+  }
+  if (now != clock_ms) {
+    clock_ms = now;
+    for (uint32_t id : table_ids()) table(id)->Expire(now);
+  }
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<ShardState>> ShardState::Copy() const {
@@ -68,10 +102,12 @@ Result<std::unique_ptr<ShardState>> ShardState::Copy() const {
     for (const auto& [id, table] : tables_) {
       BX_ASSIGN_OR_RETURN(copy->tables_[id], table->Copy());
     }
+    for (const auto& [id, counts] : admission_) copy->admission_[id] = counts->Copy();
   }
   BX_RETURN_IF_ERROR(copy->dedup_.Import(dedup_.Export()));
   copy->epoch = epoch;
   copy->applied_lsn = applied_lsn;
+  copy->clock_ms = clock_ms;
   return copy;
 }
 
@@ -83,9 +119,10 @@ Status ShardState::Rebound(uint32_t id, uint64_t max_rows, uint64_t max_bytes) {
   config.max_bytes = max_bytes;
   BX_ASSIGN_OR_RETURN(std::unique_ptr<Table> bounded, Table::Create(config));
   Status inserted;
-  old->ForEachRow([&](uint64_t key, std::span<const float> state) {
-    if (inserted.ok()) inserted = bounded->InsertRow(key, state);
+  old->ForEachRowPushedAt([&](uint64_t key, uint64_t pushed_ms, std::span<const float> state) {
+    if (inserted.ok()) inserted = bounded->InsertRow(key, state, pushed_ms);
   });
+  bounded->set_expired(old->expired());
   BX_RETURN_IF_ERROR(inserted);
   std::unique_lock lock(tables_mu_);
   tables_[id] = std::move(bounded);
@@ -98,16 +135,27 @@ Status ShardState::Adopt(ShardState& other) {
     Table* from = other.table(id);
     BX_RETURN_IF_ERROR(CreateTable(from->config()));  // no-op when it exists, identical
     BX_RETURN_IF_ERROR(table(id)->TakeRows(*from));
+    PushAdmission* counts = admission(id);
+    if (counts != nullptr) {
+      const PushAdmission* theirs = other.admission(id);
+      BX_RETURN_IF_ERROR(counts->Restore(theirs->counters(), theirs->since_halving(),
+                                         theirs->admitted(), theirs->rejected()));
+    }
     std::erase(mine, id);
   }
   for (uint32_t id : mine) {
     Table* to = table(id);
     BX_ASSIGN_OR_RETURN(std::unique_ptr<Table> empty, Table::Create(to->config()));
     BX_RETURN_IF_ERROR(to->TakeRows(*empty));
+    if (PushAdmission* counts = admission(id); counts != nullptr) {
+      std::vector<uint16_t> zeros(counts->counters().size());
+      BX_RETURN_IF_ERROR(counts->Restore(zeros, 0, 0, 0));
+    }
   }
   BX_RETURN_IF_ERROR(dedup_.Import(other.dedup_.Export()));
   epoch = other.epoch;
   applied_lsn = other.applied_lsn;
+  clock_ms = other.clock_ms;
   return Status::Ok();
 }
 

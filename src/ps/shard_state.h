@@ -17,6 +17,7 @@
 #include "base/wire_version.h"
 #include "bx/ps/table_config.h"
 #include "bx/status.h"
+#include "ps/push_admission.h"
 #include "ps/push_dedup.h"
 #include "ps/table.h"
 #include "ps/wire.h"
@@ -37,21 +38,32 @@ class ShardState {
   // Checks a push against the tables (known table, dim, gradient count, dense key range)
   // without applying it.
   Status ValidatePush(const PushRequest& push) const;
-  // Validates and applies a push (no dedup: that is the caller's decision).
+  // Validates and applies a push (no dedup: that is the caller's decision). With tables that
+  // expire rows, the push's stamp moves the push clock (clock_ms) and every such table expires
+  // its rows against it; with admission, ids without a row are counted and only admitted ones
+  // applied (docs/PS.md "Expiry and admission"). A refused push changes nothing.
   Status ApplyPush(const PushRequest& push);
+  // Whether a table expires rows: the primary then stamps every push to the shard.
+  bool has_ttl_tables() const;
+  // Table `id`'s admission counts, or null (no admission).
+  PushAdmission* admission(uint32_t id) const;
 
   PushDedup& dedup() { return dedup_; }
   const PushDedup& dedup() const { return dedup_; }
 
   // Snapshot versions this build reads (every one) and writes (from kOldestWrittenSnapshot):
-  // 1 the first; 2 dedup client keys and a word checksum; 3 table bounds and evictions.
-  static constexpr VersionRange kSnapshotVersions{1, 3};
+  // 1 the first; 2 dedup client keys and a word checksum; 3 table bounds and evictions; 4 the
+  // push clock, ttl and admission.
+  static constexpr VersionRange kSnapshotVersions{1, 4};
   static constexpr uint32_t kOldestWrittenSnapshot = 2;
 
   // Replication position: the epoch this replica last served or followed and the last lsn it
   // applied in that epoch (see ShardReplica).
   uint64_t epoch = 0;
   uint64_t applied_lsn = 0;
+  // The push clock: the newest push stamp applied (the primary's clock, in ms since the Unix
+  // epoch), never decreasing. Rows of tables with a ttl expire against it, not a local clock.
+  uint64_t clock_ms = 0;
 
   // Writes the state to `path` atomically (path + ".tmp", fsync, rename). The caller ensures
   // no push runs concurrently. Format: docs/PS.md "Snapshot file".
@@ -87,6 +99,8 @@ class ShardState {
  private:
   mutable std::shared_mutex tables_mu_;
   std::map<uint32_t, std::unique_ptr<Table>> tables_;
+  // Tables with admit_after_pushes >= 2; created with their table, under tables_mu_.
+  std::map<uint32_t, std::unique_ptr<PushAdmission>> admission_;
   PushDedup dedup_;
 };
 

@@ -1,16 +1,19 @@
 // ShardState::Save and ShardState::Load: the snapshot file (layout in docs/PS.md).
 //
-//   header (32 bytes): "BXPSSNAP", u32 version 3, u32 flags 0, u64 body bytes,
+//   header (32 bytes): "BXPSSNAP", u32 version 4, u32 flags 0, u64 body bytes,
 //                      u64 checksum of the body (BodyChecksum)
-//   body: u64 epoch, u64 applied lsn, u32 table count, u32 0,
-//         per table: the config (version 3: with max rows, max bytes and rows evicted), u64 row
-//         count, rows (u64 key, stride floats; a bounded table's least recently pushed first,
-//         so that loading them in order rebuilds its recency),
+//   body: u64 epoch, u64 applied lsn, u32 table count, u32 0, (version 4) u64 push clock ms,
+//         per table: the config (version 3: with max rows, max bytes and rows evicted; version
+//         4: ttl seconds, admit after pushes, rows expired), u64 row count, rows (u64 key, a
+//         ttl table's u64 push stamp, stride floats; a bounded table's least recently pushed
+//         first, so that loading them in order rebuilds its recency), (version 4, a table with
+//         admission) u32 width, u32 0, u64 since halving, u64 admitted, u64 rejected,
+//         4 x width u16 counters,
 //         u64 min generation, u64 client count, per client in eviction order: u64 id, u64 key,
 //         u64 contiguous, u64 flags (1: pushed more than once), u64 n, n x u64 sequence
 //   Version 1 files (no min generation, key or flags; clients by id) still load: their
 //   clients get key 0, so each starts a new session at its next push. Version 1 and 2 files
-//   (no bounds) load as unbounded tables.
+//   (no bounds) load as unbounded tables; 1 to 3 as tables without ttl or admission.
 //
 // The body is streamed to the file with the checksum computed on the way; the header is
 // written last (the file is a temporary until the rename), so a crash mid-save never leaves a
@@ -132,7 +135,9 @@ class SnapshotWriter {
   bool failed_ = false;
 };
 
-void PutTableConfig(WireWriter& w, uint32_t version, const TableConfig& c, uint64_t evicted) {
+// What `version` holds of the config: CheckEncodable refused configs it cannot carry.
+void PutTableConfig(WireWriter& w, uint32_t version, const TableConfig& c, uint64_t evicted,
+                    uint64_t expired) {
   w.PutU32(c.id);
   w.PutU8(static_cast<uint8_t>(c.kind));
   w.PutU8(static_cast<uint8_t>(c.init.kind));
@@ -152,10 +157,17 @@ void PutTableConfig(WireWriter& w, uint32_t version, const TableConfig& c, uint6
     w.PutU64(c.max_bytes);
     w.PutU64(evicted);
   }
+  if (version >= 4) {
+    w.PutU64(c.ttl_seconds);
+    w.PutU64(c.admit_after_pushes);
+    w.PutU64(expired);
+  }
   w.PutBytes(c.name.data(), c.name.size());
 }
 
-Status GetTableConfig(WireReader& r, uint32_t version, TableConfig* c, uint64_t* evicted) {
+Status GetTableConfig(WireReader& r, uint32_t version, TableConfig* c, uint64_t* evicted,
+                      uint64_t* expired) {
+  uint64_t admit = 0;
   uint8_t kind, init_kind, optimizer_kind, reserved;
   uint32_t name_size;
   if (!r.GetU32(&c->id) || !r.GetU8(&kind) || !r.GetU8(&init_kind) || !r.GetU8(&optimizer_kind) ||
@@ -165,9 +177,12 @@ Status GetTableConfig(WireReader& r, uint32_t version, TableConfig* c, uint64_t*
       !r.GetU64(&c->init.seed) || !r.GetF32(&c->optimizer.learning_rate) ||
       !r.GetF32(&c->optimizer.initial_accumulator) || !r.GetF32(&c->optimizer.epsilon) ||
       (version >= 3 &&
-       (!r.GetU64(&c->max_rows) || !r.GetU64(&c->max_bytes) || !r.GetU64(evicted)))) {
+       (!r.GetU64(&c->max_rows) || !r.GetU64(&c->max_bytes) || !r.GetU64(evicted))) ||
+      (version >= 4 && (!r.GetU64(&c->ttl_seconds) || !r.GetU64(&admit) || !r.GetU64(expired)))) {
     return DataLoss("snapshot: truncated table config");
   }
+  if (admit > kMaxAdmitAfterPushes) return DataLoss("snapshot: admit_after_pushes out of range");
+  c->admit_after_pushes = static_cast<uint32_t>(admit);
   if (name_size > r.remaining()) return DataLoss("snapshot: table name runs past the end");
   c->name.resize(name_size);
   r.GetBytes(c->name.data(), name_size);
@@ -185,21 +200,33 @@ Status SaveBody(const ShardState& state, SnapshotWriter& snapshot) {
   std::vector<uint32_t> ids = state.table_ids();
   w.PutU32(static_cast<uint32_t>(ids.size()));
   w.PutU32(0);
+  if (snapshot.version() >= 4) w.PutU64(state.clock_ms);
   for (uint32_t id : ids) {
     const Table& t = *state.table(id);
-    PutTableConfig(w, snapshot.version(), t.config(), t.evicted());
+    PutTableConfig(w, snapshot.version(), t.config(), t.evicted(), t.expired());
     const uint64_t rows = t.row_count();
     w.PutU64(rows);
     uint64_t written = 0;
-    t.ForEachRow([&](uint64_t key, std::span<const float> row) {
+    const bool stamped = t.ttl_ms() != 0;
+    t.ForEachRowPushedAt([&](uint64_t key, uint64_t pushed_ms, std::span<const float> row) {
       if (written++ >= rows) return;
       w.PutU64(key);
+      if (stamped) w.PutU64(pushed_ms);
       w.PutF32s(row);
       snapshot.MaybeFlush();
     });
     if (written != rows) {
       return FailedPrecondition("snapshot: table " + std::to_string(id) +
                                 " changed while saving (pushes must be stopped)");
+    }
+    if (const PushAdmission* counts = state.admission(id); counts != nullptr) {
+      w.PutU32(counts->width());
+      w.PutU32(0);
+      w.PutU64(counts->since_halving());
+      w.PutU64(counts->admitted());
+      w.PutU64(counts->rejected());
+      w.PutBytes(counts->counters().data(), counts->counters().size_bytes());
+      snapshot.MaybeFlush();
     }
   }
   const PushDedup::Record record = state.dedup().Export();
@@ -220,26 +247,33 @@ Status SaveBody(const ShardState& state, SnapshotWriter& snapshot) {
 Status LoadBody(WireReader& r, uint32_t version, ShardState* state) {
   uint32_t table_count, reserved;
   if (!r.GetU64(&state->epoch) || !r.GetU64(&state->applied_lsn) || !r.GetU32(&table_count) ||
-      !r.GetU32(&reserved)) {
+      !r.GetU32(&reserved) || (version >= 4 && !r.GetU64(&state->clock_ms))) {
     return DataLoss("snapshot: truncated body");
   }
   for (uint32_t i = 0; i < table_count; ++i) {
     TableConfig config;
-    uint64_t evicted = 0;
-    BX_RETURN_IF_ERROR(GetTableConfig(r, version, &config, &evicted));
+    uint64_t evicted = 0, expired = 0;
+    BX_RETURN_IF_ERROR(GetTableConfig(r, version, &config, &evicted, &expired));
     Status created = state->CreateTable(config);
     if (!created.ok()) return DataLoss("snapshot: " + created.message());
     Table* table = state->table(config.id);
     uint64_t rows;
     if (!r.GetU64(&rows)) return DataLoss("snapshot: truncated row count");
-    const uint64_t row_bytes = sizeof(uint64_t) + uint64_t{table->stride()} * sizeof(float);
+    const bool stamped = table->ttl_ms() != 0;
+    const uint64_t row_bytes =
+        sizeof(uint64_t) * (stamped ? 2 : 1) + uint64_t{table->stride()} * sizeof(float);
     if (rows > r.remaining() / row_bytes) return DataLoss("snapshot: rows run past the end");
     std::vector<float> row(table->stride());
+    uint64_t last_pushed = 0;
     for (uint64_t k = 0; k < rows; ++k) {
-      uint64_t key = 0;  // the bounds were checked above: these reads cannot fail
+      uint64_t key = 0, pushed_ms = 0;  // the bounds were checked above: these reads cannot fail
       r.GetU64(&key);
+      if (stamped) r.GetU64(&pushed_ms);
       r.GetF32s(row);
-      Status inserted = table->InsertRow(key, row);
+      // Expiry walks the list from its oldest end: stamps must not decrease along it.
+      if (pushed_ms < last_pushed) return DataLoss("snapshot: row stamps out of order");
+      last_pushed = pushed_ms;
+      Status inserted = table->InsertRow(key, row, pushed_ms);
       if (!inserted.ok()) return DataLoss("snapshot: " + inserted.message());
     }
     if (table->evicted() != 0) {
@@ -247,6 +281,24 @@ Status LoadBody(WireReader& r, uint32_t version, ShardState* state) {
                       "its bound");
     }
     table->set_evicted(evicted);
+    table->set_expired(expired);
+    if (PushAdmission* counts = state->admission(config.id); counts != nullptr) {
+      uint32_t width, zero;
+      uint64_t since_halving, admitted, rejected;
+      if (!r.GetU32(&width) || !r.GetU32(&zero) || !r.GetU64(&since_halving) ||
+          !r.GetU64(&admitted) || !r.GetU64(&rejected)) {
+        return DataLoss("snapshot: truncated admission counts");
+      }
+      if (width != counts->width()) {
+        return DataLoss("snapshot: admission sketch of width " + std::to_string(width) +
+                        ", expected " + std::to_string(counts->width()));
+      }
+      std::vector<uint16_t> counters(counts->counters().size());
+      if (!r.GetBytes(counters.data(), counters.size() * sizeof(uint16_t))) {
+        return DataLoss("snapshot: truncated admission counters");
+      }
+      BX_RETURN_IF_ERROR(counts->Restore(counters, since_halving, admitted, rejected));
+    }
   }
   PushDedup::Record record;
   uint64_t client_count;
@@ -359,6 +411,11 @@ Status ShardState::CheckEncodable(uint32_t version) const {
       return FailedPrecondition("table " + c.name + " is bounded (max_rows, max_bytes), which " +
                                 "snapshot version " + std::to_string(version) + " cannot carry");
     }
+    if (version < 4 && (c.ttl_seconds != 0 || c.admit_after_pushes > 1)) {
+      return FailedPrecondition("table " + c.name + " has a ttl or admission (ttl_seconds, " +
+                                "admit_after_pushes), which snapshot version " +
+                                std::to_string(version) + " cannot carry");
+    }
   }
   return Status::Ok();
 }
@@ -370,7 +427,7 @@ Result<std::vector<std::byte>> ShardState::Encode(uint32_t version) const {
   size_t rows_bytes = 0;
   for (uint32_t id : table_ids()) {
     const Table& t = *table(id);
-    rows_bytes += t.RowBytes(t.row_count());
+    rows_bytes += t.RowBytes(t.row_count()) + (t.ttl_ms() != 0 ? 8 * t.row_count() : 0);
   }
   out.reserve(kSnapshotHeader + rows_bytes + (size_t{1} << 20));
   SnapshotWriter w(&out, version);

@@ -53,6 +53,17 @@ Status Table::ValidateConfig(const TableConfig& c) {
   if (o.kind == OptimizerKind::kAdagrad && (!(o.initial_accumulator >= 0) || !(o.epsilon > 0))) {
     return InvalidArgument(name + ": Adagrad needs initial_accumulator >= 0 and epsilon > 0");
   }
+  if (c.ttl_seconds > kMaxTtlSeconds) {
+    return InvalidArgument(name + ": ttl_seconds above " + std::to_string(kMaxTtlSeconds));
+  }
+  if (c.admit_after_pushes > kMaxAdmitAfterPushes) {
+    return InvalidArgument(name + ": admit_after_pushes above " +
+                           std::to_string(kMaxAdmitAfterPushes));
+  }
+  if (c.kind != TableKind::kEmbedding && (c.ttl_seconds != 0 || c.admit_after_pushes != 0)) {
+    return InvalidArgument(name + ": ttl_seconds and admit_after_pushes apply to embedding " +
+                           "tables only");
+  }
   if (c.max_rows == 0 && c.max_bytes == 0) return Status::Ok();
   if (c.kind != TableKind::kEmbedding) {
     return InvalidArgument(name + ": max_rows and max_bytes bound embedding tables only");
@@ -84,7 +95,10 @@ Result<std::unique_ptr<Table>> Table::Create(const TableConfig& config) {
 }
 
 Table::Table(const TableConfig& config)
-    : config_(config), stride_(RowStride(config)), row_limit_(RowLimit(config)) {}
+    : config_(config),
+      stride_(RowStride(config)),
+      row_limit_(RowLimit(config)),
+      ttl_ms_(config.ttl_seconds * 1000) {}
 
 // The stripe uses the low bits of the mixed key; the shard router uses the high bits
 // (multiply-shift), so keys of one shard still spread over all stripes.
@@ -140,7 +154,8 @@ Status Table::Fetch(std::span<const uint64_t> keys, std::span<float> out) const 
   return Fetch(keys, std::as_writable_bytes(out));
 }
 
-Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradients) {
+Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradients,
+                   uint64_t now_ms) {
   const size_t dim = config_.dim;
   if (gradients.size() != keys.size() * dim) {
     return InvalidArgument("push to table " + std::to_string(config_.id) + ": " +
@@ -196,7 +211,11 @@ Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradie
       row = std::span<float>(running.data() + slot->second * stride_, stride_);
       start = first;
     }
-    if (start) LoadRowLocked(keys[i], row);
+    if (start && ttl_ms_ != 0 && KeyExpiredLocked(keys[i], now_ms)) {
+      InitializeStoredRow(keys[i], row);  // evicted below, before the store pass
+    } else if (start) {
+      LoadRowLocked(keys[i], row);
+    }
     ApplyGradient(config_.optimizer, config_.dim, row, gradients.subspan(i * dim, dim));
     for (size_t j = 0; j < stride_; ++j) {
       if (!std::isfinite(row[j])) {
@@ -207,6 +226,8 @@ Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradie
       }
     }
   }
+  // The push is taken: rows its stamp expires go first, so its expired keys start again.
+  if (ttl_ms_ != 0) ExpireLocked(now_ms);
   // Store pass: the same arithmetic on the same rows, now in place.
   for (size_t i = 0; i < keys.size(); ++i) {
     if (pushes[keys[i]] > 1) continue;
@@ -229,7 +250,9 @@ Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradie
   // its last occurrence (not in running_row's hash order, which the order must not depend on).
   for (uint64_t key : keys) {
     const size_t s = StripeIndex(key);
-    const uint32_t id = RowId(s, stripes_[s].index.find(key)->second);
+    const size_t slot = stripes_[s].index.find(key)->second;
+    if (ttl_ms_ != 0) stripes_[s].pushed_ms[slot] = now_ms;
+    const uint32_t id = RowId(s, slot);
     if (id == newest_) continue;
     Unlink(id);
     LinkNewest(id);
@@ -246,6 +269,7 @@ std::pair<size_t, bool> Table::FindOrAddRowLocked(size_t s, uint64_t key) {
   stripe.rows.resize(stripe.rows.size() + stride_);
   if (bounded()) {
     stripe.recency.push_back({key, kNoRow, kNoRow});
+    if (ttl_ms_ != 0) stripe.pushed_ms.push_back(0);
     LinkNewest(RowId(s, it->second));
     stored_rows_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -268,31 +292,66 @@ void Table::LinkNewest(uint32_t id) {
 }
 
 void Table::EvictOverBound() {
-  while (stored_rows_.load(std::memory_order_relaxed) > row_limit_) {
-    const uint32_t victim = oldest_;
-    const size_t s = victim % kStripes, slot = victim / kStripes;
-    Stripe& stripe = stripes_[s];
-    std::unique_lock lock(stripe.mu);
-    Unlink(victim);
-    stripe.index.erase(stripe.recency[slot].key);
-    // The stripe's last row moves into the hole, so its arrays shrink: memory an evicted row
-    // held serves the next new row, and no holes accumulate.
-    const size_t last = stripe.recency.size() - 1;
-    if (slot != last) {
-      std::memcpy(stripe.rows.data() + slot * stride_, stripe.rows.data() + last * stride_,
-                  stride_ * sizeof(float));
-      Recency& moved = stripe.recency[slot];
-      moved = stripe.recency[last];
-      stripe.index[moved.key] = slot;
-      // Its id is now the victim's (same stripe, the victim's slot): its neighbours follow.
-      (moved.older == kNoRow ? oldest_ : Node(moved.older).newer) = victim;
-      (moved.newer == kNoRow ? newest_ : Node(moved.newer).older) = victim;
-    }
-    stripe.recency.pop_back();
-    stripe.rows.resize(last * stride_);
-    stored_rows_.fetch_sub(1, std::memory_order_relaxed);
+  // A table with a ttl and no bound still links rows by 32-bit ids: it keeps at most
+  // kMaxBoundedRows, its least recently pushed evicted beyond (docs/PS.md).
+  const uint64_t limit = row_limit_ != 0 ? row_limit_ : kMaxBoundedRows;
+  while (stored_rows_.load(std::memory_order_relaxed) > limit) {
+    EvictOldest();
     evicted_.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+void Table::EvictOldest() {
+  const uint32_t victim = oldest_;
+  const size_t s = victim % kStripes, slot = victim / kStripes;
+  Stripe& stripe = stripes_[s];
+  std::unique_lock lock(stripe.mu);
+  Unlink(victim);
+  stripe.index.erase(stripe.recency[slot].key);
+  // The stripe's last row moves into the hole, so its arrays shrink: memory an evicted row
+  // held serves the next new row, and no holes accumulate.
+  const size_t last = stripe.recency.size() - 1;
+  if (slot != last) {
+    std::memcpy(stripe.rows.data() + slot * stride_, stripe.rows.data() + last * stride_,
+                stride_ * sizeof(float));
+    if (ttl_ms_ != 0) stripe.pushed_ms[slot] = stripe.pushed_ms[last];
+    Recency& moved = stripe.recency[slot];
+    moved = stripe.recency[last];
+    stripe.index[moved.key] = slot;
+    // Its id is now the victim's (same stripe, the victim's slot): its neighbours follow.
+    (moved.older == kNoRow ? oldest_ : Node(moved.older).newer) = victim;
+    (moved.newer == kNoRow ? newest_ : Node(moved.newer).older) = victim;
+  }
+  stripe.recency.pop_back();
+  if (ttl_ms_ != 0) stripe.pushed_ms.pop_back();
+  stripe.rows.resize(last * stride_);
+  stored_rows_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+bool Table::ExpiredLocked(uint32_t id, uint64_t now_ms) const {
+  const uint64_t pushed = stripes_[id % kStripes].pushed_ms[id / kStripes];
+  return now_ms >= ttl_ms_ && pushed <= now_ms - ttl_ms_;
+}
+
+bool Table::KeyExpiredLocked(uint64_t key, uint64_t now_ms) const {
+  const size_t s = StripeIndex(key);
+  auto it = stripes_[s].index.find(key);
+  return it != stripes_[s].index.end() && ExpiredLocked(RowId(s, it->second), now_ms);
+}
+
+// Stamps never decrease along the list (pushes come with a non-decreasing clock), so the
+// expired rows are its oldest.
+void Table::ExpireLocked(uint64_t now_ms) {
+  while (oldest_ != kNoRow && ExpiredLocked(oldest_, now_ms)) {
+    EvictOldest();
+    expired_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Table::Expire(uint64_t now_ms) {
+  if (ttl_ms_ == 0) return;
+  std::lock_guard order(order_mu_);
+  ExpireLocked(now_ms);
 }
 
 void Table::InitializeStoredRow(uint64_t key, std::span<float> row) const {
@@ -312,6 +371,12 @@ bool Table::ReadRowLocked(uint64_t key, std::span<float> out) const {
   return true;
 }
 
+bool Table::Contains(uint64_t key) const {
+  const Stripe& stripe = StripeOf(key);
+  std::shared_lock lock(stripe.mu);
+  return stripe.index.contains(key);
+}
+
 size_t Table::row_count() const {
   if (bounded()) return stored_rows_.load(std::memory_order_relaxed);
   size_t n = 0;
@@ -323,13 +388,18 @@ size_t Table::row_count() const {
 }
 
 void Table::ForEachRow(const std::function<void(uint64_t, std::span<const float>)>& fn) const {
+  ForEachRowPushedAt([&](uint64_t key, uint64_t, std::span<const float> state) { fn(key, state); });
+}
+
+void Table::ForEachRowPushedAt(
+    const std::function<void(uint64_t, uint64_t, std::span<const float>)>& fn) const {
   if (bounded()) {
     // Every writer of a bounded table holds order_mu_; fetches only read.
     std::lock_guard order(order_mu_);
     for (uint32_t id = oldest_; id != kNoRow;) {
       const Stripe& stripe = stripes_[id % kStripes];
       const size_t slot = id / kStripes;
-      fn(stripe.recency[slot].key,
+      fn(stripe.recency[slot].key, ttl_ms_ != 0 ? stripe.pushed_ms[slot] : 0,
          std::span<const float>(stripe.rows.data() + slot * stride_, stride_));
       id = stripe.recency[slot].newer;
     }
@@ -338,15 +408,16 @@ void Table::ForEachRow(const std::function<void(uint64_t, std::span<const float>
   for (const Stripe& stripe : stripes_) {
     std::shared_lock lock(stripe.mu);
     for (const auto& [key, row] : stripe.index) {
-      fn(key, std::span<const float>(stripe.rows.data() + row * stride_, stride_));
+      fn(key, 0, std::span<const float>(stripe.rows.data() + row * stride_, stride_));
     }
   }
 }
 
 uint64_t Table::Digest() const {
   uint64_t sum = 0;
-  ForEachRow([&](uint64_t key, std::span<const float> state) {
+  ForEachRowPushedAt([&](uint64_t key, uint64_t pushed_ms, std::span<const float> state) {
     uint64_t h = Mix64(key);
+    if (ttl_ms_ != 0) h = Mix64(h ^ pushed_ms);  // replicas must agree on when rows expire
     for (float f : state) {
       uint32_t bits;
       std::memcpy(&bits, &f, sizeof bits);
@@ -357,7 +428,7 @@ uint64_t Table::Digest() const {
   return sum;
 }
 
-Status Table::InsertRow(uint64_t key, std::span<const float> state) {
+Status Table::InsertRow(uint64_t key, std::span<const float> state, uint64_t pushed_ms) {
   if (state.size() != stride_) return InvalidArgument("insert row: wrong row size");
   BX_RETURN_IF_ERROR(ValidateKeys(std::span<const uint64_t>(&key, 1)));
   std::unique_lock<std::mutex> order;
@@ -370,6 +441,7 @@ Status Table::InsertRow(uint64_t key, std::span<const float> state) {
       return InvalidArgument("insert row: key " + std::to_string(key) + " already present");
     }
     std::copy(state.begin(), state.end(), stripes_[s].rows.begin() + slot * stride_);
+    if (ttl_ms_ != 0) stripes_[s].pushed_ms[slot] = pushed_ms;
   }
   if (bounded()) EvictOverBound();
   return Status::Ok();
@@ -377,7 +449,8 @@ Status Table::InsertRow(uint64_t key, std::span<const float> state) {
 
 Status Table::TakeRows(Table& source) {
   if (!(source.config_.id == config_.id && source.stride_ == stride_ &&
-        source.config_.dim == config_.dim && source.row_limit_ == row_limit_)) {
+        source.config_.dim == config_.dim && source.row_limit_ == row_limit_ &&
+        source.ttl_ms_ == ttl_ms_)) {
     return InvalidArgument("take rows: table " + std::to_string(source.config_.id) +
                            " has a different shape or bound");
   }
@@ -391,14 +464,17 @@ Status Table::TakeRows(Table& source) {
     to.index.swap(from.index);
     to.rows.swap(from.rows);
     to.recency.swap(from.recency);
+    to.pushed_ms.swap(from.pushed_ms);
     from.index.clear();
     from.rows.clear();
     from.recency.clear();
+    from.pushed_ms.clear();
   }
   oldest_ = std::exchange(source.oldest_, kNoRow);
   newest_ = std::exchange(source.newest_, kNoRow);
   stored_rows_.store(source.stored_rows_.exchange(0));
   evicted_.store(source.evicted_.exchange(0));
+  expired_.store(source.expired_.exchange(0));
   return Status::Ok();
 }
 
@@ -410,11 +486,13 @@ Result<std::unique_ptr<Table>> Table::Copy() const {
     copy->stripes_[i].index = stripes_[i].index;
     copy->stripes_[i].rows = stripes_[i].rows;
     copy->stripes_[i].recency = stripes_[i].recency;
+    copy->stripes_[i].pushed_ms = stripes_[i].pushed_ms;
   }
   copy->oldest_ = oldest_;
   copy->newest_ = newest_;
   copy->stored_rows_.store(stored_rows_.load());
   copy->evicted_.store(evicted_.load());
+  copy->expired_.store(expired_.load());
   return copy;
 }
 

@@ -8,7 +8,10 @@
 // A bounded table (TableConfig::max_rows, max_bytes) also keeps its rows on one recency list,
 // least recently pushed first, in the order pushes were applied (within a push, in the order of
 // each key's last occurrence). After a push it evicts from the old end until it is within its
-// bound: replicas that apply the same pushes in the same order evict the same rows. Its list,
+// bound: replicas that apply the same pushes in the same order evict the same rows. A table with
+// a ttl keeps the same list, each row stamped with the push clock of its last push, and a push
+// stamped `now` first evicts the rows last pushed at or before now - ttl (Expire): the stamps
+// come with the pushes (ShardState), so replicas expire the same rows too. Its list,
 // its row count and its pushes are serialised by one table-wide order lock; fetches never take
 // it (they never change the order).
 //
@@ -58,8 +61,17 @@ class Table {
   // refuses (InvalidArgument) a push whose update would leave any value or optimiser state
   // non-finite: on error nothing is applied. Concurrent pushes are atomic with each other; a
   // concurrent fetch sees each row whole, before or after.
-  Status Push(std::span<const uint64_t> keys, std::span<const float> gradients);
+  // `now_ms`, for a table with a ttl: the push clock (never lower than at the last push); rows
+  // it finds expired start again from their initial value, as evicted ones do.
+  Status Push(std::span<const uint64_t> keys, std::span<const float> gradients,
+              uint64_t now_ms = 0);
+  // A table with a ttl: evicts every row last pushed at or before now_ms - ttl (a push to
+  // another table of the shard moved the clock). No-op for other tables.
+  void Expire(uint64_t now_ms);
+  uint64_t ttl_ms() const { return ttl_ms_; }
 
+  // Whether `key` has a stored row (pushed, and not evicted since).
+  bool Contains(uint64_t key) const;
   // Rows stored (pushed at least once, and not evicted since).
   size_t row_count() const;
   // The most rows a push may leave (the tighter of max_rows and max_bytes); 0: unbounded.
@@ -69,6 +81,9 @@ class Table {
   // took its rows from counted).
   uint64_t evicted() const { return evicted_.load(std::memory_order_relaxed); }
   void set_evicted(uint64_t evicted) { evicted_.store(evicted, std::memory_order_relaxed); }
+  // Rows a ttl evicted (not counted in evicted()).
+  uint64_t expired() const { return expired_.load(std::memory_order_relaxed); }
+  void set_expired(uint64_t expired) { expired_.store(expired, std::memory_order_relaxed); }
   // The bytes `rows` rows take as stored and snapshotted: each a key and stride() floats.
   uint64_t RowBytes(uint64_t rows) const {
     return rows * (sizeof(uint64_t) + uint64_t{stride_} * sizeof(float));
@@ -82,9 +97,13 @@ class Table {
   // its rows least recently pushed first (under its order lock: fn must not push to it), so
   // inserting them in that order into another table (InsertRow) gives it the same recency.
   void ForEachRow(const std::function<void(uint64_t, std::span<const float>)>& fn) const;
-  // Stores a row's full state as the most recently pushed (used when loading a snapshot).
-  // Errors if the key exists. A bounded table beyond its bound then evicts as a push does.
-  Status InsertRow(uint64_t key, std::span<const float> state);
+  // The same with each row's push stamp (0 unless the table has a ttl), oldest first.
+  void ForEachRowPushedAt(
+      const std::function<void(uint64_t, uint64_t, std::span<const float>)>& fn) const;
+  // Stores a row's full state as the most recently pushed (used when loading a snapshot), last
+  // pushed at `pushed_ms` (ttl tables; not below the newest row's). Errors if the key exists.
+  // A bounded table beyond its bound then evicts as a push does.
+  Status InsertRow(uint64_t key, std::span<const float> state, uint64_t pushed_ms = 0);
   // Replaces every row with `source`'s (same id, shape and bound), its recency and eviction
   // count too, leaving `source` empty: stripe by stripe, so a concurrent fetch sees each row
   // whole, old or new.
@@ -114,6 +133,8 @@ class Table {
     // Bounded tables only: row r's key and list links, guarded by order_mu_ (not by mu: fetches
     // never read it). Rows stay dense: an evicted row's slot takes the stripe's last row.
     std::vector<Recency> recency;
+    // Tables with a ttl only: row r's push stamp, beside `recency` and guarded like it.
+    std::vector<uint64_t> pushed_ms;
   };
 
   explicit Table(const TableConfig& config);
@@ -131,8 +152,8 @@ class Table {
   // unset; newest on the list) when it has none; second: whether it was added.
   std::pair<size_t, bool> FindOrAddRowLocked(size_t s, uint64_t key);
 
-  // The recency list (bounded tables; order_mu_ held).
-  bool bounded() const { return row_limit_ != 0; }
+  // The recency list (bounded tables, and tables with a ttl: bounded in time; order_mu_ held).
+  bool bounded() const { return row_limit_ != 0 || ttl_ms_ != 0; }
   static uint32_t RowId(size_t stripe, size_t slot) { return uint32_t(stripe + kStripes * slot); }
   Recency& Node(uint32_t id) { return stripes_[id % kStripes].recency[id / kStripes]; }
   void Unlink(uint32_t id);
@@ -140,16 +161,24 @@ class Table {
   // Evicts from the old end of the list until the table is within its bound; takes each
   // victim's stripe lock (the caller holds none).
   void EvictOverBound();
+  // Evicts the row at the old end of the list (its stripe locked here).
+  void EvictOldest();
+  // Whether row `id` / `key` (stored or not) was last pushed at or before now_ms - ttl.
+  bool ExpiredLocked(uint32_t id, uint64_t now_ms) const;
+  bool KeyExpiredLocked(uint64_t key, uint64_t now_ms) const;
+  void ExpireLocked(uint64_t now_ms);
 
   const TableConfig config_;
   const uint32_t stride_;
   const uint64_t row_limit_;
+  const uint64_t ttl_ms_;
   std::array<Stripe, kStripes> stripes_;
   mutable std::mutex order_mu_;  // bounded tables: pushes, the list, stored_rows_
   uint32_t oldest_ = kNoRow;     // least recently pushed row (order_mu_)
   uint32_t newest_ = kNoRow;
   std::atomic<uint64_t> stored_rows_{0};  // bounded tables (written under order_mu_)
   std::atomic<uint64_t> evicted_{0};
+  std::atomic<uint64_t> expired_{0};
 };
 
 }  // namespace bx::ps

@@ -20,6 +20,8 @@ constexpr size_t kFetchResponseFixed = 16;  // u32 table, u32 dim, u64 key count
 constexpr size_t kPushFixed =
     40;  // u64 client, u64 sequence, u64 key, u32 table, u32 dim, u64 count
 constexpr size_t kForwardFixed = 16;  // u64 epoch, u64 lsn (then the push body)
+// Header flag of a forwarded push: a u64 stamp follows the lsn.
+constexpr uint16_t kForwardStamped = 1;
 // u64 client, u64 sequence, u8 flags, 3 reserved, u32 minimum generation (when expired)
 constexpr size_t kAckFixed = 24;
 constexpr uint8_t kAckDuplicate = 1;
@@ -27,14 +29,16 @@ constexpr uint8_t kAckExpired = 2;
 constexpr size_t kErrorFixed = 8;  // u32 code, u32 message length
 constexpr uint32_t kMaxErrorMessage = 64 * 1024;
 
-void PutHeader(WireWriter& w, MessageType type) {
+void PutHeader(WireWriter& w, MessageType type, uint16_t flags = 0) {
   w.PutU32(kMagic);
   w.PutU8(kVersion);
   w.PutU8(static_cast<uint8_t>(type));
-  w.PutU16(0);
+  w.PutU16(flags);
 }
 
-Status CheckHeader(WireReader& r, MessageType expected) {
+// `flags`, when given, receives the header's flag bits among `allowed`; others are refused.
+Status CheckHeader(WireReader& r, MessageType expected, uint16_t allowed = 0,
+                   uint16_t* flags = nullptr) {
   uint32_t magic;
   uint8_t version, type;
   uint16_t reserved;
@@ -45,7 +49,8 @@ Status CheckHeader(WireReader& r, MessageType expected) {
   if (version != kVersion) {
     return DataLoss("ps message: unsupported version " + std::to_string(version));
   }
-  if (reserved != 0) return DataLoss("ps message: reserved header bits set");
+  if ((reserved & ~allowed) != 0) return DataLoss("ps message: reserved header bits set");
+  if (flags != nullptr) *flags = reserved;
   if (type != static_cast<uint8_t>(expected)) {
     return DataLoss("ps message: type " + std::to_string(type) + ", expected " +
                     std::to_string(static_cast<int>(expected)));
@@ -351,19 +356,22 @@ Result<PushAck> DecodePushAck(std::span<const std::byte> bytes) {
 
 // ---- Replication ----------------------------------------------------------------------------
 
-size_t ForwardedPushSize(size_t key_count, uint32_t dim) {
-  return kHeaderSize + kForwardFixed + PushBodySize(key_count, dim);
+size_t ForwardedPushSize(size_t key_count, uint32_t dim, bool stamped) {
+  return kHeaderSize + kForwardFixed + (stamped ? sizeof(uint64_t) : 0) +
+         PushBodySize(key_count, dim);
 }
 
 Status EncodeForward(uint64_t epoch, uint64_t lsn, const PushRequest& push,
                      std::span<std::byte> out) {
   BX_RETURN_IF_ERROR(CheckPushShape(push, "forwarded push"));
+  const bool stamped = push.stamp_ms != 0;
   BX_RETURN_IF_ERROR(
-      CheckOutSize(out, ForwardedPushSize(push.keys.size(), push.dim), "forwarded push"));
+      CheckOutSize(out, ForwardedPushSize(push.keys.size(), push.dim, stamped), "forwarded push"));
   WireWriter w(out);
-  PutHeader(w, MessageType::kForwardedPush);
+  PutHeader(w, MessageType::kForwardedPush, stamped ? kForwardStamped : 0);
   w.PutU64(epoch);
   w.PutU64(lsn);
+  if (stamped) w.PutU64(push.stamp_ms);
   PutPushBody(w, push);
   return Status::Ok();
 }
@@ -374,11 +382,18 @@ Status EncodeForwardedPush(const ForwardedPush& forwarded, std::span<std::byte> 
 
 Result<ForwardedPush> DecodeForwardedPush(std::span<const std::byte> bytes) {
   WireReader r(bytes);
-  BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kForwardedPush));
+  uint16_t flags = 0;
+  BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kForwardedPush, kForwardStamped, &flags));
   ForwardedPush f;
-  if (!r.GetU64(&f.epoch) || !r.GetU64(&f.lsn)) return DataLoss("forwarded push: truncated");
+  uint64_t stamp = 0;
+  if (!r.GetU64(&f.epoch) || !r.GetU64(&f.lsn) ||
+      ((flags & kForwardStamped) != 0 && !r.GetU64(&stamp))) {
+    return DataLoss("forwarded push: truncated");
+  }
   if (f.lsn == 0) return DataLoss("forwarded push: lsn 0");
+  if ((flags & kForwardStamped) != 0 && stamp == 0) return DataLoss("forwarded push: stamp 0");
   BX_RETURN_IF_ERROR(GetPushBody(r, &f.push, "forwarded push"));
+  f.push.stamp_ms = stamp;
   return f;
 }
 

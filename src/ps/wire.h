@@ -122,6 +122,10 @@ struct PushRequest {
   uint32_t dim = 0;
   std::vector<uint64_t> keys;
   std::vector<float> gradients;
+  // Not part of a client's push: the primary's clock (ms since the Unix epoch) when it applied
+  // the push, set by a primary whose shard has tables that expire rows and carried to backups
+  // in the forwarded push, so that every replica expires rows at the same pushes. 0: unstamped.
+  uint64_t stamp_ms = 0;
 };
 
 size_t PushRequestSize(size_t key_count, uint32_t dim);
@@ -148,14 +152,20 @@ Result<PushAck> DecodePushAck(std::span<const std::byte> bytes);
 // ---- Replication (primary -> backup) --------------------------------------------------------
 
 // A push as the primary forwards it: the primary's epoch and the push's position (lsn, from 1)
-// in that epoch's order of application.
+// in that epoch's order of application. A stamped push (push.stamp_ms != 0) carries its stamp
+// after the lsn, flagged in the header (bit 0 of its reserved field): a shard without tables that
+// expire rows sends exactly what it sent before stamps existed.
 struct ForwardedPush {
   uint64_t epoch = 0;
   uint64_t lsn = 0;
   PushRequest push;
 };
 
-size_t ForwardedPushSize(size_t key_count, uint32_t dim);
+size_t ForwardedPushSize(size_t key_count, uint32_t dim, bool stamped = false);
+// The size EncodeForward needs for `push` (stamped or not).
+inline size_t ForwardedPushSize(const PushRequest& push) {
+  return ForwardedPushSize(push.keys.size(), push.dim, push.stamp_ms != 0);
+}
 // Encodes the push at (epoch, lsn) straight from the primary's log entry: a 64 MiB push is
 // copied once per backup, into the message, and not first into a ForwardedPush.
 Status EncodeForward(uint64_t epoch, uint64_t lsn, const PushRequest& push,

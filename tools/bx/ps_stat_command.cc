@@ -41,7 +41,7 @@ void RunStat(const StatFlags& flags) {
   nlohmann::json out = nlohmann::json::array();
   // Per table, over the shards' primaries: the cluster's rows, bytes and evictions.
   struct Total {
-    uint64_t rows = 0, bytes = 0, evicted = 0;
+    uint64_t rows = 0, bytes = 0, evicted = 0, expired = 0, admitted = 0, admission_rejected = 0;
   };
   std::map<std::string, Total> totals;
   if (!flags.json) {
@@ -71,12 +71,18 @@ void RunStat(const StatFlags& flags) {
       nlohmann::json table = {
           {"id", t.id},       {"name", t.name},           {"rows", t.rows},
           {"bytes", t.bytes}, {"row_limit", t.row_limit}, {"evicted", t.evicted}};
+      table["expired"] = t.expired;
+      table["admitted"] = t.admitted;
+      table["admission_rejected"] = t.admission_rejected;
       if (flags.digest) table["digest"] = t.digest;
       tables.push_back(std::move(table));
       if (r.role == "primary") {
         totals[t.name].rows += t.rows;
         totals[t.name].bytes += t.bytes;
         totals[t.name].evicted += t.evicted;
+        totals[t.name].expired += t.expired;
+        totals[t.name].admitted += t.admitted;
+        totals[t.name].admission_rejected += t.admission_rejected;
       }
     }
     const double fetches = rate(i, &ps::PsServerCounters::fetches);
@@ -121,6 +127,12 @@ void RunStat(const StatFlags& flags) {
       std::printf("table %s: %llu rows, %.1f MiB on the primaries", name.c_str(),
                   (unsigned long long)total.rows, double(total.bytes) / double(1 << 20));
       if (total.evicted != 0) std::printf(", %llu evicted", (unsigned long long)total.evicted);
+      if (total.expired != 0) std::printf(", %llu expired", (unsigned long long)total.expired);
+      if (total.admitted != 0 || total.admission_rejected != 0) {
+        std::printf(", %llu admitted (%llu pushes of ids not yet admitted)",
+                    (unsigned long long)total.admitted,
+                    (unsigned long long)total.admission_rejected);
+      }
       std::printf("\n");
     }
   }

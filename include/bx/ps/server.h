@@ -66,6 +66,11 @@ struct BX_EXPORT PsTableStats {
   // the rows it evicted to keep within that.
   uint64_t row_limit = 0;
   uint64_t evicted = 0;
+  // A table with a ttl: rows it expired; with admission: ids admitted, and pushes of ids not
+  // yet admitted (counted and dropped). docs/PS.md "Expiry and admission".
+  uint64_t expired = 0;
+  uint64_t admitted = 0;
+  uint64_t admission_rejected = 0;
   // Only when asked for (QueryClusterStats' digests): a hash of every row's key and state,
   // independent of their order; replicas at one position hold the same rows when theirs agree.
   uint64_t digest = 0;

@@ -60,6 +60,13 @@ struct BX_EXPORT TableConfig {
   // bx_ps_table_bytes does (key, weights, optimiser state), so it must hold at least one row.
   uint64_t max_rows = 0;
   uint64_t max_bytes = 0;
+  // An embedding table's row not pushed for this long is evicted (0: never). Time is the
+  // primary's clock as stamped on the replicated push stream, never a replica's own, so every
+  // replica expires the same rows (docs/PS.md "Expiry and admission").
+  uint64_t ttl_seconds = 0;
+  // An id of an embedding table gets a row only at its admit_after_pushes-th push; earlier
+  // pushes are counted (in a bounded sketch) and dropped (0 or 1: every push is applied).
+  uint32_t admit_after_pushes = 0;
 };
 
 // Bounds that keep every size computation far from overflow.
@@ -68,5 +75,9 @@ inline constexpr uint64_t kMaxDenseRows = 1ull << 32;
 // A bounded table holds at most this many rows per replica: its recency list links rows by
 // 32-bit numbers (docs/PS.md "Bounded tables", overhead).
 inline constexpr uint64_t kMaxBoundedRows = 1ull << 25;
+// Ten years: a stamp plus a ttl stays far from overflowing 64-bit milliseconds.
+inline constexpr uint64_t kMaxTtlSeconds = 10ull * 366 * 24 * 3600;
+// Admission counters are 16 bits wide and halve periodically (src/ps/admission_sketch.h).
+inline constexpr uint32_t kMaxAdmitAfterPushes = 1000;
 
 }  // namespace bx::ps

@@ -10,7 +10,7 @@ namespace bx::ps {
 
 void RpcBackupLink::Forward(uint64_t epoch, uint64_t lsn, const PushRequest& push,
                             std::function<void(Status)> done) {
-  const uint64_t bytes = ForwardedPushSize(push.keys.size(), push.dim);
+  const uint64_t bytes = ForwardedPushSize(push);
   Result<rpc::Message> message = rpc::Message::Allocate(bytes);
   if (!message.ok()) return done(message.status());
   if (Status s = EncodeForward(epoch, lsn, push, {message->data(), message->size()}); !s.ok()) {
@@ -301,8 +301,10 @@ std::vector<PsTableStats> PsServerCore::TableStats(bool digest) const {
   std::vector<PsTableStats> out;
   replica_.ForEachTable([&](const Table& t) {
     const uint64_t rows = t.row_count();
+    const PushAdmission* counts = replica_.state().admission(t.config().id);
     out.push_back({t.config().id, t.config().name, t.dim(), rows, t.RowBytes(rows), t.row_limit(),
-                   t.evicted(), digest ? t.Digest() : 0});
+                   t.evicted(), t.expired(), counts != nullptr ? counts->admitted() : 0,
+                   counts != nullptr ? counts->rejected() : 0, digest ? t.Digest() : 0});
   });
   return out;
 }

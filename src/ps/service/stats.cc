@@ -62,6 +62,9 @@ Result<ReplicaStats> ParseStats(std::span<const std::byte> bytes) {
     // Replicas older than bounded tables say nothing of them: 0, as for an unbounded table.
     u64(t, "row_limit", &table.row_limit);
     u64(t, "evicted", &table.evicted);
+    u64(t, "expired", &table.expired);
+    u64(t, "admitted", &table.admitted);
+    u64(t, "admission_rejected", &table.admission_rejected);
     u64(t, "digest", &table.digest);
     table.id = uint32_t(id);
     table.dim = uint32_t(dim);
@@ -90,9 +93,16 @@ void PsServerCore::OnStat(rpc::ServerCall call) {
   const bool digest = request.size() == 1 && (uint8_t(request[0]) & 1) != 0;
   json tables = json::array();
   for (const PsTableStats& t : TableStats(digest)) {
-    json table = {{"id", t.id},          {"name", t.name},   {"dim", t.dim},
-                  {"rows", t.rows},      {"bytes", t.bytes}, {"row_limit", t.row_limit},
-                  {"evicted", t.evicted}};
+    json table = {{"id", t.id},
+                  {"name", t.name},
+                  {"dim", t.dim},
+                  {"rows", t.rows},
+                  {"bytes", t.bytes},
+                  {"row_limit", t.row_limit},
+                  {"evicted", t.evicted},
+                  {"expired", t.expired},
+                  {"admitted", t.admitted},
+                  {"admission_rejected", t.admission_rejected}};
     if (digest) table["digest"] = t.digest;
     tables.push_back(std::move(table));
   }

@@ -243,7 +243,9 @@ TEST(BoundedTable, AVersionTwoSnapshotLoadsAndCanBeBounded) {
   std::vector<char> file(reinterpret_cast<const char*>(bytes->data()),
                          reinterpret_cast<const char*>(bytes->data()) + bytes->size());
   std::vector<char> body(file.begin() + 32, file.end());
-  body.erase(body.begin() + 88, body.begin() + 112);  // the table's bounds and evictions
+  // The table's bounds and evictions, version 4's ttl, admission and expiries, and its clock.
+  body.erase(body.begin() + 96, body.begin() + 144);
+  body.erase(body.begin() + 24, body.begin() + 32);
   const uint32_t version = 2;
   const uint64_t size = body.size(), sum = WordChecksum(body);
   std::memcpy(file.data() + 8, &version, 4);

@@ -7,6 +7,7 @@
 #include <deque>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include "ps/shard_replica.h"
 
@@ -43,7 +44,7 @@ class FakeLink : public BackupLink {
 
   void Forward(uint64_t epoch, uint64_t lsn, const PushRequest& push,
                std::function<void(Status)> done) override {
-    std::vector<std::byte> bytes(ForwardedPushSize(push.keys.size(), push.dim));
+    std::vector<std::byte> bytes(ForwardedPushSize(push));
     ASSERT_TRUE(EncodeForward(epoch, lsn, push, bytes).ok());
     Result<ForwardedPush> decoded = DecodeForwardedPush(bytes);
     ASSERT_TRUE(decoded.ok());
@@ -1015,6 +1016,116 @@ TEST(ShardReplica, BoundedTablesEvictTheSameRowsOnEveryReplicaThroughJoinAndFail
   EXPECT_EQ(rows, want);
   EXPECT_EQ(Evicted(*joiner), (*reference)->evicted());
   EXPECT_GT(Evicted(*joiner), 500u);
+}
+
+// The same join and failover with a table that expires rows and admits ids after two pushes,
+// every replica's clock different (the new primary's 2 s behind the old one's): the survivors
+// hold the same rows, stamps, expiries and admission counts as one ShardState fed every push
+// with the primaries' stamps, so no replica read its own clock. (Checked to fail when a backup
+// stamps forwarded pushes with its own clock instead.)
+TEST(ShardReplica, ExpiryAndAdmissionAreTheSameOnEveryReplicaThroughJoinAndFailover) {
+  TableConfig config = TestTable();
+  config.ttl_seconds = 5;
+  config.admit_after_pushes = 2;
+  uint64_t now = 1'000'000'000;  // ms; every replica's clock is derived from it
+  auto make = [&](int64_t skew_ms) {
+    ShardReplica::Options options;
+    options.clock_ms = [&now, skew_ms] { return uint64_t(int64_t(now) + skew_ms); };
+    auto r = std::make_unique<ShardReplica>(options);
+    EXPECT_TRUE(r->CreateTable(config).ok());
+    return r;
+  };
+  auto p = make(0), b1 = make(+7'000), joiner = make(-2'000);
+  ShardState reference;
+  ASSERT_TRUE(reference.CreateTable(config).ok());
+  auto push_to = [&](ShardReplica& primary, int64_t skew_ms, uint64_t i) {
+    now += 400;
+    // Keys pushed every push, every few pushes and once: some are admitted, some expire.
+    PushRequest push = MakePush(1, i, {i % 3, 100 + i % 17, 1000 + i, 100 + (i * 7) % 29});
+    auto outcome = Push(primary, push);
+    push.stamp_ms = uint64_t(int64_t(now) + skew_ms);
+    EXPECT_TRUE(reference.ApplyPush(push).ok());
+    return outcome;
+  };
+  using Rows = std::vector<std::tuple<uint64_t, uint64_t, std::vector<float>>>;
+  auto rows_of = [](const ShardState& s) {
+    Rows rows;
+    s.table(kTable)->ForEachRowPushedAt(
+        [&](uint64_t key, uint64_t pushed_ms, std::span<const float> st) {
+          rows.emplace_back(key, pushed_ms, std::vector<float>(st.begin(), st.end()));
+        });
+    return rows;
+  };
+  auto state_of = [&](const ShardState& s) {
+    const PushAdmission& counts = *s.admission(kTable);
+    return std::make_tuple(
+        rows_of(s), s.clock_ms, s.table(kTable)->expired(), counts.admitted(), counts.rejected(),
+        std::vector<uint16_t>(counts.counters().begin(), counts.counters().end()));
+  };
+
+  FakeGuard guard;
+  auto to_b1 = std::make_shared<FakeLink>(b1.get());
+  ASSERT_TRUE(p->BecomePrimary(1, {to_b1}, guard.Make()).ok());
+  uint64_t i = 1;
+  for (; i <= 40; ++i) ASSERT_TRUE(push_to(*p, 0, i)->acked());
+  Result<ShardReplica::JoinSnapshot> snapshot = p->SnapshotForJoin(2);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status().ToString();
+  for (; i <= 55; ++i) ASSERT_TRUE(push_to(*p, 0, i)->acked());
+  ASSERT_TRUE(joiner->InstallSnapshot(snapshot->bytes).ok());
+  auto to_joiner = std::make_shared<FakeLink>(joiner.get(), FakeLink::Mode::kHold);
+  ASSERT_TRUE(p->AttachLearner(2, to_joiner, guard.Add()).ok());
+  to_joiner->DeliverHeld();
+  guard.AnswerAdds(Status::Ok());
+  to_joiner->set_mode(FakeLink::Mode::kDeliver);
+  for (; i <= 80; ++i) ASSERT_TRUE(push_to(*p, 0, i)->acked());
+  EXPECT_EQ(state_of(joiner->state()), state_of(b1->state()));
+  // The primary forwards three more; b1 never gets them, the joiner does; then it dies.
+  to_b1->set_mode(FakeLink::Mode::kHold);
+  for (; i <= 83; ++i) EXPECT_FALSE(push_to(*p, 0, i)->result);
+  to_b1->LoseHeld();
+  EXPECT_NE(state_of(joiner->state()), state_of(b1->state())) << "b1 lacks three pushes";
+
+  ASSERT_TRUE(joiner->BecomePrimary(2, {std::make_shared<FakeLink>(b1.get())}).ok());
+  for (; i <= 140; ++i) ASSERT_TRUE(push_to(*joiner, -2'000, i)->acked());
+  EXPECT_EQ(state_of(joiner->state()), state_of(b1->state()));
+  EXPECT_EQ(state_of(joiner->state()), state_of(reference));
+  EXPECT_GT(reference.table(kTable)->expired(), 50u);
+  EXPECT_GT(reference.admission(kTable)->admitted(), 20u);
+  EXPECT_GT(reference.admission(kTable)->rejected(), 100u);
+}
+
+// A checkpoint restores only into tables with its ttl and admission (stamps and counts mean
+// nothing under others), keeping its push clock; the bounds may differ.
+TEST(ShardReplica, ARestoreKeepsThePushClockAndRefusesAnotherTtlOrAdmission) {
+  TableConfig config = TestTable();
+  config.ttl_seconds = 60;
+  config.admit_after_pushes = 2;
+  ShardState checkpoint;
+  ASSERT_TRUE(checkpoint.CreateTable(config).ok());
+  PushRequest push = MakePush(1, 1, {4, 4, 5});
+  push.stamp_ms = 123'456;
+  ASSERT_TRUE(checkpoint.ApplyPush(push).ok());
+  auto restore_into = [&](const TableConfig& mine) {
+    ShardReplica fresh;
+    EXPECT_TRUE(fresh.CreateTable(mine).ok());
+    Result<std::unique_ptr<ShardState>> copy = checkpoint.Copy();
+    EXPECT_TRUE(copy.ok());
+    Status restored = fresh.Restore(**copy);
+    return std::make_pair(restored, fresh.state().clock_ms);
+  };
+  TableConfig bounded = config;
+  bounded.max_rows = 10;
+  auto [same, clock] = restore_into(bounded);
+  EXPECT_TRUE(same.ok()) << same.ToString();
+  EXPECT_EQ(clock, 123'456u);
+  TableConfig other_ttl = config;
+  other_ttl.ttl_seconds = 30;
+  Status refused = restore_into(other_ttl).first;
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("ttl_seconds 60"), std::string::npos) << refused.ToString();
+  TableConfig no_admission = config;
+  no_admission.admit_after_pushes = 0;
+  EXPECT_EQ(restore_into(no_admission).first.code(), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -205,6 +205,18 @@ TEST_F(SnapshotTest, AnOlderJoinerGetsASnapshotOfTheVersionItReads) {
   EXPECT_NE(refused.status().message().find("capped"), std::string::npos)
       << refused.status().ToString();
   EXPECT_TRUE(bounded.SnapshotForJoin(1, 3).ok());
+
+  ShardReplica expiring;  // version 3 cannot carry a ttl's stamps and clock
+  TableConfig stamped = capped;
+  stamped.max_rows = 0;
+  stamped.ttl_seconds = 60;
+  ASSERT_TRUE(expiring.CreateTable(stamped).ok());
+  ASSERT_TRUE(expiring.BecomePrimary(1, {}).ok());
+  refused = expiring.SnapshotForJoin(1, 3);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("ttl"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_TRUE(expiring.SnapshotForJoin(1, 4).ok());
 }
 
 // Version 1 files (before client keys and the minimum generation) still load: their clients
@@ -223,9 +235,11 @@ TEST_F(SnapshotTest, AVersionOneFileLoads) {
   std::vector<char> file = ReadFile(path);
   // v1's dedup section: u64 clients 1, client 5: u64 id, u64 contiguous 3, u64 n 0.
   std::vector<char> body(file.begin() + 32, file.end() - 16);
-  // v1 (and v2) table configs end at epsilon: no max rows, max bytes, rows evicted (body bytes
-  // 88..112, after the position, the table count and the config's first 64 bytes).
-  body.erase(body.begin() + 88, body.begin() + 112);
+  // v1 (and v2) table configs end at epsilon: no max rows, max bytes, rows evicted, nor
+  // version 4's ttl, admission and rows expired (body bytes 96..144, after the position, the
+  // table count, the push clock and the config's first 64 bytes); and no push clock (24..32).
+  body.erase(body.begin() + 96, body.begin() + 144);
+  body.erase(body.begin() + 24, body.begin() + 32);
   for (uint64_t v : {uint64_t{1}, uint64_t{5}, uint64_t{3}, uint64_t{0}}) {
     const char* b = reinterpret_cast<const char*>(&v);  // little-endian hosts, as the format
     body.insert(body.end(), b, b + 8);

@@ -130,6 +130,31 @@ TEST(Wire, PushAckForwardAndErrorRoundTrip) {
   EXPECT_EQ(fd->epoch, 5u);
   EXPECT_EQ(fd->lsn, 77u);
   EXPECT_EQ(fd->push.gradients, p.gradients);
+  EXPECT_EQ(fd->push.stamp_ms, 0u);
+
+  // A stamped forward (a shard with tables that expire rows) carries the primary's stamp after
+  // the lsn, flagged in the header; an unstamped one is byte for byte what it was before stamps,
+  // and a peer that predates them refuses the flag rather than misreading the stamp as keys.
+  ForwardedPush stamped{5, 77, p};
+  stamped.push.stamp_ms = 1'700'000'000'123;
+  Bytes sb(ForwardedPushSize(stamped.push));
+  EXPECT_EQ(sb.size(), fb.size() + 8);
+  ASSERT_TRUE(EncodeForwardedPush(stamped, sb).ok());
+  Result<ForwardedPush> sd = DecodeForwardedPush(sb);
+  ASSERT_TRUE(sd.ok()) << sd.status().ToString();
+  EXPECT_EQ(sd->push.stamp_ms, 1'700'000'000'123u);
+  EXPECT_EQ(sd->push.keys, p.keys);
+  EXPECT_EQ(sd->push.gradients, p.gradients);
+  EXPECT_EQ(sb[6], std::byte{1}) << "flag bit 0 of the reserved u16";
+  EXPECT_EQ(fb[6], std::byte{0});
+  Bytes other_flag = sb;
+  other_flag[6] = std::byte{2};
+  EXPECT_FALSE(DecodeForwardedPush(other_flag).ok());
+  Bytes zero_stamp = sb;
+  std::memset(zero_stamp.data() + 24, 0, 8);
+  EXPECT_FALSE(DecodeForwardedPush(zero_stamp).ok());
+  Bytes truncated(sb.begin(), sb.begin() + 28);
+  EXPECT_FALSE(DecodeForwardedPush(truncated).ok());
 
   Status error = NotFound("no table 12");
   Bytes eb(ErrorMessageSize(error));
