@@ -40,18 +40,9 @@ mkdir -p "$BX_SIM_FABRIC_DIR"
 PY=(env PYTHONPATH="${BX_PYTHON_DIR:-$(dirname "$BX")/../python}"
   /usr/bin/python3)
 
+source "$(dirname "$0")/../src/ps/service/tests/rss_peak.sh"
 # Peak VmRSS (kB) of the largest of SERVERS into $1, until $1.stop exists.
-sample_rss() {
-  local out=$1 peak=0 pid kb
-  until [[ -e $out.stop ]]; do
-    for pid in "${SERVERS[@]}"; do
-      kb=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
-      ((${kb:-0} > peak)) && peak=$kb
-    done
-    echo "$peak" >"$out"
-    sleep 0.05
-  done
-}
+sample_rss() { rss_peak_sampler "$1" "$1.stop" 0.05 "${SERVERS[@]}"; }
 
 run_transport() {  # transport -> one JSON line on stdout
   local transport=$1 w="$WORK/$1" sampler

@@ -57,37 +57,8 @@ for r in 0 1; do loopback_start_server $r ""; done
 wait_for_line "$WORK/r0.log" "primary of epoch" 60 || { echo "no primary" >&2; exit 1; }
 wait_for_line "$WORK/r1.log" "following replica" 60 || { echo "replica 1 idle" >&2; exit 1; }
 
-# Peak VmRSS (kB) of every server process, sampled until the file "$WORK/stop-sampling" exists.
-sample_rss() {
-  local peak=0 pid kb
-  until [[ -e $WORK/stop-sampling ]]; do
-    for pid in "${SERVER[@]}"; do
-      kb=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
-      ((${kb:-0} > peak)) && peak=$kb
-    done
-    echo "$peak" >"$WORK/rss-peak"
-    sleep 0.1
-  done
-}
-
-stat_json() {  # extra bx ps stat flags
-  "$BX" ps stat --cluster "$WORK/cluster.json" --interval 0 --json "$@" 2>>"$WORK/stat.log"
-}
-# The primary's evictions and expiries of table 1 (empty when no primary answered).
-primary_evictions() {
-  stat_json | python3 -c '
-import json, sys
-for r in json.load(sys.stdin):
-    if r.get("role") == "primary":
-        print(r["tables"][0]["evicted"] + r["tables"][0].get("expired", 0))' 2>/dev/null || true
-}
-
-start=$(now_ms)
-"$BX" ps train --cluster "$WORK/cluster.json" --stream-keys "$KEYS" --stream-batch 4096 \
-  --threads 2 --push-timeout-ms 60000 >"$WORK/stream.json" 2>"$WORK/stream.log" &
-STREAM=$!
-PIDS+=($STREAM)
-sample_rss &
+source "$(dirname "$0")/rss_peak.sh"
+rss_peak_sampler "$WORK/rss-peak" "$WORK/stop-sampling" 0.1 "${SERVER[@]}" &
 PIDS+=($!)
 
 # The table full and evicting: kill the primary, restart it (it catches up from replica 1).
