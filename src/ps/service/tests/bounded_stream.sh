@@ -58,6 +58,25 @@ wait_for_line "$WORK/r0.log" "primary of epoch" 60 || { echo "no primary" >&2; e
 wait_for_line "$WORK/r1.log" "following replica" 60 || { echo "replica 1 idle" >&2; exit 1; }
 
 source "$(dirname "$0")/rss_peak.sh"
+
+stat_json() {  # extra bx ps stat flags
+  "$BX" ps stat --cluster "$WORK/cluster.json" --interval 0 --json "$@" 2>>"$WORK/stat.log"
+}
+# The primary's evictions and expiries of table 1 (empty when no primary answered).
+primary_evictions() {
+  stat_json | python3 -c '
+import json, sys
+for r in json.load(sys.stdin):
+    if r.get("role") == "primary":
+        print(r["tables"][0]["evicted"] + r["tables"][0].get("expired", 0))' 2>/dev/null || true
+}
+
+start=$(now_ms)
+"$BX" ps train --cluster "$WORK/cluster.json" --stream-keys "$KEYS" --stream-batch 4096 \
+  --threads 2 --push-timeout-ms 60000 >"$WORK/stream.json" 2>"$WORK/stream.log" &
+STREAM=$!
+PIDS+=($STREAM)
+# Peak VmRSS (kB) of every server process, until the file "$WORK/stop-sampling" exists.
 rss_peak_sampler "$WORK/rss-peak" "$WORK/stop-sampling" 0.1 "${SERVER[@]}" &
 PIDS+=($!)
 
