@@ -1,6 +1,8 @@
 #include "ps/shard_state.h"
 
 #include <mutex>
+#include <utility>
+#include <vector>
 
 namespace bx::ps {
 namespace {
@@ -44,6 +46,19 @@ std::vector<uint32_t> ShardState::table_ids() const {
 }
 
 Status ShardState::ValidatePush(const PushRequest& push) const {
+  if (push.sync) {
+    for (const SyncTableRows& rows : push.sync->tables) {
+      const Table* t = table(rows.table_id);
+      if (t == nullptr) return NotFound("sync: no table " + std::to_string(rows.table_id));
+      if (rows.stride != t->stride()) {
+        return InvalidArgument("sync: table " + std::to_string(rows.table_id) + " rows of " +
+                               std::to_string(rows.stride) + " floats, this table's are " +
+                               std::to_string(t->stride()) + " (a different dim or optimiser)");
+      }
+      BX_RETURN_IF_ERROR(t->ValidateKeys(rows.keys));
+    }
+    return Status::Ok();
+  }
   const Table* t = table(push.table_id);
   if (t == nullptr) return NotFound("push: no table " + std::to_string(push.table_id));
   if (push.dim != t->dim()) {
@@ -56,9 +71,31 @@ Status ShardState::ValidatePush(const PushRequest& push) const {
   return t->ValidateKeys(push.keys);
 }
 
-Status ShardState::ApplyPush(const PushRequest& push) {
+Status ShardState::ApplyPush(const PushRequest& push, uint64_t stamp,
+                             std::vector<std::pair<uint32_t, uint64_t>>* evicted,
+                             bool pause_between_rows) {
   BX_RETURN_IF_ERROR(ValidatePush(push));
-  return table(push.table_id)->Push(push.keys, push.gradients);
+  if (push.sync) return ApplySync(*push.sync, stamp, pause_between_rows);
+  if (evicted == nullptr) return table(push.table_id)->Push(push.keys, push.gradients, stamp);
+  std::vector<uint64_t> keys;
+  BX_RETURN_IF_ERROR(table(push.table_id)->Push(push.keys, push.gradients, stamp, &keys));
+  for (uint64_t key : keys) evicted->emplace_back(push.table_id, key);
+  return Status::Ok();
+}
+
+Status ShardState::ApplySync(const SyncBatch& batch, uint64_t stamp, bool pause_between_rows) {
+  std::vector<uint32_t> untouched = batch.full ? table_ids() : std::vector<uint32_t>{};
+  for (const SyncTableRows& rows : batch.tables) {
+    Table* t = table(rows.table_id);
+    if (t == nullptr) return NotFound("sync: no table " + std::to_string(rows.table_id));
+    BX_RETURN_IF_ERROR(t->ApplySyncRows(rows.dropped, rows.keys, rows.states, stamp, batch.full,
+                                        pause_between_rows));
+    std::erase(untouched, rows.table_id);
+  }
+  for (uint32_t id : untouched)
+    BX_RETURN_IF_ERROR(table(id)->ApplySyncRows({}, {}, {}, stamp, true));
+  synced = Synced{batch.source_epoch, batch.source_lsn, batch.asked_at_ms};
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<ShardState>> ShardState::Copy() const {
@@ -72,6 +109,7 @@ Result<std::unique_ptr<ShardState>> ShardState::Copy() const {
   BX_RETURN_IF_ERROR(copy->dedup_.Import(dedup_.Export()));
   copy->epoch = epoch;
   copy->applied_lsn = applied_lsn;
+  copy->synced = synced;
   return copy;
 }
 

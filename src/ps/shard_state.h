@@ -36,8 +36,26 @@ class ShardState {
   // Checks a push against the tables (known table, dim, gradient count, dense key range)
   // without applying it.
   Status ValidatePush(const PushRequest& push) const;
-  // Validates and applies a push (no dedup: that is the caller's decision).
-  Status ApplyPush(const PushRequest& push);
+  // Validates and applies a push (no dedup: that is the caller's decision). `stamp` marks the
+  // rows it stores (Table::Push); keys a bounded table evicts go to `*evicted` as (table, key).
+  // A sync record (push.sync) is applied by ApplySync.
+  Status ApplyPush(const PushRequest& push, uint64_t stamp = 0,
+                   std::vector<std::pair<uint32_t, uint64_t>>* evicted = nullptr,
+                   bool pause_between_rows = false);
+  // A serving replica's sync (docs/PS.md "Serving sync"): every table of the batch takes its
+  // rows (a full copy empties them first; tables of this shard missing from a full copy are
+  // emptied too), and `synced` moves to the batch's source position.
+  Status ApplySync(const SyncBatch& batch, uint64_t stamp, bool pause_between_rows = false);
+
+  // The training shard's position this (serving) replica holds, and when the follower asked
+  // for it: set by ApplySync, so it replicates with the sync records (not saved in snapshots:
+  // a replica caught up from one learns it at the next sync).
+  struct Synced {
+    uint64_t epoch = 0;
+    uint64_t lsn = 0;
+    uint64_t asked_at_ms = 0;  // 0: never synced
+  };
+  Synced synced;
 
   PushDedup& dedup() { return dedup_; }
   const PushDedup& dedup() const { return dedup_; }

@@ -58,7 +58,12 @@ class Table {
   // refuses (InvalidArgument) a push whose update would leave any value or optimiser state
   // non-finite: on error nothing is applied. Concurrent pushes are atomic with each other; a
   // concurrent fetch sees each row whole, before or after.
-  Status Push(std::span<const uint64_t> keys, std::span<const float> gradients);
+  //
+  // `stamp` marks every row the push stores (its replica's lsn: ForEachRowChangedAfter), and the
+  // keys a bounded table evicts afterwards are appended to `*evicted` when given (a training
+  // primary's tombstones, docs/PS.md "Serving sync").
+  Status Push(std::span<const uint64_t> keys, std::span<const float> gradients, uint64_t stamp = 0,
+              std::vector<uint64_t>* evicted = nullptr);
 
   // Rows stored (pushed at least once, and not evicted since).
   size_t row_count() const;
@@ -82,6 +87,19 @@ class Table {
   // its rows least recently pushed first (under its order lock: fn must not push to it), so
   // inserting them in that order into another table (InsertRow) gives it the same recency.
   void ForEachRow(const std::function<void(uint64_t, std::span<const float>)>& fn) const;
+  // Calls fn(key, state) for every stored row whose stamp is above `stamp` (changed by a push
+  // stamped later), in no particular order, each stripe under its lock. A full scan.
+  void ForEachRowChangedAfter(
+      uint64_t stamp, const std::function<void(uint64_t, std::span<const float>)>& fn) const;
+  // A serving replica applying a sync (docs/PS.md "Serving sync"): drops `dropped` (absent ones
+  // are skipped), then stores keys[i]'s state whole (stride() floats each, as the most recently
+  // pushed), stamped `stamp`. `all_rows`: drops every row first (a full copy). Each row is
+  // written under its stripe lock (fetches see it whole); the batch as a whole is made
+  // invisible until complete by the caller (ShardReplica). `pause_between_rows`: yield after
+  // each row, only to widen the window the tests' non-atomic control must show.
+  Status ApplySyncRows(std::span<const uint64_t> dropped, std::span<const uint64_t> keys,
+                       std::span<const float> states, uint64_t stamp, bool all_rows,
+                       bool pause_between_rows = false);
   // Stores a row's full state as the most recently pushed (used when loading a snapshot).
   // Errors if the key exists. A bounded table beyond its bound then evicts as a push does.
   Status InsertRow(uint64_t key, std::span<const float> state);
@@ -114,6 +132,9 @@ class Table {
     // Bounded tables only: row r's key and list links, guarded by order_mu_ (not by mu: fetches
     // never read it). Rows stay dense: an evicted row's slot takes the stripe's last row.
     std::vector<Recency> recency;
+    // Row r's stamp: the lsn of the push that last stored it (0: loaded or never stamped).
+    // Guarded by mu (writers hold it exclusively; pushes of a bounded table also order_mu_).
+    std::vector<uint64_t> stamps;
   };
 
   explicit Table(const TableConfig& config);
@@ -139,8 +160,10 @@ class Table {
   void LinkNewest(uint32_t id);
   // Evicts from the old end of the list until the table is within its bound; takes each
   // victim's stripe lock (the caller holds none).
-  void EvictOverBound();
-
+  void EvictOverBound(std::vector<uint64_t>* evicted = nullptr);
+  // Removes the row in slot `slot` of stripe `s` (its lock and, for a bounded table, order_mu_
+  // held): the stripe's last row moves into the hole, so the arrays stay dense.
+  void RemoveRowLocked(size_t s, size_t slot, uint64_t key);
   const TableConfig config_;
   const uint32_t stride_;
   const uint64_t row_limit_;
