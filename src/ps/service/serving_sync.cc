@@ -51,8 +51,8 @@ class PsServerCore::SyncDesk {
     std::erase_if(batches_, [&](const auto& b) { return now - b.second.last_read > kAbandoned; });
     while (batches_.size() >= kMaxPreparedBatches) batches_.erase(batches_.begin());  // oldest
     const uint64_t token = ++last_token_;
-    batches_[token] = Batch{std::make_shared<const std::vector<std::byte>>(std::move(bytes)), 0,
-                            now};
+    batches_[token] =
+        Batch{std::make_shared<const std::vector<std::byte>>(std::move(bytes)), 0, now};
     return token;
   }
 
@@ -142,18 +142,18 @@ class ServingSyncCore {
     // Rows move shard to shard, so the clusters must shard alike (ShardOfKey depends on the
     // count): re-sharding a serving cluster goes through a checkpoint instead.
     if (options_.shard_count != training.shards.size() || options_.shard >= options_.shard_count) {
-      return InvalidArgument("serving sync: the serving cluster has " +
-                             std::to_string(options_.shard_count) +
-                             " shards and the training cluster " +
-                             std::to_string(training.shards.size()) +
-                             "; a serving cluster follows one of the same shard count");
+      return InvalidArgument(
+          "serving sync: the serving cluster has " + std::to_string(options_.shard_count) +
+          " shards and the training cluster " + std::to_string(training.shards.size()) +
+          "; a serving cluster follows one of the same shard count");
     }
     if (options_.every <= std::chrono::milliseconds::zero()) {
       return InvalidArgument("serving sync: the interval must be positive");
     }
     if (!server_->replica().follower()) {
-      return InvalidArgument("serving sync: the server was not created as a follower "
-                             "(PsServerOptions::follower)");
+      return InvalidArgument(
+          "serving sync: the server was not created as a follower "
+          "(PsServerOptions::follower)");
     }
     std::map<uint32_t, const TableConfig*> by_id;
     for (const TableConfig& t : training.tables) by_id[t.id] = &t;
@@ -291,9 +291,8 @@ class ServingSyncCore {
     push.sync = std::make_shared<const SyncBatch>(std::move(batch));
     auto promise = std::make_shared<std::promise<Result<PushAck>>>();
     std::future<Result<PushAck>> ack = promise->get_future();
-    server_->replica().HandlePush(std::move(push), [promise](Result<PushAck> a) {
-      promise->set_value(std::move(a));
-    });
+    server_->replica().HandlePush(
+        std::move(push), [promise](Result<PushAck> a) { promise->set_value(std::move(a)); });
     if (ack.wait_for(options_.timeout) != std::future_status::ready) {
       session_ = 0;  // its fate is open: the next round starts a new session
       return DeadlineExceeded("the sync record was not durable in time");
