@@ -119,8 +119,8 @@ TEST_P(ServingSyncTest, FollowsWithinTwoSecondsAndEndsEqualWithEvictedRowsGone) 
   ASSERT_TRUE(oldest.ok()) << oldest.status().ToString();
   EXPECT_EQ(oldest->values[0], 0.0f);
 
-  Status refused = reader->Push(kTable, kDim, std::vector<uint64_t>{1},
-                                std::vector<float>(kDim, 1.0f), 10s);
+  Status refused =
+      reader->Push(kTable, kDim, std::vector<uint64_t>{1}, std::vector<float>(kDim, 1.0f), 10s);
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.ToString();
   EXPECT_NE(refused.message().find("training cluster"), std::string::npos);
 }
