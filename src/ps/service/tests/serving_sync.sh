@@ -105,11 +105,14 @@ done
 "$BX" ps train --cluster "$WORK/training.json" --threads 2 --duration 4 >"$WORK/train.log" 2>&1 &
 TRAINER=$!
 PIDS+=($TRAINER)
+# Sampled once a delta followed the full copy: the copy's own age (seconds for a large one)
+# is the lag until then.
 MAX_LAG=0
 while kill -0 "$TRAINER" 2>/dev/null; do
   lag=$("$BX" ps stat --cluster "$WORK/serving.json" --interval 0 --json | python3 -c '
 import json, sys
-print(max(r["sync"]["lag_ms"] for r in json.load(sys.stdin) if r.get("role") == "primary"))')
+print(max([r["sync"]["lag_ms"] for r in json.load(sys.stdin)
+           if r.get("role") == "primary" and r["sync"]["applied"] >= 2] or [0]))')
   ((lag > MAX_LAG)) && MAX_LAG=$lag
   sleep 0.3
 done
