@@ -296,6 +296,19 @@ CollectorHandle ExportPsServer(ps::PsServer& server, Labels labels, Registry& re
               labels, double(c.dedup_evictions));
     w.Counter("bx_ps_server_checkpoints_total", "Checkpoint snapshots offered as primary.", labels,
               double(c.checkpoints));
+    if (replica.follower()) {
+      // A serving replica (docs/PS.md "Serving sync"): how old the training state it holds is.
+      const ps::ShardState::Synced synced = replica.synced();
+      if (synced.asked_at_ms != 0) {
+        w.Gauge("bx_ps_sync_lag_seconds",
+                "Now minus when the follower asked for the training state this replica holds.",
+                labels, double(ps::SyncLagMs(synced)) / 1000.0);
+      }
+      w.Counter("bx_ps_syncs_total", "Sync records (training-to-serving) applied here.", labels,
+                double(replica.syncs_applied()));
+      w.Counter("bx_ps_sync_full_copies_total", "Of those, full copies.", labels,
+                double(replica.sync_full_copies()));
+    }
     for (const ps::PsTableStats& t : server.table_stats()) {
       const Labels table = With(labels, {{"table", t.name}});
       w.Gauge("bx_ps_table_rows", "Rows a table holds on this replica.", table, double(t.rows));

@@ -92,6 +92,8 @@ Status ShardReplica::BecomePrimary(uint64_t epoch, std::vector<std::shared_ptr<B
       owed_.clear();
     }
     join_pins_.clear();
+    tombstones_.clear();  // of the old epoch: a follower of this one starts with a full copy
+    tombstones_from_ = 0;
     // Re-forward the log in the new epoch: a backup may lack pushes the old primary had not
     // made durable; the ones it has are skipped there by push id.
     for (const LogEntry& entry : log_) ForwardLocked(entry.push, ++state_->applied_lsn);
@@ -123,7 +125,13 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
       }
     }
     const PushAck ack{push.id, false};
-    if (role != Role::kPrimary) {
+    if (options_.follower && !push.sync) {
+      refused = InvalidArgument(
+          "this cluster serves a training cluster's rows (bx ps serve --follow) and takes no "
+          "pushes: push to the training cluster");
+    } else if (!options_.follower && push.sync) {
+      refused = InvalidArgument("a sync record for a replica that follows no training cluster");
+    } else if (role != Role::kPrimary) {
       refused = NotPrimary(role);
     } else if (handing_over_) {
       refused = FailedPrecondition(
@@ -175,7 +183,8 @@ void ShardReplica::HandlePush(PushRequest push, PushDone done) {
           refused = state_->ValidatePush(push);
           if (!refused.ok()) break;
           if (state_->has_ttl_tables()) push.stamp_ms = StampNow();
-          refused = state_->ApplyPush(push);  // validated above; refused if non-finite
+          // Validated above; refused if the update is non-finite.
+          refused = ApplyLocked(push, state_->applied_lsn + 1);
           if (!refused.ok()) break;
           dedup.MarkApplied(push.id, push.client_key);
           PublishDedupLocked();
@@ -226,9 +235,74 @@ void ShardReplica::PublishDedupLocked() {
 
 namespace {
 size_t PayloadBytes(const PushRequest& push) {
+  if (push.sync) return SyncBatchPayloadBytes(*push.sync);
   return push.keys.size() * sizeof(uint64_t) + push.gradients.size() * sizeof(float);
 }
 }  // namespace
+
+Status ShardReplica::ApplyLocked(const PushRequest& push, uint64_t lsn) {
+  if (push.sync) {
+    std::unique_lock<std::shared_mutex> whole;
+    if (options_.sync_visible_whole) whole = std::unique_lock(sync_mu_);
+    BX_RETURN_IF_ERROR(state_->ApplyPush(push, lsn, nullptr, !options_.sync_visible_whole));
+    syncs_applied_.fetch_add(1, std::memory_order_relaxed);
+    if (push.sync->full) sync_full_copies_.fetch_add(1, std::memory_order_relaxed);
+    return Status::Ok();
+  }
+  // Only a primary's evictions can serve a follower (its deltas are of the primary's epoch).
+  if (role() != Role::kPrimary) return state_->ApplyPush(push, lsn);
+  std::vector<std::pair<uint32_t, uint64_t>> evicted;
+  BX_RETURN_IF_ERROR(state_->ApplyPush(push, lsn, &evicted));
+  for (const auto& [table, key] : evicted) tombstones_.push_back(Tombstone{lsn, table, key});
+  while (tombstones_.size() > options_.max_sync_tombstones) {
+    tombstones_from_ = tombstones_.front().lsn;
+    tombstones_.pop_front();
+  }
+  return Status::Ok();
+}
+
+Result<SyncBatch> ShardReplica::ChangesSince(Position since) {
+  OrderSection order(order_mu_, this);
+  if (role() != Role::kPrimary) return NotPrimary(role());
+  SyncBatch batch;
+  batch.source_epoch = state_->epoch;
+  batch.source_lsn = state_->applied_lsn;
+  batch.full = since.epoch != state_->epoch || since.lsn > state_->applied_lsn ||
+               since.lsn < tombstones_from_;
+  std::map<uint32_t, size_t> index;  // table id -> its place in batch.tables
+  for (uint32_t id : state_->table_ids()) {
+    const Table& table = *state_->table(id);
+    index[id] = batch.tables.size();
+    SyncTableRows& rows = batch.tables.emplace_back();
+    rows.table_id = id;
+    rows.stride = table.stride();
+    auto add = [&rows](uint64_t key, std::span<const float> state) {
+      rows.keys.push_back(key);
+      rows.states.insert(rows.states.end(), state.begin(), state.end());
+    };
+    if (batch.full) {
+      table.ForEachRow(add);
+    } else {
+      table.ForEachRowChangedAfter(since.lsn, add);
+    }
+  }
+  if (!batch.full) {
+    // Tombstones are in lsn order: the ones after `since` are a suffix.
+    auto it = std::partition_point(tombstones_.begin(), tombstones_.end(),
+                                   [&](const Tombstone& t) { return t.lsn <= since.lsn; });
+    for (; it != tombstones_.end(); ++it) {
+      if (auto i = index.find(it->table); i != index.end()) {
+        batch.tables[i->second].dropped.push_back(it->key);
+      }
+    }
+  }
+  return batch;
+}
+
+ShardState::Synced ShardReplica::synced() const {
+  OrderSection order(order_mu_, this);
+  return state_->synced;
+}
 
 void ShardReplica::AppendLogLocked(PushRequest&& push) {
   const size_t bytes = PayloadBytes(push);
@@ -912,7 +986,7 @@ void ShardReplica::ApplyForwardLocked(ForwardedPush&& forwarded, Status* result)
       *result = Internal("backup diverged: the primary applied a push its dedup record refuses");
       return;
     case PushDedup::Verdict::kNew:
-      if (Status s = state_->ApplyPush(push); !s.ok()) {
+      if (Status s = ApplyLocked(push, forwarded.lsn); !s.ok()) {
         *result = Internal("backup diverged: cannot apply forwarded push: " + s.message());
         return;
       }
@@ -929,6 +1003,8 @@ void ShardReplica::ApplyForwardLocked(ForwardedPush&& forwarded, Status* result)
 
 Status ShardReplica::Fetch(uint32_t table_id, std::span<const uint64_t> keys,
                            std::span<std::byte> out) const {
+  std::shared_lock<std::shared_mutex> whole;
+  if (options_.follower && options_.sync_visible_whole) whole = std::shared_lock(sync_mu_);
   const Table* table = state_->table(table_id);
   if (table == nullptr) return NotFound("fetch: no table " + std::to_string(table_id));
   return table->Fetch(keys, out);

@@ -46,6 +46,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <vector>
 
@@ -117,6 +118,18 @@ class ShardReplica {
     // since the Unix epoch (tests set their own); null: the system clock. Backups never read
     // theirs: they use the stamps.
     std::function<uint64_t()> clock_ms;
+
+    // ---- Serving sync (docs/PS.md "Serving sync") ----
+    // A serving replica that follows a training cluster: client pushes are refused
+    // (InvalidArgument: train on the training cluster), only its follower's sync records are
+    // applied, and fetches take the sync lock shared so that none sees part of a sync.
+    bool follower = false;
+    // The control for the test that a fetch never sees a shard half-synced: false applies a
+    // sync row by row with no lock around it (and yields between rows). Never false in service.
+    bool sync_visible_whole = true;
+    // Keys a training primary remembers having evicted (tombstones), for followers' deltas; a
+    // follower whose position is older than the oldest one kept gets a full copy instead.
+    size_t max_sync_tombstones = size_t{1} << 20;
   };
 
   struct Position {
@@ -248,6 +261,21 @@ class ShardReplica {
   // or ResourceExhausted when the replica is deposed or falls below min_in_sync meanwhile.
   Result<JoinSnapshot> SnapshotForCheckpoint(std::chrono::milliseconds timeout);
 
+  // ---- Serving sync (docs/PS.md "Serving sync") ----
+  // Primary: what brings a follower at `since` (a position of this shard it synced before;
+  // {0, 0} at first) to this replica's newest applied position: every row stored by a push
+  // after `since` and every key evicted after it, or (SyncBatch::full) a copy of every row when
+  // `since` is of another epoch or older than the tombstones kept. Pushes wait while it is
+  // copied (memory speed). FailedPrecondition when not primary.
+  Result<SyncBatch> ChangesSince(Position since);
+  // The training position this serving replica holds (ShardState::Synced), as of its last
+  // applied sync record; asked_at_ms 0 when it has none.
+  ShardState::Synced synced() const;
+  // Sync records applied here (by any role), and of those full copies.
+  uint64_t syncs_applied() const { return syncs_applied_.load(std::memory_order_relaxed); }
+  uint64_t sync_full_copies() const { return sync_full_copies_.load(std::memory_order_relaxed); }
+  bool follower() const { return options_.follower; }
+
   // ---- Planned handover (docs/PS.md "Planned handover") ----
   // Primary with a valid lease: refuses every push from now on (FailedPrecondition, nothing
   // applied: clients move on to another replica) and returns the newest applied position once
@@ -306,6 +334,9 @@ class ShardReplica {
   void AppendLogLocked(PushRequest&& push);
   // A push stamp: options_.clock_ms, or the system clock.
   uint64_t StampNow() const;
+  // Applies a push or sync record as the `lsn`-th of this epoch: stamps its rows, records a
+  // primary's evictions as tombstones, and holds fetches out of a sync (options_.follower).
+  Status ApplyLocked(const PushRequest& push, uint64_t lsn);
   // InvalidArgument for a new session whose generation is implausibly far ahead.
   Status CheckNewSession(uint64_t client_id, uint64_t min_generation) const;
   // Mirrors the dedup record's size into the atomics the metrics read.
@@ -416,6 +447,20 @@ class ShardReplica {
   std::atomic<uint64_t> session_refusals_{0};
   std::atomic<uint64_t> dedup_clients_{0};
   std::atomic<uint64_t> dedup_evictions_{0};
+  // Serving sync. Fetches on a follower hold sync_mu_ shared; applying a sync record holds it
+  // exclusively, so a fetch sees a shard before or after a sync, never in between.
+  mutable std::shared_mutex sync_mu_;
+  // A primary's evictions of this epoch, oldest first (order_mu_): keys evicted at lsns after
+  // tombstones_from_ are all here.
+  struct Tombstone {
+    uint64_t lsn;
+    uint32_t table;
+    uint64_t key;
+  };
+  std::deque<Tombstone> tombstones_;
+  uint64_t tombstones_from_ = 0;
+  std::atomic<uint64_t> syncs_applied_{0};
+  std::atomic<uint64_t> sync_full_copies_{0};
   // Callbacks that became due inside an order section, for RunDeferred.
   std::vector<std::function<void()>> deferred_;
 };

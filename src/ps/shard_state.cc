@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 namespace bx::ps {
 namespace {
@@ -49,6 +51,19 @@ std::vector<uint32_t> ShardState::table_ids() const {
 }
 
 Status ShardState::ValidatePush(const PushRequest& push) const {
+  if (push.sync) {
+    for (const SyncTableRows& rows : push.sync->tables) {
+      const Table* t = table(rows.table_id);
+      if (t == nullptr) return NotFound("sync: no table " + std::to_string(rows.table_id));
+      if (rows.stride != t->stride()) {
+        return InvalidArgument("sync: table " + std::to_string(rows.table_id) + " rows of " +
+                               std::to_string(rows.stride) + " floats, this table's are " +
+                               std::to_string(t->stride()) + " (a different dim or optimiser)");
+      }
+      BX_RETURN_IF_ERROR(t->ValidateKeys(rows.keys));
+    }
+    return Status::Ok();
+  }
   const Table* t = table(push.table_id);
   if (t == nullptr) return NotFound("push: no table " + std::to_string(push.table_id));
   if (push.dim != t->dim()) {
@@ -73,25 +88,53 @@ bool ShardState::has_ttl_tables() const {
                      [](const auto& t) { return t.second->ttl_ms() != 0; });
 }
 
-Status ShardState::ApplyPush(const PushRequest& push) {
+Status ShardState::ApplyPush(const PushRequest& push, uint64_t stamp,
+                             std::vector<std::pair<uint32_t, uint64_t>>* evicted,
+                             bool pause_between_rows) {
   BX_RETURN_IF_ERROR(ValidatePush(push));
+  if (push.sync) return ApplySync(*push.sync, stamp, pause_between_rows);
   Table* target = table(push.table_id);
   // The clock moves, and other tables expire, only once the push is taken: a refused push is
   // not replicated, so it must leave no trace.
   const uint64_t now = std::max(clock_ms, push.stamp_ms);
+  std::vector<uint64_t> keys;  // what a table evicted or expired, when the caller asks
+  std::vector<uint64_t>* gone = evicted != nullptr ? &keys : nullptr;
+  auto record = [&](uint32_t table_id) {
+    for (uint64_t key : keys) evicted->emplace_back(table_id, key);
+    keys.clear();
+  };
   PushAdmission* counts = admission(push.table_id);
   if (counts == nullptr) {
-    BX_RETURN_IF_ERROR(target->Push(push.keys, push.gradients, now));
+    BX_RETURN_IF_ERROR(target->Push(push.keys, push.gradients, now, stamp, gone));
   } else {
     const PushAdmission::Decision d = counts->Decide(*target, push.keys, push.gradients);
-    BX_RETURN_IF_ERROR(d.everything ? target->Push(push.keys, push.gradients, now)
-                                    : target->Push(d.keys, d.gradients, now));
+    BX_RETURN_IF_ERROR(d.everything ? target->Push(push.keys, push.gradients, now, stamp, gone)
+                                    : target->Push(d.keys, d.gradients, now, stamp, gone));
     counts->Commit(d);
   }
+  if (gone != nullptr) record(push.table_id);
   if (now != clock_ms) {
     clock_ms = now;
-    for (uint32_t id : table_ids()) table(id)->Expire(now);
+    for (uint32_t id : table_ids()) {
+      table(id)->Expire(now, gone);
+      if (gone != nullptr) record(id);
+    }
   }
+  return Status::Ok();
+}
+
+Status ShardState::ApplySync(const SyncBatch& batch, uint64_t stamp, bool pause_between_rows) {
+  std::vector<uint32_t> untouched = batch.full ? table_ids() : std::vector<uint32_t>{};
+  for (const SyncTableRows& rows : batch.tables) {
+    Table* t = table(rows.table_id);
+    if (t == nullptr) return NotFound("sync: no table " + std::to_string(rows.table_id));
+    BX_RETURN_IF_ERROR(t->ApplySyncRows(rows.dropped, rows.keys, rows.states, stamp, batch.full,
+                                        pause_between_rows));
+    std::erase(untouched, rows.table_id);
+  }
+  for (uint32_t id : untouched)
+    BX_RETURN_IF_ERROR(table(id)->ApplySyncRows({}, {}, {}, stamp, true));
+  synced = Synced{batch.source_epoch, batch.source_lsn, batch.asked_at_ms};
   return Status::Ok();
 }
 
@@ -108,6 +151,7 @@ Result<std::unique_ptr<ShardState>> ShardState::Copy() const {
   copy->epoch = epoch;
   copy->applied_lsn = applied_lsn;
   copy->clock_ms = clock_ms;
+  copy->synced = synced;
   return copy;
 }
 

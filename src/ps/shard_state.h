@@ -41,12 +41,30 @@ class ShardState {
   // Validates and applies a push (no dedup: that is the caller's decision). With tables that
   // expire rows, the push's stamp moves the push clock (clock_ms) and every such table expires
   // its rows against it; with admission, ids without a row are counted and only admitted ones
-  // applied (docs/PS.md "Expiry and admission"). A refused push changes nothing.
-  Status ApplyPush(const PushRequest& push);
+  // applied (docs/PS.md "Expiry and admission"). A refused push changes nothing. `stamp` marks
+  // the rows it stores (Table::Push); keys tables evict or expire go to `*evicted` as (table,
+  // key). A sync record (push.sync) is applied by ApplySync.
+  Status ApplyPush(const PushRequest& push, uint64_t stamp = 0,
+                   std::vector<std::pair<uint32_t, uint64_t>>* evicted = nullptr,
+                   bool pause_between_rows = false);
   // Whether a table expires rows: the primary then stamps every push to the shard.
   bool has_ttl_tables() const;
   // Table `id`'s admission counts, or null (no admission).
   PushAdmission* admission(uint32_t id) const;
+  // A serving replica's sync (docs/PS.md "Serving sync"): every table of the batch takes its
+  // rows (a full copy empties them first; tables of this shard missing from a full copy are
+  // emptied too), and `synced` moves to the batch's source position.
+  Status ApplySync(const SyncBatch& batch, uint64_t stamp, bool pause_between_rows = false);
+
+  // The training shard's position this (serving) replica holds, and when the follower asked
+  // for it: set by ApplySync, so it replicates with the sync records (not saved in snapshots:
+  // a replica caught up from one learns it at the next sync).
+  struct Synced {
+    uint64_t epoch = 0;
+    uint64_t lsn = 0;
+    uint64_t asked_at_ms = 0;  // 0: never synced
+  };
+  Synced synced;
 
   PushDedup& dedup() { return dedup_; }
   const PushDedup& dedup() const { return dedup_; }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -155,7 +156,7 @@ Status Table::Fetch(std::span<const uint64_t> keys, std::span<float> out) const 
 }
 
 Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradients,
-                   uint64_t now_ms) {
+                   uint64_t now_ms, uint64_t stamp, std::vector<uint64_t>* evicted) {
   const size_t dim = config_.dim;
   if (gradients.size() != keys.size() * dim) {
     return InvalidArgument("push to table " + std::to_string(config_.id) + ": " +
@@ -227,7 +228,7 @@ Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradie
     }
   }
   // The push is taken: rows its stamp expires go first, so its expired keys start again.
-  if (ttl_ms_ != 0) ExpireLocked(now_ms);
+  if (ttl_ms_ != 0) ExpireLocked(now_ms, evicted);
   // Store pass: the same arithmetic on the same rows, now in place.
   for (size_t i = 0; i < keys.size(); ++i) {
     if (pushes[keys[i]] > 1) continue;
@@ -237,6 +238,7 @@ Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradie
     std::span<float> row(stripes_[s].rows.data() + slot * stride_, stride_);
     if (inserted) InitializeStoredRow(keys[i], row);
     ApplyGradient(config_.optimizer, config_.dim, row, gradients.subspan(i * dim, dim));
+    stripes_[s].stamps[slot] = stamp;
   }
   for (const auto& [key, index] : running_row) {
     const size_t s = StripeIndex(key);
@@ -244,6 +246,7 @@ Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradie
     const size_t slot = FindOrAddRowLocked(s, key).first;
     std::memcpy(stripes_[s].rows.data() + slot * stride_, running.data() + index * stride_,
                 stride_ * sizeof(float));
+    stripes_[s].stamps[slot] = stamp;
   }
   if (!bounded()) return Status::Ok();
   // Recency: the push's keys become the newest in push order, so a key pushed twice counts at
@@ -258,7 +261,7 @@ Status Table::Push(std::span<const uint64_t> keys, std::span<const float> gradie
     LinkNewest(id);
   }
   locks.clear();  // the victims' stripes are locked one at a time
-  EvictOverBound();
+  EvictOverBound(evicted);
   return Status::Ok();
 }
 
@@ -267,6 +270,7 @@ std::pair<size_t, bool> Table::FindOrAddRowLocked(size_t s, uint64_t key) {
   auto [it, inserted] = stripe.index.try_emplace(key, stripe.rows.size() / stride_);
   if (!inserted) return {it->second, false};
   stripe.rows.resize(stripe.rows.size() + stride_);
+  stripe.stamps.push_back(0);
   if (bounded()) {
     stripe.recency.push_back({key, kNoRow, kNoRow});
     if (ttl_ms_ != 0) stripe.pushed_ms.push_back(0);
@@ -291,41 +295,123 @@ void Table::LinkNewest(uint32_t id) {
   newest_ = id;
 }
 
-void Table::EvictOverBound() {
+void Table::EvictOverBound(std::vector<uint64_t>* evicted) {
   // A table with a ttl and no bound still links rows by 32-bit ids: it keeps at most
   // kMaxBoundedRows, its least recently pushed evicted beyond (docs/PS.md).
   const uint64_t limit = row_limit_ != 0 ? row_limit_ : kMaxBoundedRows;
   while (stored_rows_.load(std::memory_order_relaxed) > limit) {
-    EvictOldest();
+    EvictOldest(evicted);
     evicted_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
-void Table::EvictOldest() {
+void Table::EvictOldest(std::vector<uint64_t>* evicted) {
   const uint32_t victim = oldest_;
   const size_t s = victim % kStripes, slot = victim / kStripes;
+  std::unique_lock lock(stripes_[s].mu);
+  const uint64_t key = stripes_[s].recency[slot].key;
+  RemoveRowLocked(s, slot, key);
+  if (evicted != nullptr) evicted->push_back(key);
+}
+
+void Table::RemoveRowLocked(size_t s, size_t slot, uint64_t key) {
   Stripe& stripe = stripes_[s];
-  std::unique_lock lock(stripe.mu);
-  Unlink(victim);
-  stripe.index.erase(stripe.recency[slot].key);
-  // The stripe's last row moves into the hole, so its arrays shrink: memory an evicted row
-  // held serves the next new row, and no holes accumulate.
-  const size_t last = stripe.recency.size() - 1;
+  const uint32_t id = RowId(s, slot);
+  if (bounded()) Unlink(id);
+  stripe.index.erase(key);
+  // The stripe's last row moves into the hole, so its arrays shrink: memory a removed row held
+  // serves the next new row, and no holes accumulate.
+  const size_t last = stripe.stamps.size() - 1;
   if (slot != last) {
     std::memcpy(stripe.rows.data() + slot * stride_, stripe.rows.data() + last * stride_,
                 stride_ * sizeof(float));
+    stripe.stamps[slot] = stripe.stamps[last];
     if (ttl_ms_ != 0) stripe.pushed_ms[slot] = stripe.pushed_ms[last];
-    Recency& moved = stripe.recency[slot];
-    moved = stripe.recency[last];
-    stripe.index[moved.key] = slot;
-    // Its id is now the victim's (same stripe, the victim's slot): its neighbours follow.
-    (moved.older == kNoRow ? oldest_ : Node(moved.older).newer) = victim;
-    (moved.newer == kNoRow ? newest_ : Node(moved.newer).older) = victim;
+    if (bounded()) {
+      Recency& moved = stripe.recency[slot];
+      moved = stripe.recency[last];
+      stripe.index[moved.key] = slot;
+      // Its id is now the removed row's (same stripe, that slot): its neighbours follow.
+      (moved.older == kNoRow ? oldest_ : Node(moved.older).newer) = id;
+      (moved.newer == kNoRow ? newest_ : Node(moved.newer).older) = id;
+    } else {
+      // An unbounded table keeps no key per slot: only a sync's full copy or a drop of a key
+      // the source evicted (a bounded table there) comes here, so the scan is rare.
+      for (auto& [k, row] : stripe.index) {
+        if (row == last) {
+          row = slot;
+          break;
+        }
+      }
+    }
   }
-  stripe.recency.pop_back();
+  if (bounded()) {
+    stripe.recency.pop_back();
+    stored_rows_.fetch_sub(1, std::memory_order_relaxed);
+  }
   if (ttl_ms_ != 0) stripe.pushed_ms.pop_back();
+  stripe.stamps.pop_back();
   stripe.rows.resize(last * stride_);
-  stored_rows_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Table::ForEachRowChangedAfter(
+    uint64_t stamp, const std::function<void(uint64_t, std::span<const float>)>& fn) const {
+  for (const Stripe& stripe : stripes_) {
+    std::shared_lock lock(stripe.mu);
+    for (const auto& [key, row] : stripe.index) {
+      if (stripe.stamps[row] <= stamp) continue;
+      fn(key, std::span<const float>(stripe.rows.data() + row * stride_, stride_));
+    }
+  }
+}
+
+Status Table::ApplySyncRows(std::span<const uint64_t> dropped, std::span<const uint64_t> keys,
+                            std::span<const float> states, uint64_t stamp, bool all_rows,
+                            bool pause_between_rows) {
+  if (states.size() != keys.size() * stride_) {
+    return InvalidArgument("sync of table " + std::to_string(config_.id) + ": " +
+                           std::to_string(states.size()) + " floats for " +
+                           std::to_string(keys.size()) + " rows of " + std::to_string(stride_));
+  }
+  BX_RETURN_IF_ERROR(ValidateKeys(keys));
+  std::unique_lock<std::mutex> order;
+  if (bounded()) order = std::unique_lock(order_mu_);
+  if (all_rows) {
+    for (Stripe& stripe : stripes_) {
+      std::unique_lock lock(stripe.mu);
+      stripe.index.clear();
+      stripe.rows.clear();
+      stripe.recency.clear();
+      stripe.pushed_ms.clear();
+      stripe.stamps.clear();
+    }
+    oldest_ = newest_ = kNoRow;  // order_mu_ held: nobody walks the list meanwhile
+    stored_rows_.store(0, std::memory_order_relaxed);
+  }
+  for (uint64_t key : dropped) {
+    const size_t s = StripeIndex(key);
+    std::unique_lock lock(stripes_[s].mu);
+    auto it = stripes_[s].index.find(key);
+    if (it != stripes_[s].index.end()) RemoveRowLocked(s, it->second, key);
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const size_t s = StripeIndex(keys[i]);
+    {
+      std::unique_lock lock(stripes_[s].mu);
+      const size_t slot = FindOrAddRowLocked(s, keys[i]).first;
+      std::memcpy(stripes_[s].rows.data() + slot * stride_, states.data() + i * stride_,
+                  stride_ * sizeof(float));
+      stripes_[s].stamps[slot] = stamp;
+      if (bounded() && RowId(s, slot) != newest_) {
+        Unlink(RowId(s, slot));
+        LinkNewest(RowId(s, slot));
+      }
+    }
+    if (pause_between_rows) std::this_thread::yield();
+  }
+  // Within the bound when the source was; a serving table with a smaller bound keeps its newest.
+  if (bounded()) EvictOverBound();
+  return Status::Ok();
 }
 
 bool Table::ExpiredLocked(uint32_t id, uint64_t now_ms) const {
@@ -341,17 +427,17 @@ bool Table::KeyExpiredLocked(uint64_t key, uint64_t now_ms) const {
 
 // Stamps never decrease along the list (pushes come with a non-decreasing clock), so the
 // expired rows are its oldest.
-void Table::ExpireLocked(uint64_t now_ms) {
+void Table::ExpireLocked(uint64_t now_ms, std::vector<uint64_t>* evicted) {
   while (oldest_ != kNoRow && ExpiredLocked(oldest_, now_ms)) {
-    EvictOldest();
+    EvictOldest(evicted);
     expired_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
-void Table::Expire(uint64_t now_ms) {
+void Table::Expire(uint64_t now_ms, std::vector<uint64_t>* evicted) {
   if (ttl_ms_ == 0) return;
   std::lock_guard order(order_mu_);
-  ExpireLocked(now_ms);
+  ExpireLocked(now_ms, evicted);
 }
 
 void Table::InitializeStoredRow(uint64_t key, std::span<float> row) const {
@@ -465,10 +551,12 @@ Status Table::TakeRows(Table& source) {
     to.rows.swap(from.rows);
     to.recency.swap(from.recency);
     to.pushed_ms.swap(from.pushed_ms);
+    to.stamps.swap(from.stamps);
     from.index.clear();
     from.rows.clear();
     from.recency.clear();
     from.pushed_ms.clear();
+    from.stamps.clear();
   }
   oldest_ = std::exchange(source.oldest_, kNoRow);
   newest_ = std::exchange(source.newest_, kNoRow);
@@ -487,6 +575,7 @@ Result<std::unique_ptr<Table>> Table::Copy() const {
     copy->stripes_[i].rows = stripes_[i].rows;
     copy->stripes_[i].recency = stripes_[i].recency;
     copy->stripes_[i].pushed_ms = stripes_[i].pushed_ms;
+    copy->stripes_[i].stamps = stripes_[i].stamps;
   }
   copy->oldest_ = oldest_;
   copy->newest_ = newest_;

@@ -63,11 +63,15 @@ class Table {
   // concurrent fetch sees each row whole, before or after.
   // `now_ms`, for a table with a ttl: the push clock (never lower than at the last push); rows
   // it finds expired start again from their initial value, as evicted ones do.
-  Status Push(std::span<const uint64_t> keys, std::span<const float> gradients,
-              uint64_t now_ms = 0);
+  // `stamp` marks every row the push stores (its replica's lsn: ForEachRowChangedAfter), and the
+  // keys the table evicts or expires on the way are appended to `*evicted` when given (a
+  // training primary's tombstones, docs/PS.md "Serving sync").
+  Status Push(std::span<const uint64_t> keys, std::span<const float> gradients, uint64_t now_ms = 0,
+              uint64_t stamp = 0, std::vector<uint64_t>* evicted = nullptr);
   // A table with a ttl: evicts every row last pushed at or before now_ms - ttl (a push to
-  // another table of the shard moved the clock). No-op for other tables.
-  void Expire(uint64_t now_ms);
+  // another table of the shard moved the clock), appending their keys to `*evicted` when
+  // given. No-op for other tables.
+  void Expire(uint64_t now_ms, std::vector<uint64_t>* evicted = nullptr);
   uint64_t ttl_ms() const { return ttl_ms_; }
 
   // Whether `key` has a stored row (pushed, and not evicted since).
@@ -100,6 +104,19 @@ class Table {
   // The same with each row's push stamp (0 unless the table has a ttl), oldest first.
   void ForEachRowPushedAt(
       const std::function<void(uint64_t, uint64_t, std::span<const float>)>& fn) const;
+  // Calls fn(key, state) for every stored row whose stamp is above `stamp` (changed by a push
+  // stamped later), in no particular order, each stripe under its lock. A full scan.
+  void ForEachRowChangedAfter(
+      uint64_t stamp, const std::function<void(uint64_t, std::span<const float>)>& fn) const;
+  // A serving replica applying a sync (docs/PS.md "Serving sync"): drops `dropped` (absent ones
+  // are skipped), then stores keys[i]'s state whole (stride() floats each, as the most recently
+  // pushed), stamped `stamp`. `all_rows`: drops every row first (a full copy). Each row is
+  // written under its stripe lock (fetches see it whole); the batch as a whole is made
+  // invisible until complete by the caller (ShardReplica). `pause_between_rows`: yield after
+  // each row, only to widen the window the tests' non-atomic control must show.
+  Status ApplySyncRows(std::span<const uint64_t> dropped, std::span<const uint64_t> keys,
+                       std::span<const float> states, uint64_t stamp, bool all_rows,
+                       bool pause_between_rows = false);
   // Stores a row's full state as the most recently pushed (used when loading a snapshot), last
   // pushed at `pushed_ms` (ttl tables; not below the newest row's). Errors if the key exists.
   // A bounded table beyond its bound then evicts as a push does.
@@ -135,6 +152,9 @@ class Table {
     std::vector<Recency> recency;
     // Tables with a ttl only: row r's push stamp, beside `recency` and guarded like it.
     std::vector<uint64_t> pushed_ms;
+    // Row r's stamp: the lsn of the push that last stored it (0: loaded or never stamped).
+    // Guarded by mu (writers hold it exclusively; pushes of a bounded table also order_mu_).
+    std::vector<uint64_t> stamps;
   };
 
   explicit Table(const TableConfig& config);
@@ -160,13 +180,17 @@ class Table {
   void LinkNewest(uint32_t id);
   // Evicts from the old end of the list until the table is within its bound; takes each
   // victim's stripe lock (the caller holds none).
-  void EvictOverBound();
-  // Evicts the row at the old end of the list (its stripe locked here).
-  void EvictOldest();
+  void EvictOverBound(std::vector<uint64_t>* evicted = nullptr);
+  // Evicts the row at the old end of the list (its stripe locked here), appending its key to
+  // `*evicted` when given.
+  void EvictOldest(std::vector<uint64_t>* evicted);
+  // Removes the row in slot `slot` of stripe `s` (its lock and, for a bounded table, order_mu_
+  // held): the stripe's last row moves into the hole, so the arrays stay dense.
+  void RemoveRowLocked(size_t s, size_t slot, uint64_t key);
   // Whether row `id` / `key` (stored or not) was last pushed at or before now_ms - ttl.
   bool ExpiredLocked(uint32_t id, uint64_t now_ms) const;
   bool KeyExpiredLocked(uint64_t key, uint64_t now_ms) const;
-  void ExpireLocked(uint64_t now_ms);
+  void ExpireLocked(uint64_t now_ms, std::vector<uint64_t>* evicted);
 
   const TableConfig config_;
   const uint32_t stride_;

@@ -22,6 +22,7 @@ constexpr size_t kPushFixed =
 constexpr size_t kForwardFixed = 16;  // u64 epoch, u64 lsn (then the push body)
 // Header flag of a forwarded push: a u64 stamp follows the lsn.
 constexpr uint16_t kForwardStamped = 1;
+constexpr size_t kSyncIdFixed = 24;  // a forwarded sync's u64 client, u64 sequence, u64 key
 // u64 client, u64 sequence, u8 flags, 3 reserved, u32 minimum generation (when expired)
 constexpr size_t kAckFixed = 24;
 constexpr uint8_t kAckDuplicate = 1;
@@ -165,7 +166,7 @@ Result<MessageType> PeekMessageType(std::span<const std::byte> bytes) {
   }
   if (magic != kMagic || version != kVersion) return DataLoss("ps message: bad magic or version");
   if (type < static_cast<uint8_t>(MessageType::kFetchRequest) ||
-      type > static_cast<uint8_t>(MessageType::kError)) {
+      type > static_cast<uint8_t>(MessageType::kSyncBatch)) {
     return DataLoss("ps message: unknown type " + std::to_string(type));
   }
   return static_cast<MessageType>(type);
@@ -361,8 +362,25 @@ size_t ForwardedPushSize(size_t key_count, uint32_t dim, bool stamped) {
          PushBodySize(key_count, dim);
 }
 
+size_t ForwardSize(const PushRequest& push) {
+  if (push.sync) return kHeaderSize + kForwardFixed + kSyncIdFixed + SyncBatchSize(*push.sync);
+  return ForwardedPushSize(push.keys.size(), push.dim, push.stamp_ms != 0);
+}
+
 Status EncodeForward(uint64_t epoch, uint64_t lsn, const PushRequest& push,
                      std::span<std::byte> out) {
+  if (push.sync) {
+    // A sync record: the push's id, then the batch as a follower received it.
+    BX_RETURN_IF_ERROR(CheckOutSize(out, ForwardSize(push), "forwarded sync"));
+    WireWriter w(out);
+    PutHeader(w, MessageType::kForwardedSync);
+    w.PutU64(epoch);
+    w.PutU64(lsn);
+    w.PutU64(push.id.client_id);
+    w.PutU64(push.id.sequence);
+    w.PutU64(push.client_key);
+    return EncodeSyncBatch(*push.sync, out.subspan(w.position()));
+  }
   BX_RETURN_IF_ERROR(CheckPushShape(push, "forwarded push"));
   const bool stamped = push.stamp_ms != 0;
   BX_RETURN_IF_ERROR(
@@ -382,6 +400,21 @@ Status EncodeForwardedPush(const ForwardedPush& forwarded, std::span<std::byte> 
 
 Result<ForwardedPush> DecodeForwardedPush(std::span<const std::byte> bytes) {
   WireReader r(bytes);
+  if (Result<MessageType> type = PeekMessageType(bytes);
+      type.ok() && *type == MessageType::kForwardedSync) {
+    BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kForwardedSync));
+    ForwardedPush f;
+    PushRequest& p = f.push;
+    if (!r.GetU64(&f.epoch) || !r.GetU64(&f.lsn) || !r.GetU64(&p.id.client_id) ||
+        !r.GetU64(&p.id.sequence) || !r.GetU64(&p.client_key)) {
+      return DataLoss("forwarded sync: truncated");
+    }
+    if (f.lsn == 0 || p.id.sequence == 0) return DataLoss("forwarded sync: lsn or sequence 0");
+    BX_ASSIGN_OR_RETURN(SyncBatch batch, DecodeSyncBatch(bytes.subspan(r.position())));
+    p.dim = 1;
+    p.sync = std::make_shared<const SyncBatch>(std::move(batch));
+    return f;
+  }
   uint16_t flags = 0;
   BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kForwardedPush, kForwardStamped, &flags));
   ForwardedPush f;
@@ -395,6 +428,99 @@ Result<ForwardedPush> DecodeForwardedPush(std::span<const std::byte> bytes) {
   BX_RETURN_IF_ERROR(GetPushBody(r, &f.push, "forwarded push"));
   f.push.stamp_ms = stamp;
   return f;
+}
+
+// ---- Serving sync ---------------------------------------------------------------------------
+
+namespace {
+constexpr size_t kSyncFixed = 32;       // u64 epoch, u64 lsn, u64 asked at, u32 flags, u32 tables
+constexpr size_t kSyncTableFixed = 24;  // u32 id, u32 stride, u64 dropped, u64 rows
+constexpr uint32_t kSyncFull = 1;
+// A row's floats: its weights, and as many of optimiser state at most (Adagrad).
+bool StrideInRange(uint64_t stride) {
+  return stride >= 1 && stride <= 2 * uint64_t{kMaxDim};
+}
+}  // namespace
+
+uint64_t SyncBatchPayloadBytes(const SyncBatch& batch) {
+  uint64_t bytes = 0;
+  for (const SyncTableRows& t : batch.tables) {
+    bytes +=
+        (t.dropped.size() + t.keys.size()) * sizeof(uint64_t) + t.states.size() * sizeof(float);
+  }
+  return bytes;
+}
+
+size_t SyncBatchSize(const SyncBatch& batch) {
+  return kHeaderSize + kSyncFixed + batch.tables.size() * kSyncTableFixed +
+         SyncBatchPayloadBytes(batch);
+}
+
+Status EncodeSyncBatch(const SyncBatch& batch, std::span<std::byte> out) {
+  BX_RETURN_IF_ERROR(CheckOutSize(out, SyncBatchSize(batch), "sync batch"));
+  WireWriter w(out);
+  PutHeader(w, MessageType::kSyncBatch);
+  w.PutU64(batch.source_epoch);
+  w.PutU64(batch.source_lsn);
+  w.PutU64(batch.asked_at_ms);
+  w.PutU32(batch.full ? kSyncFull : 0);
+  w.PutU32(static_cast<uint32_t>(batch.tables.size()));
+  for (const SyncTableRows& t : batch.tables) {
+    if (!StrideInRange(t.stride) || t.states.size() != t.keys.size() * t.stride) {
+      return InvalidArgument("sync batch: table " + std::to_string(t.table_id) +
+                             ": rows and states disagree");
+    }
+    w.PutU32(t.table_id);
+    w.PutU32(t.stride);
+    w.PutU64(t.dropped.size());
+    w.PutU64(t.keys.size());
+  }
+  for (const SyncTableRows& t : batch.tables) {
+    w.PutU64s(t.dropped);
+    w.PutU64s(t.keys);
+    w.PutF32s(t.states);
+  }
+  return Status::Ok();
+}
+
+Result<SyncBatch> DecodeSyncBatch(std::span<const std::byte> bytes) {
+  WireReader r(bytes);
+  BX_RETURN_IF_ERROR(CheckHeader(r, MessageType::kSyncBatch));
+  SyncBatch batch;
+  uint32_t flags = 0, tables = 0;
+  if (!r.GetU64(&batch.source_epoch) || !r.GetU64(&batch.source_lsn) ||
+      !r.GetU64(&batch.asked_at_ms) || !r.GetU32(&flags) || !r.GetU32(&tables)) {
+    return DataLoss("sync batch: truncated");
+  }
+  if ((flags & ~kSyncFull) != 0) return DataLoss("sync batch: unknown flags");
+  batch.full = (flags & kSyncFull) != 0;
+  if (uint64_t{tables} * kSyncTableFixed > r.remaining()) return DataLoss("sync batch: truncated");
+  batch.tables.resize(tables);
+  std::vector<std::pair<uint64_t, uint64_t>> counts(tables);  // dropped, rows
+  uint64_t payload = 0;
+  for (uint32_t i = 0; i < tables; ++i) {
+    SyncTableRows& t = batch.tables[i];
+    if (!r.GetU32(&t.table_id) || !r.GetU32(&t.stride) || !r.GetU64(&counts[i].first) ||
+        !r.GetU64(&counts[i].second)) {
+      return DataLoss("sync batch: truncated");
+    }
+    if (!StrideInRange(t.stride)) return DataLoss("sync batch: row stride out of range");
+    BX_RETURN_IF_ERROR(CheckCounts(counts[i].second, t.stride, "sync batch"));
+    if (counts[i].first > kMaxKeysPerMessage) return DataLoss("sync batch: too many dropped keys");
+    payload += (counts[i].first + counts[i].second) * sizeof(uint64_t) +
+               counts[i].second * t.stride * sizeof(float);
+  }
+  BX_RETURN_IF_ERROR(CheckExactRemaining(r, payload, "sync batch"));
+  for (uint32_t i = 0; i < tables; ++i) {
+    SyncTableRows& t = batch.tables[i];
+    t.dropped.resize(counts[i].first);
+    t.keys.resize(counts[i].second);
+    t.states.resize(counts[i].second * t.stride);
+    r.GetU64s(t.dropped);
+    r.GetU64s(t.keys);
+    r.GetBytes(t.states.data(), t.states.size() * sizeof(float));
+  }
+  return batch;
 }
 
 // ---- Errors ---------------------------------------------------------------------------------

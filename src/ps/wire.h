@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,6 +31,8 @@ enum class MessageType : uint8_t {
   kPushAck = 4,
   kForwardedPush = 5,  // primary -> backup
   kError = 6,
+  kForwardedSync = 7,  // primary -> backup: a serving sync record (SyncBatch)
+  kSyncBatch = 8,      // a training primary's changes for a follower (docs/PS.md "Serving sync")
 };
 
 // Which message a byte string holds (after checking the header), or DataLoss.
@@ -109,6 +112,36 @@ class FetchResponseView {
 };
 Result<FetchResponseView> DecodeFetchResponse(std::span<const std::byte> bytes);
 
+// ---- Serving sync (docs/PS.md "Serving sync") -------------------------------------------------
+
+// One table's part of a sync: keys the source dropped (evicted) since the follower's position,
+// then rows to store whole (weights and optimiser state, `stride` floats each).
+struct SyncTableRows {
+  uint32_t table_id = 0;
+  uint32_t stride = 0;
+  std::vector<uint64_t> dropped;
+  std::vector<uint64_t> keys;
+  std::vector<float> states;  // keys.size() * stride
+};
+
+// What brings one serving shard from the source position it holds to `source`: applied whole
+// (drops first, then rows), or not at all. `full`: a whole copy; rows it lacks are dropped.
+struct SyncBatch {
+  uint64_t source_epoch = 0;
+  uint64_t source_lsn = 0;
+  // The follower's wall clock (ms since the Unix epoch) when it asked for the batch: the batch
+  // holds every push the source applied before then, so now minus this bounds the lag.
+  uint64_t asked_at_ms = 0;
+  bool full = false;
+  std::vector<SyncTableRows> tables;
+};
+
+// Bytes of keys and floats a batch carries (its share of a replication log's byte bound).
+uint64_t SyncBatchPayloadBytes(const SyncBatch& batch);
+size_t SyncBatchSize(const SyncBatch& batch);
+Status EncodeSyncBatch(const SyncBatch& batch, std::span<std::byte> out);
+Result<SyncBatch> DecodeSyncBatch(std::span<const std::byte> bytes);
+
 // ---- Push -----------------------------------------------------------------------------------
 
 // gradients holds keys.size() * dim floats, row i for keys[i]. A key may repeat; its gradients
@@ -126,6 +159,9 @@ struct PushRequest {
   // the push, set by a primary whose shard has tables that expire rows and carried to backups
   // in the forwarded push, so that every replica expires rows at the same pushes. 0: unstamped.
   uint64_t stamp_ms = 0;
+  // Set on a serving cluster's own sync record (never on a client's push, whose codec does not
+  // carry it): the record replicates like a push, and its keys and gradients are empty.
+  std::shared_ptr<const SyncBatch> sync;
 };
 
 size_t PushRequestSize(size_t key_count, uint32_t dim);
@@ -162,10 +198,8 @@ struct ForwardedPush {
 };
 
 size_t ForwardedPushSize(size_t key_count, uint32_t dim, bool stamped = false);
-// The size EncodeForward needs for `push` (stamped or not).
-inline size_t ForwardedPushSize(const PushRequest& push) {
-  return ForwardedPushSize(push.keys.size(), push.dim, push.stamp_ms != 0);
-}
+// The size of the forward of `push`: a push (stamped or not), or a sync record (kForwardedSync).
+size_t ForwardSize(const PushRequest& push);
 // Encodes the push at (epoch, lsn) straight from the primary's log entry: a 64 MiB push is
 // copied once per backup, into the message, and not first into a ForwardedPush.
 Status EncodeForward(uint64_t epoch, uint64_t lsn, const PushRequest& push,

@@ -26,6 +26,7 @@
 #include "bx/observe.h"
 #include "bx/ps/client.h"
 #include "bx/ps/server.h"
+#include "bx/ps/serving_sync.h"
 #include "commands.h"
 #include "ps_common.h"
 #include "ps_reach.h"
@@ -141,6 +142,8 @@ struct ServeOptions {
   FailoverFlags failover;
   MetricsFlags metrics;
   std::string restore;  // a checkpoint directory (bx ps checkpoint) to start from
+  std::string follow;   // a training cluster file to follow (docs/PS.md "Serving sync")
+  double sync_every_s = 1.0;
 };
 
 void Serve(const ServeOptions& serve) {
@@ -195,8 +198,29 @@ void Serve(const ServeOptions& serve) {
   options.rpc.transport.max_connections_per_peer = serve.max_connections_per_peer;
   options.rpc.idle_timeout = std::chrono::milliseconds(serve.idle_timeout_ms);
   options.rpc.max_queued_request_bytes = serve.max_queued_request_mib << 20;
+  options.follower = !serve.follow.empty();
   Result<std::unique_ptr<ps::PsServer>> server = ps::PsServer::Create(spec.tables, options);
   if (!server.ok()) FailPs("server", server.status());
+  // Checked before serving: a serving cluster that cannot follow its training cluster says so
+  // at start, not at its first sync.
+  std::unique_ptr<ps::ServingSync> serving_sync;
+  if (!serve.follow.empty()) {
+    if (!(serve.sync_every_s > 0)) {
+      FailPs("follow", InvalidArgument("--sync-every must be positive"));
+    }
+    ps::ServingSyncOptions sync_options;
+    sync_options.training = LoadClusterOrFail(serve.follow);
+    sync_options.shard = uint32_t(shard);
+    sync_options.shard_count = uint32_t(spec.shards.size());
+    sync_options.every = std::chrono::milliseconds(int64_t(serve.sync_every_s * 1000));
+    sync_options.client.log = [](std::string_view) {};
+    Result<std::unique_ptr<ps::ServingSync>> started =
+        ps::ServingSync::Start(server->get(), std::move(sync_options));
+    if (!started.ok()) FailPs("follow " + serve.follow, started.status());
+    serving_sync = std::move(started).value();
+    std::fprintf(stderr, "shard %d replica %d follows %s every %.3g s (pushes refused)\n", shard,
+                 replica, serve.follow.c_str(), serve.sync_every_s);
+  }
   if (!serve.restore.empty()) {
     if (Status s =
             (*server)->RestoreFrom(serve.restore, uint32_t(shard), uint32_t(spec.shards.size()));
@@ -331,6 +355,7 @@ void Serve(const ServeOptions& serve) {
       std::fprintf(stderr, "stopping: no handover (%s)\n", handed.status().ToString().c_str());
     }
   }
+  serving_sync.reset();
   monitor.reset();
   ps::PsServerCounters c = (*server)->counters();
   std::fprintf(
@@ -545,6 +570,12 @@ void AddPsCommand(CLI::App* app) {
                 "Start from the checkpoint in this directory (bx ps checkpoint): this shard's "
                 "rows of it, whatever its shard count; every replica of the cluster restores "
                 "the same checkpoint");
+  s->add_option("--follow", serve->follow,
+                "Serve a training cluster's rows (this cluster file's): every --sync-every, "
+                "each shard's primary applies the rows changed and evicted there since its last "
+                "sync, whole; pushes here are refused. Same shard count and tables");
+  s->add_option("--sync-every", serve->sync_every_s,
+                "Seconds between syncs with --follow (default 1: lag under 2 s)");
   s->add_option("--shard", serve->shard, "Shard index")->required();
   s->add_option("--replica", serve->replica, "Replica index (0: primary)")->required();
   s->add_option("--etcd", serve->failover.etcd,

@@ -105,6 +105,13 @@ void RunStat(const StatFlags& flags) {
                        {"lsn", r.last_checkpoint_lsn}}},
                      {"dedup_clients", r.counters.dedup_clients},
                      {"tables", tables}});
+      if (r.follower) {
+        out.back()["sync"] = {{"epoch", r.synced_epoch},
+                              {"lsn", r.synced_lsn},
+                              {"lag_ms", r.sync_lag_ms},
+                              {"applied", r.syncs_applied},
+                              {"full_copies", r.sync_full_copies}};
+      }
     } else {
       // Seconds since this replica last served a checkpoint as primary ("-": never).
       std::string age = "-";
@@ -118,6 +125,15 @@ void RunStat(const StatFlags& flags) {
                   r.role.c_str(), (unsigned long long)r.epoch, (unsigned long long)r.lsn,
                   (unsigned long long)r.live_backups, fetches, pushes, (unsigned long long)rows,
                   double(bytes) / double(1 << 20), age.c_str());
+      if (r.follower) {
+        // A serving replica: the training position it holds and how old that is.
+        std::printf("      sync: training epoch %llu lsn %llu, lag %s, %llu syncs (%llu full)\n",
+                    (unsigned long long)r.synced_epoch, (unsigned long long)r.synced_lsn,
+                    r.synced_asked_unix_ms == 0
+                        ? "- (never synced)"
+                        : (std::to_string(r.sync_lag_ms / 1000.0).substr(0, 5) + " s").c_str(),
+                    (unsigned long long)r.syncs_applied, (unsigned long long)r.sync_full_copies);
+      }
     }
   }
   if (flags.json) {

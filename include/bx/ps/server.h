@@ -121,6 +121,13 @@ struct BX_EXPORT PsServerOptions {
   // retryable ResourceExhausted and applies nothing, so one crash cannot lose an acknowledged
   // push; 1 keeps the shard writable on the primary alone (availability over durability).
   size_t min_in_sync = 1;
+  // A serving replica that follows a training cluster (bx/ps/serving_sync.h): pushes are
+  // refused (InvalidArgument), its rows change only by sync records, and a fetch never sees
+  // part of one (fetches take a shard-wide lock shared, a sync takes it exclusively).
+  bool follower = false;
+  // Tests only: the control that shows a fetch can see a half-applied sync when this is false
+  // (no lock; rows applied one by one). Never false in service.
+  bool sync_visible_whole = true;
 };
 
 class BX_EXPORT PsServer {

@@ -31,6 +31,16 @@ struct BX_EXPORT ReplicaStats {
   uint64_t last_checkpoint_unix_ms = 0;
   uint64_t last_checkpoint_epoch = 0;
   uint64_t last_checkpoint_lsn = 0;
+  // A serving replica's (docs/PS.md "Serving sync"): whether it follows a training cluster, the
+  // training shard's position it holds, and when its follower asked for that (ms since the
+  // Unix epoch; 0: never synced); lag_ms is the replica's now minus that when it answered.
+  bool follower = false;
+  uint64_t synced_epoch = 0;
+  uint64_t synced_lsn = 0;
+  uint64_t synced_asked_unix_ms = 0;
+  uint64_t sync_lag_ms = 0;
+  uint64_t syncs_applied = 0;
+  uint64_t sync_full_copies = 0;
 };
 
 // Asks every replica of `cluster`, all at once, each within `timeout`: one entry per replica,

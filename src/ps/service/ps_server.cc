@@ -10,7 +10,7 @@ namespace bx::ps {
 
 void RpcBackupLink::Forward(uint64_t epoch, uint64_t lsn, const PushRequest& push,
                             std::function<void(Status)> done) {
-  const uint64_t bytes = ForwardedPushSize(push);
+  const uint64_t bytes = ForwardSize(push);
   Result<rpc::Message> message = rpc::Message::Allocate(bytes);
   if (!message.ok()) return done(message.status());
   if (Status s = EncodeForward(epoch, lsn, push, {message->data(), message->size()}); !s.ok()) {
@@ -42,6 +42,8 @@ ShardReplica::Options ReplicaOptionsOf(const PsServerOptions& options) {
   replica.dedup.window = options.dedup_window;
   replica.dedup.max_clients = options.max_dedup_clients;
   replica.min_in_sync = options.min_in_sync;
+  replica.follower = options.follower;
+  replica.sync_visible_whole = options.sync_visible_whole;
   return replica;
 }
 
@@ -167,6 +169,10 @@ Status PsServerCore::Register() {
       server_->AddMethod(std::string(kHandoverMethod), replicas_only(&PsServerCore::OnHandover)));
   BX_RETURN_IF_ERROR(
       server_->AddMethod(std::string(kTakeOverMethod), replicas_only(&PsServerCore::OnTakeOver)));
+  BX_RETURN_IF_ERROR(
+      server_->AddMethod(std::string(kSyncDeltaMethod), replicas_only(&PsServerCore::OnSyncDelta)));
+  BX_RETURN_IF_ERROR(
+      server_->AddMethod(std::string(kSyncChunkMethod), replicas_only(&PsServerCore::OnSyncChunk)));
   return server_->AddMethod(std::string(kPingMethod),
                             [this](rpc::ServerCall call) { OnPing(std::move(call)); });
 }

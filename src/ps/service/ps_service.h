@@ -70,6 +70,16 @@ inline constexpr std::string_view kCheckpointMethod = "ps.Checkpoint";
 inline constexpr std::string_view kStatMethod = "ps.Stat";
 inline constexpr std::string_view kCheckpointChunkMethod = "ps.CheckpointChunk";
 
+// Serving sync (docs/PS.md "Serving sync"): a follower asks a training primary for what
+// changed since its position ("ps.SyncDelta": u64 since epoch, u64 since lsn -> u64 token,
+// u64 epoch, u64 lsn, u64 bytes of the SyncBatch), then reads it in pieces ("ps.SyncChunk":
+// u64 token, u64 offset -> up to kJoinChunkBytes). Replicas' methods.
+inline constexpr std::string_view kSyncDeltaMethod = "ps.SyncDelta";
+inline constexpr std::string_view kSyncChunkMethod = "ps.SyncChunk";
+// A serving replica's lag: its wall clock now minus when its follower asked for the batch it
+// holds (0 when it has none, or the clocks of two hosts disagree that far).
+uint64_t SyncLagMs(const ShardState::Synced& synced);
+
 // Planned handover (docs/PS.md "Planned handover"): "ps.Handover" (u64 replica to hand over
 // to, or kAnyBackup; u64 ms it may take -> u64 successor, u64 epoch, u64 lsn: the position the
 // successor holds), asked of the primary; "ps.TakeOver" (empty -> empty), the old primary
@@ -250,6 +260,8 @@ class PsServerCore {
   void OnTakeOver(rpc::ServerCall call);
   void OnCheckpoint(rpc::ServerCall call);
   void OnCheckpointChunk(rpc::ServerCall call);
+  void OnSyncDelta(rpc::ServerCall call);
+  void OnSyncChunk(rpc::ServerCall call);
 
   PsServerOptions options_;
   ShardReplica replica_;
@@ -260,6 +272,9 @@ class PsServerCore {
   class CheckpointDesk;  // checkpoint.cc
   static std::shared_ptr<CheckpointDesk> NewCheckpointDesk(ShardReplica* replica);
   const std::shared_ptr<CheckpointDesk> checkpoints_ = NewCheckpointDesk(&replica_);
+  class SyncDesk;  // serving_sync.cc
+  static std::shared_ptr<SyncDesk> NewSyncDesk();
+  const std::shared_ptr<SyncDesk> sync_desk_ = NewSyncDesk();
   std::mutex backups_mu_;
   std::vector<std::shared_ptr<rpc::Client>> backup_clients_;
   std::map<std::string, std::shared_ptr<rpc::Client>> join_clients_;  // LinkTo, by address

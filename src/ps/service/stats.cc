@@ -51,6 +51,13 @@ Result<ReplicaStats> ParseStats(std::span<const std::byte> bytes) {
   bool ok = last.is_object() && u64(last, "unix_ms", &stats.last_checkpoint_unix_ms) &&
             u64(last, "epoch", &stats.last_checkpoint_epoch) &&
             u64(last, "lsn", &stats.last_checkpoint_lsn);
+  if (const json& sync = j["sync"]; sync.is_object()) {
+    stats.follower = true;
+    ok = ok && u64(sync, "epoch", &stats.synced_epoch) && u64(sync, "lsn", &stats.synced_lsn) &&
+         u64(sync, "asked_unix_ms", &stats.synced_asked_unix_ms) &&
+         u64(sync, "lag_ms", &stats.sync_lag_ms) && u64(sync, "applied", &stats.syncs_applied) &&
+         u64(sync, "full_copies", &stats.sync_full_copies);
+  }
   ForEachCounter(stats.counters,
                  [&](const char* name, uint64_t& v) { ok = ok && u64(j["counters"], name, &v); });
   for (const json& t : j["tables"]) {
@@ -109,6 +116,15 @@ void PsServerCore::OnStat(rpc::ServerCall call) {
   out["tables"] = std::move(tables);
   const auto [at, unix_ms] = LastCheckpoint();
   out["last_checkpoint"] = {{"unix_ms", unix_ms}, {"epoch", at.epoch}, {"lsn", at.lsn}};
+  if (replica_.follower()) {
+    const ShardState::Synced synced = replica_.synced();
+    out["sync"] = {{"epoch", synced.epoch},
+                   {"lsn", synced.lsn},
+                   {"asked_unix_ms", synced.asked_at_ms},
+                   {"lag_ms", SyncLagMs(synced)},
+                   {"applied", replica_.syncs_applied()},
+                   {"full_copies", replica_.sync_full_copies()}};
+  }
   const std::string text = out.dump();
   Result<rpc::Message> reply = rpc::Message::Allocate(text.size());
   if (!reply.ok()) return call.Fail(reply.status());

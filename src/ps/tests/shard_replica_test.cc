@@ -44,7 +44,7 @@ class FakeLink : public BackupLink {
 
   void Forward(uint64_t epoch, uint64_t lsn, const PushRequest& push,
                std::function<void(Status)> done) override {
-    std::vector<std::byte> bytes(ForwardedPushSize(push));
+    std::vector<std::byte> bytes(ForwardSize(push));
     ASSERT_TRUE(EncodeForward(epoch, lsn, push, bytes).ok());
     Result<ForwardedPush> decoded = DecodeForwardedPush(bytes);
     ASSERT_TRUE(decoded.ok());
@@ -1126,6 +1126,74 @@ TEST(ShardReplica, ARestoreKeepsThePushClockAndRefusesAnotherTtlOrAdmission) {
   TableConfig no_admission = config;
   no_admission.admit_after_pushes = 0;
   EXPECT_EQ(restore_into(no_admission).first.code(), StatusCode::kFailedPrecondition);
+}
+
+// Serving sync (docs/PS.md "Serving sync"): a primary's changes since a position are the rows
+// pushed after it and the keys evicted after it; a position of another epoch, or older than the
+// tombstones kept, gets a full copy. A follower and its backup (the record forwarded through
+// the wire codec) applying them end with the training rows, evicted ones gone, and refuse
+// client pushes.
+TEST(ShardReplica, ChangesSinceAPositionCarryRowsAndTombstonesAndAFollowerAppliesThemWhole) {
+  TableConfig bounded = TestTable();
+  bounded.max_rows = 4;
+  ShardReplica::Options options;
+  options.max_sync_tombstones = 3;
+  ShardReplica training(options);
+  ASSERT_TRUE(training.CreateTable(bounded).ok());
+  ASSERT_TRUE(training.BecomePrimary(1, {}).ok());
+  const uint64_t client = uint64_t{1} << 32;
+  ASSERT_TRUE(Push(training, MakePush(client, 1, {1, 2, 3, 4}))->acked());
+
+  ShardReplica::Options follows;
+  follows.follower = true;
+  ShardReplica serving(follows), serving_backup(follows);
+  ASSERT_TRUE(serving.CreateTable(bounded).ok());
+  ASSERT_TRUE(serving_backup.CreateTable(bounded).ok());
+  ASSERT_TRUE(serving.BecomePrimary(1, {std::make_shared<FakeLink>(&serving_backup)}).ok());
+  uint64_t sequence = 0;
+  auto apply = [&](ShardReplica::Position since, bool want_full) {
+    Result<SyncBatch> batch = training.ChangesSince(since);
+    ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+    EXPECT_EQ(batch->full, want_full);
+    PushRequest record;
+    record.id = PushId{client, ++sequence};
+    record.dim = 1;
+    record.sync = std::make_shared<const SyncBatch>(std::move(batch).value());
+    ASSERT_TRUE(Push(serving, record)->acked());
+  };
+  apply({0, 0}, true);  // never synced: a full copy
+  const std::vector<uint64_t> all = {1, 2, 3, 4, 5, 6};
+  EXPECT_EQ(Values(serving, all), Values(training, all));
+
+  // Keys 5 and 6 evict 1 and 2: the delta after lsn 1 holds rows 5, 6 and tombstones 1, 2.
+  ASSERT_TRUE(Push(training, MakePush(client, 2, {5, 6}))->acked());
+  Result<SyncBatch> delta = training.ChangesSince({1, 1});
+  ASSERT_TRUE(delta.ok());
+  EXPECT_FALSE(delta->full);
+  ASSERT_EQ(delta->tables.size(), 1u);
+  EXPECT_EQ(delta->tables[0].keys.size(), 2u);
+  EXPECT_EQ(delta->tables[0].dropped, (std::vector<uint64_t>{1, 2}));
+  apply(ShardReplica::Position{serving.synced().epoch, serving.synced().lsn}, false);
+  EXPECT_EQ(Values(serving, all), Values(training, all));
+  EXPECT_EQ(Values(serving_backup, all), Values(training, all));
+  EXPECT_EQ(serving_backup.synced().lsn, 2u);
+  EXPECT_EQ(serving.state().table(kTable)->row_count(), 4u);
+  // Dropped by the tombstones, not by the serving table's own bound (which would hide them).
+  EXPECT_EQ(serving.state().table(kTable)->evicted(), 0u);
+
+  // Two more evictions: the first tombstone (key 1, lsn 2) is dropped beyond the bound of 3, so
+  // a follower at lsn 1 needs a full copy; one at lsn 2 still gets a delta.
+  ASSERT_TRUE(Push(training, MakePush(client, 3, {7, 8}))->acked());
+  EXPECT_TRUE(training.ChangesSince({1, 1})->full);
+  EXPECT_FALSE(training.ChangesSince({1, 2})->full);
+  EXPECT_TRUE(training.ChangesSince({2, 3})->full);  // another epoch
+  apply({1, 2}, false);
+  const std::vector<uint64_t> more = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_EQ(Values(serving, more), Values(training, more));
+  EXPECT_EQ(Values(serving_backup, more), Values(training, more));
+
+  auto refused = Push(serving, MakePush(client + 1, 1, {9}));
+  EXPECT_EQ(refused->code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -137,7 +137,7 @@ TEST(Wire, PushAckForwardAndErrorRoundTrip) {
   // and a peer that predates them refuses the flag rather than misreading the stamp as keys.
   ForwardedPush stamped{5, 77, p};
   stamped.push.stamp_ms = 1'700'000'000'123;
-  Bytes sb(ForwardedPushSize(stamped.push));
+  Bytes sb(ForwardSize(stamped.push));
   EXPECT_EQ(sb.size(), fb.size() + 8);
   ASSERT_TRUE(EncodeForwardedPush(stamped, sb).ok());
   Result<ForwardedPush> sd = DecodeForwardedPush(sb);

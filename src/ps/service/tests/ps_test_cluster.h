@@ -62,7 +62,9 @@ struct Cluster {
   // The backup links' slowest_transfer_bytes_per_second (0: the default); set before Start.
   size_t slowest_transfer_bytes_per_second = 0;
   size_t max_dedup_clients = PsServerOptions{}.max_dedup_clients;  // set before Start
-  std::string restore_from;  // a checkpoint every server restores from (RestoreFrom) at Start
+  bool follower = false;           // a serving cluster (PsServerOptions::follower); before Start
+  bool sync_visible_whole = true;  // its control (PsServerOptions::sync_visible_whole)
+  std::string restore_from;        // a checkpoint every server restores from (RestoreFrom) at Start
 
   // With `secret`, a cluster whose file names a secret_file (ClusterSpec::secret).
   // Without `promote`, every replica stays a backup (a leased monitor creates the epoch).
@@ -117,6 +119,8 @@ struct Cluster {
     options.max_abs_gradient = max_abs_gradient;
     options.min_in_sync = min_in_sync;
     options.max_dedup_clients = max_dedup_clients;
+    options.follower = follower;
+    options.sync_visible_whole = sync_visible_whole;
     if (slowest_transfer_bytes_per_second != 0) {
       options.backup_client.slowest_transfer_bytes_per_second = slowest_transfer_bytes_per_second;
     }
