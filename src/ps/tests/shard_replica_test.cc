@@ -1196,5 +1196,33 @@ TEST(ShardReplica, ChangesSinceAPositionCarryRowsAndTombstonesAndAFollowerApplie
   EXPECT_EQ(refused->code(), StatusCode::kInvalidArgument);
 }
 
+// Rows a ttl expires are tombstones too: serving drops what training expired. (Fails when only
+// a bound's evictions are recorded.)
+TEST(ShardReplica, RowsATtlExpiresReachFollowersAsTombstones) {
+  TableConfig expiring = TestTable();
+  expiring.ttl_seconds = 1;
+  uint64_t now = 1'000'000;
+  ShardReplica::Options options;
+  options.clock_ms = [&now] { return now; };
+  ShardReplica training(options);
+  ASSERT_TRUE(training.CreateTable(expiring).ok());
+  ASSERT_TRUE(training.BecomePrimary(1, {}).ok());
+  const uint64_t client = uint64_t{1} << 32;
+  ASSERT_TRUE(Push(training, MakePush(client, 1, {1, 2}))->acked());
+  now += 600;
+  ASSERT_TRUE(Push(training, MakePush(client, 2, {3}))->acked());
+  now += 600;  // rows 1 and 2 were last pushed 1.2 s ago: this push expires them
+  ASSERT_TRUE(Push(training, MakePush(client, 3, {4}))->acked());
+  EXPECT_EQ(training.state().table(kTable)->expired(), 2u);
+  Result<SyncBatch> delta = training.ChangesSince({1, 1});
+  ASSERT_TRUE(delta.ok()) << delta.status().ToString();
+  EXPECT_FALSE(delta->full);
+  ASSERT_EQ(delta->tables.size(), 1u);
+  EXPECT_EQ(delta->tables[0].dropped, (std::vector<uint64_t>{1, 2}));
+  std::vector<uint64_t> changed = delta->tables[0].keys;  // in no particular order
+  std::sort(changed.begin(), changed.end());
+  EXPECT_EQ(changed, (std::vector<uint64_t>{3, 4}));
+}
+
 }  // namespace
 }  // namespace bx::ps
