@@ -22,7 +22,8 @@ Result<CpuNodes> CpuNodes::Parse(std::string_view text) {
     const size_t colon = entry.find(':');
     int node = -1;
     const std::string_view node_text = entry.substr(0, colon);
-    auto [ptr, error] = std::from_chars(node_text.data(), node_text.data() + node_text.size(), node);
+    auto [ptr, error] =
+        std::from_chars(node_text.data(), node_text.data() + node_text.size(), node);
     if (colon == std::string_view::npos || error != std::errc() ||
         ptr != node_text.data() + node_text.size() || node < 0)
       return InvalidArgument("BX_TEST_CPU_NODES entry '" + std::string(entry) +

@@ -163,8 +163,8 @@ Result<DeviceChoice> ChooseDevice(Library& lib, std::string_view request,
       nodes->source() == "sysfs" ? "" : " (CPU map from " + std::string(nodes->source()) + ")";
   if (candidates.size() == 1) {
     chosen = &candidates.front();
-    choice.reason = request.empty() ? "the only device"
-                                    : "named by the request '" + std::string(request) + "'";
+    choice.reason =
+        request.empty() ? "the only device" : "named by the request '" + std::string(request) + "'";
   } else if (chosen != nullptr) {
     choice.reason = "NUMA node " + std::to_string(chosen->node) + ", that of I/O " +
                     CpuText(choice.io_threads, chosen->name) + map_note;
@@ -176,8 +176,9 @@ Result<DeviceChoice> ChooseDevice(Library& lib, std::string_view request,
     if (!any_node)
       why = "no device reports a NUMA node";
     else if (io_cpus.empty() && affinity_node < 0)
-      why = "I/O threads not pinned (BX_IO_CPUS) and the process's CPUs span several or unknown "
-            "NUMA nodes";
+      why =
+          "I/O threads not pinned (BX_IO_CPUS) and the process's CPUs span several or unknown "
+          "NUMA nodes";
     else
       why = "no candidate with an active port on the I/O threads' NUMA node";
     choice.reason = "the first " + std::string(request.empty() ? "device" : "candidate") + " (" +

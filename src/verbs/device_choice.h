@@ -28,9 +28,9 @@
 namespace bx::verbs {
 
 struct IoThreadPlacement {
-  int cpu = -1;               // -1: not pinned
-  int node = -1;              // the CPU's NUMA node; -1: unknown
-  std::string preferred;      // the candidate on that node ("" when none is)
+  int cpu = -1;           // -1: not pinned
+  int node = -1;          // the CPU's NUMA node; -1: unknown
+  std::string preferred;  // the candidate on that node ("" when none is)
 };
 
 struct DeviceChoice {

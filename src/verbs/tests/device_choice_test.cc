@@ -101,7 +101,8 @@ TEST_F(DeviceChoiceTest, PortTwoServesWhenPortOneIsDown) {
   EXPECT_EQ(CheckPortActive(*device, 2).status().code(), StatusCode::kOk);
   auto down = CheckPortActive(*device, 1);
   EXPECT_EQ(down.status().code(), StatusCode::kUnavailable);
-  EXPECT_NE(down.status().message().find("PORT_DOWN"), std::string::npos) << down.status().ToString();
+  EXPECT_NE(down.status().message().find("PORT_DOWN"), std::string::npos)
+      << down.status().ToString();
   EXPECT_EQ(CheckPortActive(*device, 3).status().code(), StatusCode::kInvalidArgument);
 }
 
