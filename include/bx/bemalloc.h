@@ -97,6 +97,7 @@ struct BX_EXPORT Counters {
   uint64_t deregistrations = 0;     // regions deregistered, since Init
   uint64_t registration_failures = 0;
   uint64_t budget_refusals = 0;  // regions not registered: Options::max_registered_bytes
+  uint64_t budget_bytes = 0;     // Options::max_registered_bytes (0: no budget)
 };
 
 // Creates the pool. Call once per process, before any other function here; the registrar lives

@@ -15,7 +15,8 @@
 
 namespace bx {
 
-// One device, the port bexpress uses (its first active port; port 1 when none is) and its
+// One device, the port bexpress uses (the one BX_DEVICE names, else its first active port; port
+// 1 when none is) and its
 // limits, as the device reports them.
 struct BX_EXPORT DeviceInfo {
   std::string name;  // what InitOptions::device and TransportOptions::device take
@@ -49,14 +50,34 @@ struct BX_EXPORT DeviceInfo {
   uint64_t max_mr_size = 0;
 };
 
+// The device an rdma:// transport of this process would run on, and why: the request
+// (BX_DEVICE: a device, or a list of candidates, each optionally "<name>:<port>"), else the
+// device on the NUMA node of the I/O threads' CPUs (BX_IO_CPUS), else the first device. A process
+// runs on one device (bemalloc registers on one), so each I/O thread's line says which device
+// its node would prefer, and the process uses the one most threads prefer.
+struct BX_EXPORT DeviceChoice {
+  std::string device;  // empty when no device can be chosen; then `reason` says why
+  int port = 0;        // the port the request named; 0: the device's first active port
+  std::string reason;
+  struct IoThread {
+    int cpu = -1;           // -1: not pinned
+    int node = -1;          // the CPU's NUMA node (-1: unknown)
+    std::string preferred;  // the device on that node, "" when none has an active port there
+  };
+  std::vector<IoThread> io_threads;
+};
+
 struct BX_EXPORT DeviceList {
   std::string backend;  // "sim" or "system"
   std::string library;  // path of the verbs library loaded
   std::vector<DeviceInfo> devices;
+  DeviceChoice choice;  // for the I/O threads ListDevices was asked about
 };
 
-// Every device of the verbs library BX_VERBS selects. Unavailable, saying why, when no library
-// loads or it has no device (ENOSYS on a kernel without RDMA).
+// Every device of the verbs library BX_VERBS selects, and the choice for `io_threads` I/O
+// threads pinned round robin to BX_IO_CPUS (0: one per CPU it names, or one). Unavailable, saying
+// why, when no library loads or it has no device (ENOSYS on a kernel without RDMA).
 BX_EXPORT Result<DeviceList> ListDevices();
+BX_EXPORT Result<DeviceList> ListDevices(int io_threads);
 
 }  // namespace bx

@@ -54,6 +54,14 @@ using metrics::Registry;
 BX_EXPORT Result<CollectorHandle> ExportRdmaTransport(Transport& transport, Labels labels = {},
                                                       Registry& registry = Registry::Default());
 
+// bemalloc, the registered-memory pool, per NIC it registers on (label `device`: the device's
+// name, "host" when the process is TCP-only): bx_bemalloc_registered_bytes, _regions,
+// _empty_region_bytes and _budget_bytes (0: no budget) gauges; bx_bemalloc_registrations_total,
+// _deregistrations_total, _registration_failures_total and _budget_refusals_total counters.
+// A process registers on one device today, so there is one series of each.
+BX_EXPORT CollectorHandle ExportRegisteredMemory(Labels labels = {},
+                                                 Registry& registry = Registry::Default());
+
 // One socket of either transport: Socket::counters() as bx_socket_<counter>_total with a peer
 // label (for the few sockets an operator cares about; the engines already count rdma traffic).
 BX_EXPORT CollectorHandle ExportSocket(Socket& socket, Labels labels = {},

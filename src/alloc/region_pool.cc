@@ -220,6 +220,7 @@ Counters RegionPool::counters() const {
   c.deregistrations = deregistrations_.load(std::memory_order_relaxed);
   c.registration_failures = registration_failures_.load(std::memory_order_relaxed);
   c.budget_refusals = budget_refusals_.load(std::memory_order_relaxed);
+  c.budget_bytes = max_registered_bytes_;
   return c;
 }
 

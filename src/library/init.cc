@@ -5,8 +5,10 @@
 #include <string>
 
 #include "alloc/verbs_registrar.h"
+#include "base/cpu_list.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/tcp/tcp_transport.h"
+#include "verbs/device_choice.h"
 #include "verbs/verbs.h"
 
 namespace bx {
@@ -23,7 +25,8 @@ struct InitState {
   std::mutex mu;
   bool done = false;
   bool rdma = false;
-  std::string device;  // the device actually opened
+  std::string device;   // the device actually opened
+  std::string request;  // what InitOptions::device asked for (a list may have chosen `device`)
 };
 
 InitState& State() {
@@ -37,7 +40,8 @@ Status CheckSameSetUp(const InitState& state, const InitOptions& options) {
     return FailedPrecondition(std::string("bx::Init: already initialised ") +
                               (state.rdma ? "with" : "without") + " RDMA");
   }
-  if (options.rdma && !options.device.empty() && options.device != state.device) {
+  if (options.rdma && !options.device.empty() && options.device != state.device &&
+      options.device != state.request) {
     return FailedPrecondition("bx::Init: already initialised on device " + state.device +
                               ", cannot use " + options.device);
   }
@@ -68,7 +72,14 @@ Status Init(const InitOptions& options) {
     BX_RETURN_IF_ERROR(bemalloc::Init(std::make_unique<HostMemoryRegistrar>(), options.memory)
                            .WithContext("bx::Init"));
   } else {
-    Result<verbs::Device> opened = verbs::Device::Open(options.device);
+    // Init knows no transport's I/O threads: BX_IO_CPUS (one thread per CPU) stands for them.
+    auto cpus = IoCpusFromEnvironment({});
+    if (!cpus.ok()) return cpus.status().WithContext("bx::Init");
+    const std::string_view request =
+        options.device.empty() ? verbs::DeviceRequestFromEnvironment() : options.device;
+    verbs::DeviceChoice choice;
+    Result<verbs::Device> opened =
+        verbs::OpenChosenDevice(request, *cpus, int(cpus->size()), &choice);
     if (!opened.ok()) {
       return opened.status().WithContext(
           "bx::Init: no RDMA device (InitOptions::rdma = false runs TCP only)");
@@ -78,6 +89,7 @@ Status Init(const InitOptions& options) {
     // On failure the device is left open: a half-made pool may still refer to it.
     BX_RETURN_IF_ERROR(bemalloc::Init(*device, options.memory).WithContext("bx::Init"));
     state.device = device->name();
+    state.request = options.device;
   }
   state.rdma = options.rdma;
   state.done = true;

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <utility>
 
+#include "alloc/verbs_registrar.h"
+#include "bx/bemalloc.h"
 #include "ps/service/ps_internals.h"
 #include "ps/service/ps_service.h"
 #include "transport/rdma/rdma_transport.h"
@@ -228,6 +230,30 @@ Result<CollectorHandle> ExportRdmaTransport(Transport& transport, Labels labels,
   return registry.AddCollector([&transport, labels = std::move(labels)](SampleWriter& w) {
     Result<rdma::RdmaTransportInfo> info = rdma::GetRdmaTransportInfo(transport);
     if (info.ok()) WriteRdma(w, *info, labels);
+  });
+}
+
+CollectorHandle ExportRegisteredMemory(Labels labels, Registry& registry) {
+  return registry.AddCollector([labels = std::move(labels)](SampleWriter& w) {
+    if (!bemalloc::IsInitialized()) return;
+    const verbs::Device* device = bemalloc::RegisteredDevice();
+    const Labels l = With(labels, {{"device", device != nullptr ? device->name() : "host"}});
+    const bemalloc::Counters c = bemalloc::GetCounters();
+    w.Gauge("bx_bemalloc_registered_bytes", "Bytes bemalloc keeps registered with the NIC.", l,
+            double(c.registered_bytes));
+    w.Gauge("bx_bemalloc_regions", "Registered regions.", l, double(c.regions));
+    w.Gauge("bx_bemalloc_empty_region_bytes", "Registered bytes in regions with nothing allocated.",
+            l, double(c.empty_region_bytes));
+    w.Gauge("bx_bemalloc_budget_bytes", "The registered-memory budget (0: none).", l,
+            double(c.budget_bytes));
+    w.Counter("bx_bemalloc_registrations_total", "Regions registered.", l, double(c.registrations));
+    w.Counter("bx_bemalloc_deregistrations_total", "Regions deregistered.", l,
+              double(c.deregistrations));
+    w.Counter("bx_bemalloc_registration_failures_total", "Registrations the NIC refused.", l,
+              double(c.registration_failures));
+    w.Counter("bx_bemalloc_budget_refusals_total",
+              "Regions not registered because of the budget (the allocation failed).", l,
+              double(c.budget_refusals));
   });
 }
 

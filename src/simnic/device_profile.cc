@@ -44,15 +44,27 @@ const DeviceProfile* FindProfile(std::string_view name) {
   return nullptr;
 }
 
-const DeviceProfile& ProfileForDevice(int index) {
+namespace {
+
+// Device `index`'s entry of BX_SIM_PROFILE ("roce@1"); the last entry serves the devices beyond
+// the list.
+std::string_view EntryForDevice(int index) {
   std::string_view list = ProfileEnv();
-  std::string_view name = "default";
+  std::string_view entry = "default";
   for (int i = 0; !list.empty(); ++i) {
     size_t comma = list.find(',');
-    name = list.substr(0, comma);
+    entry = list.substr(0, comma);
     if (i == index || comma == std::string_view::npos) break;
     list.remove_prefix(comma + 1);
   }
+  return entry;
+}
+
+}  // namespace
+
+const DeviceProfile& ProfileForDevice(int index) {
+  std::string_view name = EntryForDevice(index);
+  name = name.substr(0, name.find('@'));
   if (const DeviceProfile* p = FindProfile(name)) return *p;
   static bool warned = false;
   if (!warned) {
@@ -62,6 +74,21 @@ const DeviceProfile& ProfileForDevice(int index) {
                  int(name.size()), name.data());
   }
   return kProfiles[0];
+}
+
+int NumaNodeForDevice(int index) {
+  const std::string_view entry = EntryForDevice(index);
+  const size_t at = entry.find('@');
+  if (at == std::string_view::npos) return -1;
+  const std::string node(entry.substr(at + 1));
+  char* end = nullptr;
+  const long value = std::strtol(node.c_str(), &end, 10);
+  if (node.empty() || *end != '\0' || value < 0 || value > 1023) {
+    std::fprintf(stderr, "bxsim: NUMA node '%s' of device %d is not 0..1023; using -1\n",
+                 node.c_str(), index);
+    return -1;
+  }
+  return int(value);
 }
 
 uint32_t DeviceIpv4(uint32_t pid, uint32_t index) {

@@ -1,7 +1,10 @@
 // Device profiles: the shapes of real NICs the simnic can take, so code meets the addressing it
 // will meet on hardware. BX_SIM_PROFILE (alias BXSIM_PROFILE) names one profile for every device,
 // or one per device index, comma-separated ("roce,ib": bxsim0 is RoCE, bxsim1 InfiniBand; the
-// last name serves the devices beyond the list):
+// last name serves the devices beyond the list). A name may end in "@<node>", the NUMA node
+// the device's sysfs `device/numa_node` reports ("roce@0,roce@1": a dual-NUMA host, bxsim0 on
+// node 0, bxsim1 on node 1); without it the node is -1 (unknown), as for a device with no PCI
+// affinity:
 //
 //   default  today's simnic: an Ethernet port with one GID (index 0, typed RoCE v2), MTU 4096,
 //            256 bytes inline, parent domains, no checks beyond a global address vector.
@@ -57,6 +60,10 @@ const DeviceProfile* FindProfile(std::string_view name);
 // The profile of device `index` from BX_SIM_PROFILE / BXSIM_PROFILE; an unknown name is reported
 // on stderr once and replaced by the default profile.
 const DeviceProfile& ProfileForDevice(int index);
+
+// The NUMA node of device `index` from its BX_SIM_PROFILE entry ("roce@1": 1); -1 when the
+// entry names none (an unparsable node is reported on stderr and read as -1).
+int NumaNodeForDevice(int index);
 
 // The GID table a device of `profile` at fabric address (pid, index) shows on port 1.
 std::vector<GidEntry> MakeGidTable(const DeviceProfile& profile, uint32_t pid, uint32_t index);

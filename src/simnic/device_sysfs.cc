@@ -120,14 +120,15 @@ bool WriteDevice(const fs::path& root, Device* device) {
   const std::string guid = GuidText(device->guid_be());
   char host[64] = "localhost";
   gethostname(host, sizeof host - 1);
-  bool ok = Put(ibdev / "node_guid", guid) && Put(ibdev / "sys_image_guid", guid) &&
-            Put(ibdev / "node_type", "1: CA") && Put(ibdev / "fw_ver", "bxsim-1.0") &&
-            Put(ibdev / "hca_type", "bxsim") && Put(ibdev / "hw_rev", "1") &&
-            Put(ibdev / "board_id", "BXSIM-1") &&
-            Put(ibdev / "node_desc", std::string(host) + " " + device->name()) &&
-            Put(ibdev / "device" / "vendor", "0x0b5e") &&
-            Put(ibdev / "device" / "device", "0x0001") &&
-            Put(ibdev / "device" / "numa_node", "-1");  // no PCI device: no NUMA affinity
+  bool ok =
+      Put(ibdev / "node_guid", guid) && Put(ibdev / "sys_image_guid", guid) &&
+      Put(ibdev / "node_type", "1: CA") && Put(ibdev / "fw_ver", "bxsim-1.0") &&
+      Put(ibdev / "hca_type", "bxsim") && Put(ibdev / "hw_rev", "1") &&
+      Put(ibdev / "board_id", "BXSIM-1") &&
+      Put(ibdev / "node_desc", std::string(host) + " " + device->name()) &&
+      Put(ibdev / "device" / "vendor", "0x0b5e") && Put(ibdev / "device" / "device", "0x0001") &&
+      // No PCI device, so no NUMA affinity unless the profile gives one ("roce@1").
+      Put(ibdev / "device" / "numa_node", std::to_string(NumaNodeForDevice(int(device->index()))));
   for (uint32_t p = 1; ok && device->PortExists(p); ++p) ok = WritePort(ibdev, device, p);
   const fs::path uverbs = root / "class" / "infiniband_verbs" /
                           (std::string("uverbs") + std::to_string(device->index()));

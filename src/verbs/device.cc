@@ -124,14 +124,17 @@ Result<std::vector<DeviceInfo>> ListDevices() {
   return ListDevices(*lib);
 }
 
-Result<std::vector<DeviceInfo>> ListDevices(Library& lib) {
+Result<std::vector<DeviceInfo>> ListDevices(Library& lib, std::string_view port_device,
+                                            uint8_t named_port) {
   BX_ASSIGN_OR_RETURN(DeviceList list, DeviceList::Get(lib));
   std::vector<DeviceInfo> infos;
   for (ibv_device* device : list.devices()) {
     BX_ASSIGN_OR_RETURN(Device opened, Device::Open(lib, lib.get_device_name(device)));
     const ibv_device_attr& attr = opened.attr();
     Result<uint8_t> active = FirstActivePort(opened);
-    const uint8_t port_num = active.ok() ? *active : 1;
+    const uint8_t port_num = named_port != 0 && opened.name() == port_device ? named_port
+                             : active.ok()                                   ? *active
+                                                                             : 1;
     ibv_port_attr port = opened.port(port_num);
     DeviceInfo info;
     info.name = opened.name();

@@ -195,6 +195,17 @@ Result<uint8_t> FirstActivePort(const Device& device) {
   return Unavailable("no active port on " + device.name() + " (ports: " + states + ")");
 }
 
+Result<uint8_t> CheckPortActive(const Device& device, uint8_t port) {
+  if (port < 1 || port > std::max<int>(device.attr().phys_port_cnt, 1))
+    return InvalidArgument(device.name() + " has no port " + std::to_string(port) + " (ports 1.." +
+                           std::to_string(std::max<int>(device.attr().phys_port_cnt, 1)) + ")");
+  const ibv_port_attr attr = device.port(port);
+  if (attr.state != IBV_PORT_ACTIVE)
+    return Unavailable("port " + std::to_string(port) + " of " + device.name() + " is " +
+                       device.lib().port_state_str(attr.state));
+  return port;
+}
+
 int DeviceNumaNode(const Device& device) {
   std::ifstream in(std::string(device.context()->device->ibdev_path) + "/device/numa_node");
   int node = -1;

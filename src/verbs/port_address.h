@@ -65,6 +65,9 @@ void SetPath(const PortAddress& mine, uint16_t peer_lid, const ibv_gid& peer_gid
 // The first active port of `device` (ports 1..phys_port_cnt), or Unavailable naming each
 // port's state: a dual-port NIC whose port 1 is cabled elsewhere still works.
 Result<uint8_t> FirstActivePort(const Device& device);
+// `port` when it exists and is active; Unavailable naming its state otherwise (a port named in
+// the device request, "mlx5_0:2").
+Result<uint8_t> CheckPortActive(const Device& device, uint8_t port);
 
 // The NUMA node the device is attached to (sysfs device/numa_node), or -1 when unknown.
 int DeviceNumaNode(const Device& device);

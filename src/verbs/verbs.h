@@ -205,7 +205,10 @@ using DeviceInfo = bx::DeviceInfo;
 // Every device of Library::Get() (or of `lib`). An error when there are none: Unavailable,
 // naming why ibv_get_device_list found nothing (ENOSYS on a kernel without RDMA).
 Result<std::vector<DeviceInfo>> ListDevices();
-Result<std::vector<DeviceInfo>> ListDevices(Library& lib);
+// `port_device`'s entry describes `port` (a port a device request named) rather than its first
+// active port, when `port` is not 0.
+Result<std::vector<DeviceInfo>> ListDevices(Library& lib, std::string_view port_device = {},
+                                            uint8_t port = 0);
 
 // "fe80:0000:0000:0000:0011:2233:4455:6677", as ibv_devinfo prints GIDs.
 std::string FormatGid(const union ibv_gid& gid);

@@ -40,6 +40,45 @@ nlohmann::ordered_json ToJson(const DeviceInfo& device) {
             {"service_level", device.service_level}}}};
 }
 
+nlohmann::ordered_json ToJson(const DeviceChoice& choice) {
+  auto threads = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < choice.io_threads.size(); ++i) {
+    const DeviceChoice::IoThread& t = choice.io_threads[i];
+    threads.push_back({{"io_thread", i},
+                       {"cpu", t.cpu},
+                       {"numa_node", t.node},
+                       {"preferred", t.preferred},
+                       {"uses", choice.device}});
+  }
+  return {{"device", choice.device},
+          {"port", choice.port},
+          {"reason", choice.reason},
+          {"io_threads", threads}};
+}
+
+// Which NIC each I/O thread uses and why (verbs/device_choice.h).
+void PrintChoice(const DeviceChoice& choice) {
+  if (choice.device.empty()) {
+    fmt::print("bexpress uses no device: {}\n", choice.reason);
+    return;
+  }
+  fmt::print("bexpress uses {}{}: {}\n", choice.device,
+             choice.port != 0 ? fmt::format(" port {}", choice.port) : "", choice.reason);
+  for (size_t i = 0; i < choice.io_threads.size(); ++i) {
+    const DeviceChoice::IoThread& t = choice.io_threads[i];
+    const std::string where = t.cpu >= 0 ? fmt::format("cpu {}", t.cpu) : "not pinned";
+    const std::string node = t.node >= 0 ? fmt::format("node {}", t.node) : "node unknown";
+    std::string why;
+    if (t.preferred.empty())
+      why = "no device on its node";
+    else if (t.preferred == choice.device)
+      why = "its node's device";
+    else
+      why = fmt::format("its node's device is {}; one device per process", t.preferred);
+    fmt::print("  io thread {}: {}, {} -> {} ({})\n", i, where, node, choice.device, why);
+  }
+}
+
 void PrintTable(const DeviceList& list) {
   fmt::print("backend {} ({})\n", list.backend, list.library);
   fmt::print("{:<10} {:<8} {:<12} {:<11} {:<39} {:>8} {:>9} {:>8} {:>9} {:>8} {:>14}\n", "NAME",
@@ -66,14 +105,15 @@ void PrintTable(const DeviceList& list) {
   }
 }
 
-int RunDevices(bool json) {
-  Result<DeviceList> list = ListDevices();
+int RunDevices(bool json, int io_threads) {
+  Result<DeviceList> list = ListDevices(io_threads);
   if (!list.ok()) {
     fmt::print(stderr, "bx devices: {}\n", list.status().ToString());
     return 1;
   }
   if (!json) {
     PrintTable(*list);
+    PrintChoice(list->choice);
     return 0;
   }
   nlohmann::ordered_json out;
@@ -81,6 +121,7 @@ int RunDevices(bool json) {
   for (const DeviceInfo& device : list->devices) out["devices"].push_back(ToJson(device));
   out["backend"] = list->backend;
   out["library"] = list->library;
+  out["choice"] = ToJson(list->choice);
   fmt::print("{}\n", out.dump(2));
   return 0;
 }
@@ -91,9 +132,12 @@ void AddDevicesCommand(CLI::App* app) {
   CLI::App* command = app->add_subcommand(
       "devices", "List RDMA devices (BX_VERBS=auto|system|sim selects the verbs library)");
   auto json = std::make_shared<bool>(false);
+  auto io_threads = std::make_shared<int>(0);
   command->add_flag("--json", *json, "Print JSON instead of a table");
-  command->callback([json] {
-    if (int code = RunDevices(*json); code != 0) throw CLI::RuntimeError(code);
+  command->add_option("--io-threads", *io_threads,
+                      "I/O threads to place on BX_IO_CPUS (default: one per CPU it names, or 1)");
+  command->callback([json, io_threads] {
+    if (int code = RunDevices(*json, *io_threads); code != 0) throw CLI::RuntimeError(code);
   });
 }
 

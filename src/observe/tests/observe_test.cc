@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "alloc/testing/test_memory.h"
+#include "alloc/verbs_registrar.h"
 #include "bx/bemalloc.h"
+#include "bx/buffer.h"
 #include "bx/observe.h"
 #include "metrics/http_request.h"
 #include "metrics/text_format.h"
@@ -339,6 +341,24 @@ TEST(ObserveTest, ParameterServerCountersMove) {
   EXPECT_EQ(exports.size(), 2u);
   exports.Clear();
   EXPECT_EQ(registry.ExposeText(), "");
+}
+
+// Registered bytes per NIC: the pool's own counters, labelled with the device it registers on.
+TEST(ObserveTest, RegisteredMemoryIsExportedPerDevice) {
+  Registry registry;
+  CollectorHandle handle = ExportRegisteredMemory({{"role", "test"}}, registry);
+  Result<Buffer> held = Buffer::Allocate(1 << 20);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  std::string text = registry.ExposeText();
+  ASSERT_NO_FATAL_FAILURE(ExpectWellFormed(text));
+  ParsedText parsed = metrics::ParseText(text);
+  const std::string device = bemalloc::RegisteredDevice()->name();
+  EXPECT_EQ(Sum(parsed, "bx_bemalloc_registered_bytes", {{"device", device}}),
+            double(bemalloc::GetCounters().registered_bytes));
+  EXPECT_GE(Sum(parsed, "bx_bemalloc_registered_bytes", {{"device", device}}), double(1 << 20));
+  EXPECT_GE(Sum(parsed, "bx_bemalloc_registrations_total", {{"role", "test"}}), 1);
+  EXPECT_TRUE(Has(parsed, "bx_bemalloc_budget_refusals_total"));
+  EXPECT_TRUE(Has(parsed, "bx_bemalloc_budget_bytes"));
 }
 
 }  // namespace

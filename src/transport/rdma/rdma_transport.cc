@@ -16,6 +16,7 @@
 #include "transport/rdma/rdma_transport_impl.h"
 #include "transport/socket_util.h"
 #include "transport/transport_registry.h"
+#include "verbs/device_choice.h"
 #include "verbs/port_address.h"
 
 namespace bx::rdma {
@@ -35,6 +36,10 @@ Result<Url> ParseRdmaUrl(std::string_view text) {
 Result<std::unique_ptr<RdmaTransportImpl>> RdmaTransportImpl::Create(
     const TransportOptions& options, const RdmaOptions& rdma) {
   std::unique_ptr<RdmaTransportImpl> t(new RdmaTransportImpl(options, rdma));
+  auto cpus = IoCpusFromEnvironment(options.io_cpus);
+  if (!cpus.ok()) return cpus.status().WithContext("rdma transport");
+  const std::string_view request =
+      options.device.empty() ? verbs::DeviceRequestFromEnvironment() : options.device;
   // bemalloc's device is the transport's device: its keys are only valid in its PD.
   static std::mutex init_mu;
   {
@@ -45,16 +50,17 @@ Result<std::unique_ptr<RdmaTransportImpl>> RdmaTransportImpl::Create(
         return FailedPrecondition(
             "rdma transport: bemalloc was initialised without a verbs device; its buffers "
             "cannot be sent over RDMA");
-      auto device = verbs::Device::Open(options.device);
+      auto device =
+          verbs::OpenChosenDevice(request, *cpus, std::max(1, options.io_threads), &t->choice_);
       if (!device.ok()) return device.status().WithContext("rdma transport");
       t->device_ = new verbs::Device(std::move(device).value());  // lives as long as bemalloc
       BX_RETURN_IF_ERROR(bemalloc::Init(*t->device_));
-    } else if (!options.device.empty() && options.device != t->device_->name()) {
-      return FailedPrecondition("rdma transport: bemalloc registers on " + t->device_->name() +
-                                ", cannot run on " + options.device);
+    } else {
+      BX_RETURN_IF_ERROR(t->ChooseOnRegisteredDevice(request, *cpus));
     }
   }
-  auto port = verbs::FirstActivePort(*t->device_);
+  auto port = t->choice_.port != 0 ? verbs::CheckPortActive(*t->device_, t->choice_.port)
+                                   : verbs::FirstActivePort(*t->device_);
   if (!port.ok()) return port.status().WithContext("rdma transport");
   t->port_ = *port;
   BX_RETURN_IF_ERROR(ApplyEnvironment(t->rdma_));
@@ -74,12 +80,34 @@ Result<std::unique_ptr<RdmaTransportImpl>> RdmaTransportImpl::Create(
   io_options.adaptive_polling = t->rdma_.adaptive_polling;
   io_options.spin_limit_us = t->rdma_.spin_limit_us;
   io_options.name = "bx-rdma-io";
-  auto cpus = IoCpusFromEnvironment(options.io_cpus);
-  if (!cpus.ok()) return cpus.status().WithContext("rdma transport");
   io_options.cpus = std::move(cpus).value();
   BX_ASSIGN_OR_RETURN(t->io_, IoThreadSet::Acquire(*t->device_, io_options, options.io_threads,
                                                    t->rdma_.share_io_threads));
   return t;
+}
+
+Status RdmaTransportImpl::ChooseOnRegisteredDevice(std::string_view request,
+                                                   const std::vector<int>& cpus) {
+  // The process's device is fixed; what this transport's threads would prefer is still worth
+  // reporting, and a request that excludes the device is refused as before.
+  auto choice =
+      verbs::ChooseDevice(device_->lib(), request, cpus, std::max(1, options_.io_threads));
+  const verbs::DeviceChoice process = verbs::ProcessChoice();
+  if (!choice.ok() || choice->device != device_->name()) {
+    if (!options_.device.empty() && (!choice.ok() || request.find(',') == std::string::npos))
+      return FailedPrecondition("rdma transport: bemalloc registers on " + device_->name() +
+                                ", cannot run on " + options_.device);
+    choice_.device = device_->name();
+    choice_.reason =
+        "bemalloc registers on it (" +
+        (process.device == device_->name() ? process.reason : "opened by the program") +
+        "); one device per process";
+    if (choice.ok()) choice_.io_threads = choice->io_threads;
+    return Status::Ok();
+  }
+  choice_ = *choice;
+  if (process.device == device_->name() && request.empty()) choice_.reason = process.reason;
+  return Status::Ok();
 }
 
 RdmaTransportImpl::~RdmaTransportImpl() {
@@ -155,6 +183,10 @@ RdmaTransportInfo RdmaTransportImpl::Info() {
     info.parent_domains += poller.has_own_domain() ? 1 : 0;
     info.io_loop += io->counters();
   }
+  info.device = device_->name();
+  info.device_reason = choice_.reason;
+  for (const verbs::IoThreadPlacement& p : choice_.io_threads)
+    info.io_thread_devices.push_back({p.cpu, p.node, p.preferred});
   info.port = port_;
   info.link_layer = LinkLayerName(default_address_.link_layer);
   info.gid_index = int(default_address_.gid_index);

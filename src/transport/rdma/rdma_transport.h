@@ -7,8 +7,9 @@
 //
 // Memory: messages are bemalloc Buffers, registered on bemalloc's device. The transport therefore
 // runs on that device: the first RDMA transport of a process initialises bemalloc on its device
-// (TransportOptions::device, else BX_DEVICE, else the first device) if nothing has yet; a later
-// one asking for another device is refused, since its QPs could not use bemalloc's keys.
+// (TransportOptions::device, else BX_DEVICE, else the device on its I/O threads' NUMA node, else
+// the first device: verbs/device_choice.h) if nothing has yet; a later one naming another device
+// alone is refused, since its QPs could not use bemalloc's keys.
 //
 // Threads: as include/bx/transport.h says. Listen/Connect block the calling thread for the
 // handshake (bounded by the connect timeout, 5 s for accepted connections).
@@ -49,9 +50,21 @@ struct RdmaTransportInfo {
   int io_threads = 0;
   int thread_domains = 0;  // I/O threads that got a thread domain from the device
   int parent_domains = 0;  // ... and a parent domain carrying it
+  // The device every QP uses and why (verbs/device_choice.h: the request, or the NUMA node of
+  // the I/O threads' CPUs), and per I/O thread its CPU, that CPU's node and the device on that
+  // node (empty when none is; it differs from `device` when the threads span nodes, since a
+  // process runs on one device).
+  std::string device;
+  std::string device_reason;
+  struct IoThreadDevice {
+    int cpu = -1;  // -1: not pinned
+    int node = -1;
+    std::string preferred;
+  };
+  std::vector<IoThreadDevice> io_thread_devices;
   // How connections are addressed: the link layer and, for a connection bound to no particular
   // address, the GID chosen and why (verbs/port_address.h).
-  int port = 0;  // the device port every QP uses: its first active one
+  int port = 0;  // the device port every QP uses: the one requested, else its first active one
   std::string link_layer;
   int gid_index = -1;
   std::string gid;

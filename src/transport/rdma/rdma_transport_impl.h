@@ -21,6 +21,7 @@
 #include "transport/rdma/rdma_connection.h"
 #include "transport/rdma/rdma_socket.h"
 #include "transport/rdma/rdma_transport.h"
+#include "verbs/device_choice.h"
 #include "verbs/port_address.h"
 #include "verbs/verbs.h"
 
@@ -91,12 +92,18 @@ class RdmaTransportImpl : public Transport {
   Status Fail(LocalEnd& end, const Status& why);
   std::shared_ptr<RdmaConnection> Activate(LocalEnd& end);
 
+  // The device is bemalloc's, opened by an earlier transport or bx::Init: fills choice_ with
+  // what this transport's I/O threads would prefer. FailedPrecondition when the request names
+  // another device alone.
+  Status ChooseOnRegisteredDevice(std::string_view request, const std::vector<int>& cpus);
+
   TransportOptions options_;
   RdmaOptions rdma_;
+  verbs::DeviceChoice choice_;       // which device and port, and why (verbs/device_choice.h)
   verbs::Device* device_ = nullptr;  // bemalloc's device
   // The port's address for a connection bound to no particular local address, chosen at Create.
   verbs::PortAddress default_address_;
-  uint8_t port_ = 1;  // the device's first active port
+  uint8_t port_ = 1;  // the port the device request named, else the device's first active one
   IoThreadSet io_;    // owned, or leased from the process-wide set (RdmaOptions::share_io_threads)
   std::atomic<size_t> next_io_{0};
   // Accepting side: engines per remote address (max_connections_per_peer).
