@@ -299,10 +299,11 @@ class LeasedFailoverCore::JoinDesk : public JoinService {
     }
     it->second.position = snapshot->position;
     it->second.bytes = std::make_shared<const std::vector<std::byte>>(std::move(snapshot->bytes));
-    core_->Log("snapshot (version " + std::to_string(snapshot_version) + ") for replica " +
-               std::to_string(replica) + " at epoch " + std::to_string(snapshot->position.epoch) +
-               " lsn " + std::to_string(snapshot->position.lsn) + " (" +
-               std::to_string(it->second.bytes->size()) + " bytes)");
+    core_->Log("snapshot for replica " + std::to_string(replica) + " at epoch " +
+               std::to_string(snapshot->position.epoch) + " lsn " +
+               std::to_string(snapshot->position.lsn) + " (" +
+               std::to_string(it->second.bytes->size()) + " bytes) in format " +
+               std::to_string(snapshot_version));
   }
 
   std::map<uint32_t, Pending>::iterator FindLocked(uint64_t token) {
