@@ -1,5 +1,6 @@
 // Training-to-serving sync on the network (docs/PS.md "Serving sync"): the "ps.Sync*" methods a
 // training primary serves, and the follower thread of a serving primary (bx/ps/serving_sync.h).
+#include "bx/log.h"
 #include "bx/ps/serving_sync.h"
 
 #include <algorithm>
@@ -313,7 +314,7 @@ class ServingSyncCore {
     if (options_.log) {
       options_.log(line);
     } else {
-      std::fprintf(stderr, "%s\n", line.c_str());
+      bx::Log(LogLevel::kInfo, line);  // the process's log sink
     }
   }
 
