@@ -1,6 +1,5 @@
 // Training-to-serving sync on the network (docs/PS.md "Serving sync"): the "ps.Sync*" methods a
 // training primary serves, and the follower thread of a serving primary (bx/ps/serving_sync.h).
-#include "bx/log.h"
 #include "bx/ps/serving_sync.h"
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "bx/log.h"
 #include "ps/service/ps_internals.h"
 #include "ps/service/ps_service.h"
 
