@@ -25,26 +25,8 @@ while (($#)); do
   esac
 done
 
-FREE_PORTS="$(dirname "$0")/free_ports.py"  # loopback ports below the ephemeral range
-WORK=$(mktemp -d /tmp/bx-checkpoint.XXXXXX)
-PIDS=()
-cleanup() {
-  local rc=$?
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  if ((rc != 0)); then
-    for f in "$WORK"/*.log; do
-      [[ -e $f ]] || continue
-      echo "== $(basename "$f")"
-      tail -n 15 "$f"
-    done
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-export BX_SIM_FABRIC_DIR="$WORK/fabric" BX_VERBS=sim
-mkdir -p "$BX_SIM_FABRIC_DIR"
-(umask 077 && head -c 32 /dev/urandom | base64 >"$WORK/cluster.secret")
+source "$(dirname "$0")/script_work.sh"
+script_work checkpoint
 
 # A cluster file NAME.json of SHARDS x REPLICAS on free loopback ports; table 1 "emb" (AdaGrad,
 # so rows carry optimiser state), the same in every file.

@@ -22,34 +22,17 @@ while (($#)); do
   esac
 done
 
-WORK=$(mktemp -d /tmp/bx-serving-sync.XXXXXX)
-PIDS=()
-cleanup() {
-  local rc=$?
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  if ((rc != 0)); then
-    for f in "$WORK"/*.log; do
-      [[ -e $f ]] || continue
-      echo "== $(basename "$f")"
-      tail -n 15 "$f"
-    done
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-export BX_SIM_FABRIC_DIR="$WORK/fabric" BX_VERBS=sim
-mkdir -p "$BX_SIM_FABRIC_DIR"
-(umask 077 && head -c 32 /dev/urandom | base64 >"$WORK/cluster.secret")
+source "$(dirname "$0")/script_work.sh"
+script_work serving-sync
 
 # NAME.json: 2 x 2 on free loopback ports; table 1 "emb" bounded to ROWS rows per replica.
 cluster_file() {  # name rows
-  python3 - "$WORK/$1.json" "$TRANSPORT" "$2" <<'PY'
-import json, socket, sys
+  local ports
+  ports=$(python3 "$FREE_PORTS" 8)
+  python3 - "$WORK/$1.json" "$TRANSPORT" "$2" "$ports" <<'PY'
+import json, sys
 path, transport, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
-socks = [socket.socket() for _ in range(8)]
-for s in socks: s.bind(("127.0.0.1", 0))
-ports = iter(s.getsockname()[1] for s in socks)
+ports = iter(int(p) for p in sys.argv[4].split())
 json.dump({"version": 1, "transport": transport, "secret_file": "cluster.secret",
            "tables": [{"id": 1, "name": "emb", "kind": "embedding", "dim": 16, "max_rows": rows,
                        "optimizer": {"kind": "adagrad", "learning_rate": 0.05}}],
