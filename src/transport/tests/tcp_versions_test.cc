@@ -202,11 +202,13 @@ TEST(TcpVersionsTest, TwoCurrentBuildsAgreeOnTheNewestAtTheFirstOffer) {
   auto server = CreateTcpTransport(options);
   auto client = CreateTcpTransport(options);
   ASSERT_TRUE(server.ok() && client.ok());
-  std::atomic<int> accepted{0};
-  auto listener = (*server)->Listen("tcp://127.0.0.1:0", [&](const std::shared_ptr<Socket>&) {
-    ++accepted;
-    return SocketHandlers{};
-  });
+  // Shared with the callback: the server's I/O thread may accept after this scope has ended.
+  auto accepted = std::make_shared<std::atomic<int>>(0);
+  auto listener =
+      (*server)->Listen("tcp://127.0.0.1:0", [accepted](const std::shared_ptr<Socket>&) {
+        ++*accepted;
+        return SocketHandlers{};
+      });
   ASSERT_TRUE(listener.ok()) << listener.status().ToString();
   auto url = ParseUrl((*listener)->url());
   ASSERT_TRUE(url.ok());
